@@ -1,0 +1,102 @@
+//! Baton's wire types, generated from `proto/baton.proto` by prost.
+//!
+//! One file defines every message on both ports (client and peer), the Raft
+//! log's `Command`, and the state machine's snapshot. Framing (a 4-byte
+//! big-endian length before each message) lives with the code that reads
+//! sockets; this crate only knows messages.
+#![allow(clippy::large_enum_variant, clippy::doc_lazy_continuation)]
+
+include!(concat!(env!("OUT_DIR"), "/baton.rs"));
+
+/// The framing used on both ports: a 4-byte big-endian length, then the
+/// message. Frames over `max_frame` bytes are refused by the reader.
+pub fn codec(max_frame: usize) -> tokio_util::codec::LengthDelimitedCodec {
+    tokio_util::codec::LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(max_frame)
+        .new_codec()
+}
+
+/// Largest peer frame (a snapshot of the whole tree travels in one).
+pub const MAX_PEER_FRAME: usize = 1024 * 1024 * 1024;
+
+/// Largest client frame a server accepts by default (4 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 4 * 1024 * 1024;
+/// Largest node data (1 MiB), as ZooKeeper's jute.maxbuffer default.
+pub const MAX_DATA: usize = 1024 * 1024;
+/// Longest path in bytes.
+pub const MAX_PATH: usize = 4096;
+
+impl ErrorCode {
+    /// True when a request that failed with this code may nevertheless have
+    /// been applied (the request was sent and its outcome is unknown).
+    pub fn is_ambiguous(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::Timeout | ErrorCode::LeaderChanged | ErrorCode::Internal
+        )
+    }
+}
+
+/// Checks a node path: absolute, no empty segment, no trailing slash, no
+/// `.` or `..` segment, no NUL, at most [`MAX_PATH`] bytes. `/` is valid.
+pub fn validate_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("path is empty".into());
+    }
+    if path.len() > MAX_PATH {
+        return Err(format!("path is {} bytes, over {MAX_PATH}", path.len()));
+    }
+    if !path.starts_with('/') {
+        return Err(format!("path {path:?} is not absolute"));
+    }
+    if path == "/" {
+        return Ok(());
+    }
+    if path.ends_with('/') {
+        return Err(format!("path {path:?} ends with '/'"));
+    }
+    for seg in path[1..].split('/') {
+        if seg.is_empty() {
+            return Err(format!("path {path:?} has an empty segment"));
+        }
+        if seg == "." || seg == ".." {
+            return Err(format!("path {path:?} has a relative segment"));
+        }
+        if seg.chars().any(|c| c == '\0' || c.is_control()) {
+            return Err(format!("path {path:?} has a control character"));
+        }
+    }
+    Ok(())
+}
+
+/// The parent of a valid path other than `/`.
+pub fn parent_of(path: &str) -> Option<&str> {
+    if path == "/" {
+        return None;
+    }
+    match path.rfind('/') {
+        Some(0) => Some("/"),
+        Some(i) => Some(&path[..i]),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        for ok in ["/", "/a", "/a/b", "/a-1/b_2/c.d"] {
+            assert!(validate_path(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a", "/a/", "//a", "/a//b", "/./a", "/a/..", "/a\0b"] {
+            assert!(validate_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_path(&format!("/{}", "x".repeat(MAX_PATH))).is_err());
+        assert_eq!(parent_of("/a"), Some("/"));
+        assert_eq!(parent_of("/a/b"), Some("/a"));
+        assert_eq!(parent_of("/"), None);
+    }
+}

@@ -1,0 +1,78 @@
+//! A member's configuration, from the command line.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub id: u64,
+    pub data_dir: PathBuf,
+    pub client_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    /// Every member's peer address, this one included.
+    pub peers: BTreeMap<u64, SocketAddr>,
+    /// Raft tick length in ms.
+    pub tick_ms: u64,
+    /// Election timeout in ticks (randomized by raft-rs in [n, 2n)).
+    pub election_ticks: usize,
+    /// Heartbeat interval in ticks.
+    pub heartbeat_ticks: usize,
+    /// Applied entries between snapshots (log compaction threshold).
+    pub snapshot_entries: u64,
+    /// Largest client frame accepted, in bytes.
+    pub max_frame: usize,
+    pub min_session_ms: u32,
+    pub max_session_ms: u32,
+    /// How long a request may wait for its commit or read before it fails.
+    pub request_timeout_ms: u64,
+}
+
+/// Session timeout when the client asks for 0 (ms).
+pub const DEFAULT_SESSION_MS: u32 = 10_000;
+
+impl Config {
+    pub fn negotiate_timeout(&self, asked: u32) -> u32 {
+        let asked = if asked == 0 { DEFAULT_SESSION_MS } else { asked };
+        asked.clamp(self.min_session_ms, self.max_session_ms)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+}
+
+/// Parses `1=127.0.0.1:7201,2=127.0.0.1:7202`.
+pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, SocketAddr>, String> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("peer {part:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("peer id {id:?} is not a number"))?;
+        if id == 0 {
+            return Err("peer id 0 is reserved".into());
+        }
+        let addr: SocketAddr = addr.trim().parse().map_err(|e| format!("peer address {addr:?}: {e}"))?;
+        if out.insert(id, addr).is_some() {
+            return Err(format!("peer id {id} given twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no peers given".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers() {
+        let p = parse_peers("1=127.0.0.1:1,2=127.0.0.1:2").unwrap();
+        assert_eq!(p.len(), 2);
+        assert!(parse_peers("x=1").is_err());
+        assert!(parse_peers("1=127.0.0.1:1,1=127.0.0.1:2").is_err());
+        assert!(parse_peers("0=127.0.0.1:1").is_err());
+    }
+}

@@ -1,0 +1,196 @@
+//! The storage seam: a tiny ordered key-value interface with atomic batches.
+//!
+//! Production uses RocksDB ([`RocksKv`]) with `sync = true` on every batch
+//! that makes Raft state durable; unit tests and the state machine's golden
+//! scripts use [`MemKv`]. Everything a member persists (Raft log, hard state,
+//! snapshot, the node tree, sessions, fences, the applied index) goes through
+//! one `Kv`, so a single synced batch makes a whole `Ready` durable at once.
+//!
+//! Key space (first byte is the table):
+//! - `e` + index (u64 BE): Raft log entry (protobuf 2, raft-rs `Entry`)
+//! - `h`: hard state, `c`: conf state, `t`: truncated (index, term),
+//!   `p`: latest Raft snapshot (raft-rs `Snapshot`, our state inside)
+//! - `a`: applied index (u64 BE), written with the state it produced
+//! - `n` + path: node record, `s` + id (u64 BE): session, `f` + name: fence
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// One write in a batch.
+#[derive(Debug, Clone)]
+pub enum BatchOp {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    /// Deletes keys in `[from, to)`.
+    DeleteRange(Vec<u8>, Vec<u8>),
+}
+
+/// An atomic group of writes.
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    pub ops: Vec<BatchOp>,
+}
+
+impl Batch {
+    pub fn put(&mut self, k: impl Into<Vec<u8>>, v: impl Into<Vec<u8>>) {
+        self.ops.push(BatchOp::Put(k.into(), v.into()));
+    }
+    pub fn delete(&mut self, k: impl Into<Vec<u8>>) {
+        self.ops.push(BatchOp::Delete(k.into()));
+    }
+    pub fn delete_range(&mut self, from: impl Into<Vec<u8>>, to: impl Into<Vec<u8>>) {
+        self.ops.push(BatchOp::DeleteRange(from.into(), to.into()));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("storage: {0}")]
+pub struct KvError(pub String);
+
+/// An ordered key-value store with atomic, optionally synced, batches.
+pub trait Kv: Send + 'static {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
+    /// All pairs whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError>;
+    /// Applies `batch` atomically; with `sync`, returns only once it is on disk.
+    fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError>;
+}
+
+/// RocksDB, one default column family, WAL on.
+pub struct RocksKv {
+    db: rocksdb::DB,
+}
+
+impl RocksKv {
+    pub fn open(dir: &Path) -> Result<Self, KvError> {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.set_keep_log_file_num(4);
+        let db = rocksdb::DB::open(&opts, dir).map_err(|e| KvError(e.to_string()))?;
+        Ok(RocksKv { db })
+    }
+}
+
+impl Kv for RocksKv {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.db.get(key).map_err(|e| KvError(e.to_string()))
+    }
+
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+        let mut out = Vec::new();
+        let mode = rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward);
+        for item in self.db.iterator(mode) {
+            let (k, v) = item.map_err(|e| KvError(e.to_string()))?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError> {
+        let mut wb = rocksdb::WriteBatch::default();
+        for op in batch.ops {
+            match op {
+                BatchOp::Put(k, v) => wb.put(k, v),
+                BatchOp::Delete(k) => wb.delete(k),
+                BatchOp::DeleteRange(a, b) => wb.delete_range(a, b),
+            }
+        }
+        let mut wo = rocksdb::WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(wb, &wo).map_err(|e| KvError(e.to_string()))
+    }
+}
+
+/// In-memory engine for tests: same semantics, no durability.
+#[derive(Default)]
+pub struct MemKv {
+    map: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl MemKv {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>> {
+        // A panic while holding this lock can only come from a test; recover.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Kv for MemKv {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        Ok(self.lock().get(key).cloned())
+    }
+
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+        Ok(self
+            .lock()
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn write(&self, batch: Batch, _sync: bool) -> Result<(), KvError> {
+        let mut map = self.lock();
+        for op in batch.ops {
+            match op {
+                BatchOp::Put(k, v) => {
+                    map.insert(k, v);
+                }
+                BatchOp::Delete(k) => {
+                    map.remove(&k);
+                }
+                BatchOp::DeleteRange(a, b) => {
+                    let keys: Vec<_> = map.range(a..b).map(|(k, _)| k.clone()).collect();
+                    for k in keys {
+                        map.remove(&k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The end of a prefix range: `prefix` with its last byte incremented.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xff; prefix.len() + 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(kv: &dyn Kv) {
+        let mut b = Batch::default();
+        b.put(b"na".to_vec(), b"1".to_vec());
+        b.put(b"nb".to_vec(), b"2".to_vec());
+        b.put(b"sa".to_vec(), b"3".to_vec());
+        kv.write(b, true).unwrap();
+        assert_eq!(kv.scan_prefix(b"n").unwrap().len(), 2);
+        let mut b = Batch::default();
+        b.delete_range(b"n".to_vec(), prefix_end(b"n"));
+        kv.write(b, true).unwrap();
+        assert!(kv.scan_prefix(b"n").unwrap().is_empty());
+        assert_eq!(kv.get(b"sa").unwrap(), Some(b"3".to_vec()));
+    }
+
+    #[test]
+    fn mem_and_rocks_agree() {
+        exercise(&MemKv::default());
+        let dir = tempfile::tempdir().unwrap();
+        exercise(&RocksKv::open(dir.path()).unwrap());
+    }
+}

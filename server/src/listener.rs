@@ -1,0 +1,130 @@
+//! Client listener: one task pair (reader, writer) per connection.
+//!
+//! The reader decodes `ClientFrame`s and hands requests to the driver; the
+//! writer sends what the driver queued for this connection (responses and
+//! watch events, in the order the driver produced them, which is log order).
+//! A connection has at most [`MAX_INFLIGHT`] requests without a response; the
+//! reader waits for a slot before reading more, which bounds the driver's
+//! input queue per connection.
+//!
+//! Bad input: an undecodable frame gets a `BAD_REQUEST` response and the
+//! connection is closed (the stream cannot be trusted after it); a frame over
+//! the limit gets `TOO_LARGE` and is closed likewise. Nothing reaches the
+//! state machine from either.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use baton_proto::{server_frame, ClientFrame, ErrorCode, Response, ServerFrame};
+use futures::{SinkExt, StreamExt};
+use prost::Message as _;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::Semaphore;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::debug;
+
+use crate::node::Input;
+
+/// Requests a connection may have in flight.
+pub const MAX_INFLIGHT: usize = 1024;
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+pub async fn serve(listener: TcpListener, input: Sender<Input>, max_frame: usize) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                debug!("client accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let input = input.clone();
+        tokio::spawn(async move {
+            let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+            debug!(conn, %peer, "client connected");
+            handle(conn, stream, input, max_frame).await;
+            debug!(conn, "client disconnected");
+        });
+    }
+}
+
+fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
+    ServerFrame {
+        frame: Some(server_frame::Frame::Response(Response { error: code as i32, message: msg, ..Default::default() })),
+    }
+}
+
+async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: usize) {
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = unbounded_channel();
+    let slots = Arc::new(Semaphore::new(MAX_INFLIGHT));
+    if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
+        return;
+    }
+    let writer = tokio::spawn(write_loop(wr, rx, slots.clone()));
+    let mut frames = FramedRead::new(rd, baton_proto::codec(max_frame));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { break };
+        let frame = match frames.next().await {
+            None => break,
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                let code = if e.to_string().contains("frame size too big") { ErrorCode::TooLarge } else { ErrorCode::BadRequest };
+                let _ = tx.send(error_frame(code, format!("bad frame: {e} (limit {max_frame} bytes); closing")));
+                break;
+            }
+        };
+        let req = match ClientFrame::decode(frame) {
+            Ok(ClientFrame { request: Some(r) }) => r,
+            Ok(ClientFrame { request: None }) => {
+                let _ = tx.send(error_frame(ErrorCode::BadRequest, "frame without a request".into()));
+                break;
+            }
+            Err(e) => {
+                let _ = tx.send(error_frame(ErrorCode::BadRequest, format!("undecodable frame: {e}; closing")));
+                break;
+            }
+        };
+        permit.forget(); // returned by the writer when the response goes out
+        if input.send(Input::Client { conn, req }).is_err() {
+            let _ = tx.send(error_frame(ErrorCode::ShuttingDown, "member is shutting down".into()));
+            break;
+        }
+    }
+    let _ = input.send(Input::ConnClosed { conn });
+    drop(tx);
+    // The writer ends when the driver drops its sender (after ConnClosed);
+    // bound the wait so a dead driver cannot keep this task alive.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
+}
+
+async fn write_loop(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: UnboundedReceiver<ServerFrame>, slots: Arc<Semaphore>) {
+    let mut w = FramedWrite::new(wr, baton_proto::codec(usize::MAX));
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        let mut n = 0;
+        while let Some(f) = next.take() {
+            if let Some(server_frame::Frame::Response(r)) = &f.frame {
+                if r.id != 0 {
+                    slots.add_permits(1);
+                }
+            }
+            if w.feed(bytes::Bytes::from(f.encode_to_vec())).await.is_err() {
+                return;
+            }
+            n += 1;
+            if n < 256 {
+                next = rx.try_recv().ok();
+            }
+        }
+        if SinkExt::<bytes::Bytes>::flush(&mut w).await.is_err() {
+            return;
+        }
+    }
+    let _ = SinkExt::<bytes::Bytes>::flush(&mut w).await;
+}

@@ -1,0 +1,285 @@
+//! `batond`: run one Baton member, or (`batond cluster`) a local cluster of
+//! real member processes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use baton_server::config::{parse_peers, Config};
+use baton_server::kv::RocksKv;
+use baton_server::node::{Driver, Input};
+use clap::{Args, Parser, Subcommand};
+use tracing::{error, info};
+
+#[derive(Parser, Debug)]
+#[command(name = "batond", version, about = "A Baton member: Raft-replicated coordination service")]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Sub>,
+    #[command(flatten)]
+    member: MemberArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Start a local cluster of N member processes and keep it up until
+    /// Ctrl-C or SIGTERM.
+    Cluster(ClusterArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct Timing {
+    /// Raft tick length (ms).
+    #[arg(long, default_value_t = 50)]
+    tick_ms: u64,
+    /// Election timeout in ticks (raft-rs randomizes it in [n, 2n)).
+    #[arg(long, default_value_t = 10)]
+    election_ticks: usize,
+    /// Heartbeat interval in ticks.
+    #[arg(long, default_value_t = 2)]
+    heartbeat_ticks: usize,
+    /// Applied entries between snapshots (log compaction threshold).
+    #[arg(long, default_value_t = 20_000)]
+    snapshot_entries: u64,
+    /// Largest client frame accepted (bytes).
+    #[arg(long, default_value_t = baton_proto::DEFAULT_MAX_FRAME)]
+    max_frame: usize,
+    /// Smallest session timeout granted (ms).
+    #[arg(long, default_value_t = 1000)]
+    min_session_ms: u32,
+    /// Largest session timeout granted (ms).
+    #[arg(long, default_value_t = 120_000)]
+    max_session_ms: u32,
+    /// How long a request may wait for commit or ReadIndex (ms).
+    #[arg(long, default_value_t = 8000)]
+    request_timeout_ms: u64,
+}
+
+impl Timing {
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--tick-ms={}", self.tick_ms),
+            format!("--election-ticks={}", self.election_ticks),
+            format!("--heartbeat-ticks={}", self.heartbeat_ticks),
+            format!("--snapshot-entries={}", self.snapshot_entries),
+            format!("--max-frame={}", self.max_frame),
+            format!("--min-session-ms={}", self.min_session_ms),
+            format!("--max-session-ms={}", self.max_session_ms),
+            format!("--request-timeout-ms={}", self.request_timeout_ms),
+        ]
+    }
+}
+
+#[derive(Args, Debug)]
+struct MemberArgs {
+    /// This member's id (1..).
+    #[arg(long)]
+    id: Option<u64>,
+    /// Where this member keeps its RocksDB.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address clients connect to.
+    #[arg(long)]
+    client_addr: Option<SocketAddr>,
+    /// Address peers connect to.
+    #[arg(long)]
+    peer_addr: Option<SocketAddr>,
+    /// Every member's peer address, this one included: ID=HOST:PORT,...
+    #[arg(long)]
+    peers: Option<String>,
+    #[command(flatten)]
+    timing: Timing,
+}
+
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// Number of members.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Parent folder of the members' data dirs (and their logs).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Client ports are base+1.., peer ports base+101..
+    #[arg(long, default_value_t = 7100)]
+    base_port: u16,
+    #[command(flatten)]
+    timing: Timing,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    baton_server::logging::init();
+    let result = match cli.cmd {
+        Some(Sub::Cluster(c)) => run_cluster(c),
+        None => run_member(cli.member),
+    };
+    if let Err(e) = result {
+        error!("{e:#}");
+        eprintln!("batond: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run_member(a: MemberArgs) -> anyhow::Result<()> {
+    let need = |what: &str| anyhow::anyhow!("missing --{what} (see batond --help)");
+    let id = a.id.ok_or_else(|| need("id"))?;
+    let data_dir = a.data_dir.ok_or_else(|| need("data-dir"))?;
+    let client_addr = a.client_addr.ok_or_else(|| need("client-addr"))?;
+    let peer_addr = a.peer_addr.ok_or_else(|| need("peer-addr"))?;
+    let peers = parse_peers(&a.peers.ok_or_else(|| need("peers"))?).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
+    if !peers.contains_key(&id) {
+        anyhow::bail!("--peers must include this member ({id})");
+    }
+    let t = a.timing;
+    if t.election_ticks <= t.heartbeat_ticks {
+        anyhow::bail!("--election-ticks must be greater than --heartbeat-ticks");
+    }
+    if t.min_session_ms > t.max_session_ms {
+        anyhow::bail!("--min-session-ms is over --max-session-ms");
+    }
+    let cfg = Config {
+        id,
+        data_dir: data_dir.clone(),
+        client_addr,
+        peer_addr,
+        peers: peers.clone(),
+        tick_ms: t.tick_ms.max(1),
+        election_ticks: t.election_ticks,
+        heartbeat_ticks: t.heartbeat_ticks.max(1),
+        snapshot_entries: t.snapshot_entries.max(10),
+        max_frame: t.max_frame.max(1024),
+        min_session_ms: t.min_session_ms,
+        max_session_ms: t.max_session_ms,
+        request_timeout_ms: t.request_timeout_ms.max(100),
+    };
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    let kv = RocksKv::open(&data_dir.join("db")).with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
+    let (peer_listener, client_listener) = rt.block_on(async {
+        let p = tokio::net::TcpListener::bind(peer_addr).await.with_context(|| format!("binding peer address {peer_addr}"))?;
+        let c = tokio::net::TcpListener::bind(client_addr).await.with_context(|| format!("binding client address {client_addr}"))?;
+        anyhow::Ok((p, c))
+    })?;
+    let transport = {
+        let _g = rt.enter();
+        baton_server::transport::start_senders(id, &peers, in_tx.clone())
+    };
+    let driver = Driver::new(cfg.clone(), Box::new(kv), Box::new(transport))?;
+    rt.spawn(baton_server::transport::serve(peer_listener, id, in_tx.clone()));
+    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame));
+    let stop = in_tx.clone();
+    rt.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = stop.send(Input::Shutdown);
+    });
+    info!(id, %client_addr, %peer_addr, "member up");
+    let result = driver.run(in_rx);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+struct Member {
+    id: u64,
+    child: Child,
+}
+
+fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
+    if c.nodes == 0 || c.nodes > 9 {
+        anyhow::bail!("--nodes must be 1..9");
+    }
+    std::fs::create_dir_all(&c.data_dir)?;
+    let exe = std::env::current_exe()?;
+    let client = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + i);
+    let peer = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + 100 + i);
+    let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", peer(i))).collect();
+    let peers = peers.join(",");
+    let mut members = Vec::new();
+    for i in 1..=c.nodes {
+        match spawn_member(&exe, &c, i, &client(i), &peer(i), &peers) {
+            Ok(child) => members.push(Member { id: i, child }),
+            Err(e) => {
+                stop_members(&mut members);
+                return Err(e);
+            }
+        }
+    }
+    let endpoints: Vec<String> = (1..=c.nodes).map(client).collect();
+    for m in &members {
+        println!("member {}: pid {} client {} peer {} log {}", m.id, m.child.id(), client(m.id), peer(m.id), log_path(&c.data_dir, m.id).display());
+    }
+    println!("endpoints: {}", endpoints.join(","));
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    println!("stopping {} members", members.len());
+    stop_members(&mut members);
+    Ok(())
+}
+
+fn log_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("member-{id}.log"))
+}
+
+fn spawn_member(exe: &Path, c: &ClusterArgs, i: u64, client: &str, peer: &str, peers: &str) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path(&c.data_dir, i))?;
+    let child = Command::new(exe)
+        .arg(format!("--id={i}"))
+        .arg(format!("--data-dir={}", c.data_dir.join(format!("member-{i}")).display()))
+        .arg(format!("--client-addr={client}"))
+        .arg(format!("--peer-addr={peer}"))
+        .arg(format!("--peers={peers}"))
+        .args(c.timing.to_args())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting member {i}"))?;
+    Ok(child)
+}
+
+/// SIGTERM every member, wait up to 5 s, then SIGKILL what is left.
+fn stop_members(members: &mut [Member]) {
+    for m in members.iter() {
+        // SAFETY: kill(2) on a pid we spawned and have not reaped yet.
+        unsafe {
+            libc::kill(m.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for m in members.iter_mut() {
+        loop {
+            match m.child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = m.child.kill();
+                    let _ = m.child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}

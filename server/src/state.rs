@@ -1,0 +1,810 @@
+//! The replicated state machine: a pure function of the Raft log.
+//!
+//! `apply(index, command)` changes the node tree, the session table and the
+//! fence table, and returns the reply for the proposer plus the list of
+//! changes (for watches). It reads no clock, no randomness and nothing that
+//! differs between members: time comes from `Command::time_ms`, session ids
+//! are log indexes, secrets are chosen by the proposer and carried in the
+//! entry. Run the same log on any member and you get the same bytes.
+//!
+//! Invariants:
+//! - `zxid` of every change is the index of the entry that caused it; the
+//!   `czxid` of a node is its fencing token.
+//! - A write that fails changes nothing (a `multi` rolls back every op).
+//! - Exactly-once: each session remembers the replies to writes whose
+//!   sequence number the client has not yet acknowledged (`acked_below`), so
+//!   a retried write returns its first reply instead of running again.
+//! - Sequential suffixes come from a per-parent counter that only grows.
+//!
+//! What it does not do: validate framing, check secrets (connections do that
+//! at attach), or keep time for session expiry (the leader does, and writes
+//! an `ExpireSessions` entry).
+//!
+//! Persistence: every touched key is remembered as dirty and `flush` stages
+//! them, with the applied index, into the same batch (invariant 1 of
+//! DESIGN.md: state and applied index are written together).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use baton_proto::{
+    command, op, response, parent_of, validate_path, CachedReply, CheckFenceOp, CheckOp,
+    ClientWrite, Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode,
+    FenceRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp,
+    SetResp, Stat, MAX_DATA,
+};
+use bytes::Bytes;
+use prost::Message as _;
+
+use crate::kv::{prefix_end, Batch, Kv, KvError};
+
+/// Replies kept per session for exactly-once (writes not yet acknowledged).
+/// A client with more writes in flight than this loses the guarantee for
+/// the oldest; the client library never has more than 1,024 in flight.
+pub const MAX_CACHED_REPLIES: usize = 4096;
+
+const KEY_APPLIED: &[u8] = b"a";
+const PREFIX_NODE: u8 = b'n';
+const PREFIX_SESSION: u8 = b's';
+const PREFIX_FENCE: u8 = b'f';
+
+/// What a committed entry changed, for watches. `zxid` is the entry index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Created(String),
+    Deleted(String),
+    DataChanged(String),
+    ChildrenChanged(String),
+}
+
+/// The outcome of applying one entry.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Reply for the proposer to send (None for internal entries).
+    pub reply: Option<Response>,
+    /// Changes in the order they happened.
+    pub changes: Vec<Change>,
+    /// Sessions that ended (closed or expired) in this entry.
+    pub ended_sessions: Vec<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    data: Bytes,
+    stat: Stat,
+    next_seq: u64,
+    /// Child names (not paths), sorted. Derived, not persisted.
+    children: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    timeout_ms: u32,
+    secret: Bytes,
+    acked_below: u64,
+    /// seq -> encoded Response.
+    replies: BTreeMap<u64, Bytes>,
+    /// Paths of this session's ephemeral nodes. Derived, not persisted.
+    ephemerals: BTreeSet<String>,
+}
+
+/// A failed operation: code plus a human-readable message.
+pub type OpError = (ErrorCode, String);
+
+fn err<T>(code: ErrorCode, msg: impl Into<String>) -> Result<T, OpError> {
+    Err((code, msg.into()))
+}
+
+enum Undo {
+    Node(String, Option<Node>),
+    Fence(String, Option<u64>),
+    Ephemeral { session: u64, path: String, added: bool },
+}
+
+/// The node tree, sessions and fences at `applied`.
+pub struct StateMachine {
+    nodes: HashMap<String, Node>,
+    sessions: BTreeMap<u64, Session>,
+    fences: HashMap<String, u64>,
+    applied: u64,
+    dirty_nodes: HashSet<String>,
+    dirty_sessions: HashSet<u64>,
+    dirty_fences: HashSet<String>,
+    /// Set when the whole state was replaced (snapshot install).
+    dirty_all: bool,
+}
+
+impl Default for StateMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StateMachine {
+    /// An empty tree: just `/`.
+    pub fn new() -> Self {
+        let mut sm = StateMachine {
+            nodes: HashMap::new(),
+            sessions: BTreeMap::new(),
+            fences: HashMap::new(),
+            applied: 0,
+            dirty_nodes: HashSet::new(),
+            dirty_sessions: HashSet::new(),
+            dirty_fences: HashSet::new(),
+            dirty_all: false,
+        };
+        sm.nodes.insert("/".into(), root_node());
+        sm
+    }
+
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Session ids with their timeouts, in id order.
+    pub fn sessions(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.sessions.iter().map(|(id, s)| (*id, s.timeout_ms))
+    }
+
+    pub fn session_timeout(&self, id: u64) -> Option<u32> {
+        self.sessions.get(&id).map(|s| s.timeout_ms)
+    }
+
+    pub fn session_exists(&self, id: u64) -> bool {
+        self.sessions.contains_key(&id)
+    }
+
+    /// Checks a session's secret (constant-time enough for our purpose: the
+    /// secret is random and compared whole).
+    pub fn check_session(&self, id: u64, secret: &[u8]) -> Result<u32, OpError> {
+        match self.sessions.get(&id) {
+            None => err(ErrorCode::SessionExpired, format!("session {id:#x} does not exist (expired or closed)")),
+            Some(s) if s.secret.as_ref() != secret => {
+                err(ErrorCode::SessionMoved, format!("wrong secret for session {id:#x}"))
+            }
+            Some(s) => Ok(s.timeout_ms),
+        }
+    }
+
+    // ------------------------------------------------------------ reads
+
+    pub fn get(&self, path: &str) -> Result<(Bytes, Stat), OpError> {
+        let n = self.lookup(path)?;
+        Ok((n.data.clone(), full_stat(n)))
+    }
+
+    pub fn exists(&self, path: &str) -> Result<Option<Stat>, OpError> {
+        check_path(path)?;
+        Ok(self.nodes.get(path).map(full_stat))
+    }
+
+    pub fn children(&self, path: &str) -> Result<(Vec<String>, Stat), OpError> {
+        let n = self.lookup(path)?;
+        Ok((n.children.iter().cloned().collect(), full_stat(n)))
+    }
+
+    /// The stat of a node, if it exists (no path check; for watches).
+    pub fn stat_of(&self, path: &str) -> Option<Stat> {
+        self.nodes.get(path).map(full_stat)
+    }
+
+    pub fn fence(&self, resource: &str) -> Option<u64> {
+        self.fences.get(resource).copied()
+    }
+
+    fn lookup(&self, path: &str) -> Result<&Node, OpError> {
+        check_path(path)?;
+        match self.nodes.get(path) {
+            Some(n) => Ok(n),
+            None => err(ErrorCode::NoNode, format!("{path} does not exist")),
+        }
+    }
+
+    // ------------------------------------------------------------ apply
+
+    /// Records that `index` was applied without changing state (empty
+    /// entries from a new leader, configuration changes).
+    pub fn skip(&mut self, index: u64) {
+        self.applied = self.applied.max(index);
+    }
+
+    /// Applies one committed command at log `index`.
+    pub fn apply(&mut self, index: u64, cmd: &Command) -> Applied {
+        self.applied = self.applied.max(index);
+        let mut out = Applied::default();
+        let reply = match &cmd.body {
+            Some(command::Body::NewSession(ns)) => {
+                self.sessions.insert(
+                    index,
+                    Session {
+                        timeout_ms: ns.timeout_ms,
+                        secret: ns.secret.clone(),
+                        acked_below: 0,
+                        replies: BTreeMap::new(),
+                        ephemerals: BTreeSet::new(),
+                    },
+                );
+                self.dirty_sessions.insert(index);
+                Some(Response {
+                    zxid: index,
+                    body: Some(response::Body::CreateSession(CreateSessionResp {
+                        session_id: index,
+                        secret: ns.secret.clone(),
+                        timeout_ms: ns.timeout_ms,
+                    })),
+                    ..Default::default()
+                })
+            }
+            Some(command::Body::Expire(ex)) => {
+                for id in &ex.session_ids {
+                    if self.end_session(*id, index, &mut out.changes) {
+                        out.ended_sessions.push(*id);
+                    }
+                }
+                None
+            }
+            Some(command::Body::Write(w)) => Some(self.apply_write(index, cmd.time_ms, w, &mut out)),
+            None => Some(error_response(index, ErrorCode::BadRequest, "empty command")),
+        };
+        out.reply = reply;
+        out
+    }
+
+    fn apply_write(&mut self, index: u64, time: i64, w: &ClientWrite, out: &mut Applied) -> Response {
+        let sid = w.session_id;
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return error_response(index, ErrorCode::SessionExpired, format!("session {sid:#x} does not exist (expired or closed)"));
+        };
+        // Exactly-once bookkeeping.
+        if w.acked_below > session.acked_below {
+            session.acked_below = w.acked_below;
+            let keep = session.replies.split_off(&w.acked_below);
+            session.replies = keep;
+            self.dirty_sessions.insert(sid);
+        }
+        if w.seq == 0 {
+            return error_response(index, ErrorCode::BadRequest, "write without a sequence number");
+        }
+        if let Some(cached) = session.replies.get(&w.seq) {
+            if let Ok(resp) = Response::decode(cached.clone()) {
+                return resp;
+            }
+        }
+        if w.seq < session.acked_below {
+            return error_response(
+                index,
+                ErrorCode::StaleSequence,
+                format!("write {} was already acknowledged (acked below {})", w.seq, session.acked_below),
+            );
+        }
+        if matches!(w.op, Some(baton_proto::client_write::Op::CloseSession(_))) {
+            self.end_session(sid, index, &mut out.changes);
+            out.ended_sessions.push(sid);
+            return Response { zxid: index, body: Some(response::Body::Empty(Empty {})), ..Default::default() };
+        }
+        let mut txn = Txn { sm: self, undo: Vec::new(), changes: Vec::new(), index, time, session: sid };
+        let result = txn.run(w);
+        let (resp, changes) = match result {
+            Ok(body) => {
+                let changes = std::mem::take(&mut txn.changes);
+                (Response { zxid: index, body: Some(body), ..Default::default() }, changes)
+            }
+            Err((code, msg, body)) => {
+                txn.rollback();
+                let mut r = error_response(index, code, msg);
+                r.body = body;
+                (r, Vec::new())
+            }
+        };
+        out.changes.extend(changes);
+        if let Some(session) = self.sessions.get_mut(&sid) {
+            session.replies.insert(w.seq, resp.encode_to_vec().into());
+            while session.replies.len() > MAX_CACHED_REPLIES {
+                session.replies.pop_first();
+            }
+            self.dirty_sessions.insert(sid);
+        }
+        resp
+    }
+
+    /// Deletes a session and its ephemeral nodes. Returns false if unknown.
+    fn end_session(&mut self, sid: u64, index: u64, changes: &mut Vec<Change>) -> bool {
+        let Some(session) = self.sessions.remove(&sid) else {
+            return false;
+        };
+        self.dirty_sessions.insert(sid);
+        // Deepest first cannot matter (ephemerals have no children), but a
+        // fixed order keeps every member's event order identical.
+        for path in session.ephemerals.iter() {
+            if self.nodes.contains_key(path) {
+                self.remove_node(path, index, changes);
+            }
+        }
+        true
+    }
+
+    fn remove_node(&mut self, path: &str, index: u64, changes: &mut Vec<Change>) {
+        self.nodes.remove(path);
+        self.dirty_nodes.insert(path.to_string());
+        if let Some(parent) = parent_of(path) {
+            if let Some(p) = self.nodes.get_mut(parent) {
+                p.children.remove(base_name(path));
+                p.stat.cversion += 1;
+                p.stat.pzxid = index;
+                self.dirty_nodes.insert(parent.to_string());
+                changes.push(Change::Deleted(path.to_string()));
+                changes.push(Change::ChildrenChanged(parent.to_string()));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ persistence
+
+    /// Loads state from `kv` (empty tree if nothing is stored).
+    pub fn load(kv: &dyn Kv) -> Result<Self, KvError> {
+        let mut sm = StateMachine::new();
+        if let Some(b) = kv.get(KEY_APPLIED)? {
+            sm.applied = u64::from_be_bytes(b.as_slice().try_into().map_err(|_| KvError("corrupt applied index".into()))?);
+        }
+        for (k, v) in kv.scan_prefix(&[PREFIX_NODE])? {
+            let path = String::from_utf8(k[1..].to_vec()).map_err(|_| KvError("corrupt node key".into()))?;
+            let rec = NodeRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt node {path}: {e}")))?;
+            sm.nodes.insert(path, node_from_record(rec));
+        }
+        for (_, v) in kv.scan_prefix(&[PREFIX_SESSION])? {
+            let rec = SessionRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt session: {e}")))?;
+            sm.sessions.insert(rec.id, session_from_record(rec));
+        }
+        for (_, v) in kv.scan_prefix(&[PREFIX_FENCE])? {
+            let rec = FenceRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt fence: {e}")))?;
+            sm.fences.insert(rec.resource, rec.token);
+        }
+        sm.rebuild_derived();
+        Ok(sm)
+    }
+
+    fn rebuild_derived(&mut self) {
+        self.nodes.entry("/".into()).or_insert_with(root_node);
+        let paths: Vec<(String, u64)> = self.nodes.iter().map(|(p, n)| (p.clone(), n.stat.ephemeral_owner)).collect();
+        for (path, owner) in paths {
+            if let Some(parent) = parent_of(&path) {
+                if let Some(p) = self.nodes.get_mut(parent) {
+                    p.children.insert(base_name(&path).to_string());
+                }
+            }
+            if owner != 0 {
+                if let Some(s) = self.sessions.get_mut(&owner) {
+                    s.ephemerals.insert(path);
+                }
+            }
+        }
+    }
+
+    /// Stages every change since the last flush, and the applied index.
+    pub fn flush(&mut self, batch: &mut Batch) {
+        if self.dirty_all {
+            for prefix in [PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE] {
+                batch.delete_range(vec![prefix], prefix_end(&[prefix]));
+            }
+            self.dirty_nodes = self.nodes.keys().cloned().collect();
+            self.dirty_sessions = self.sessions.keys().copied().collect();
+            self.dirty_fences = self.fences.keys().cloned().collect();
+            self.dirty_all = false;
+        }
+        for path in self.dirty_nodes.drain() {
+            let key = node_key(&path);
+            match self.nodes.get(&path) {
+                Some(n) => batch.put(key, node_record(n).encode_to_vec()),
+                None => batch.delete(key),
+            }
+        }
+        for id in self.dirty_sessions.drain() {
+            let key = session_key(id);
+            match self.sessions.get(&id) {
+                Some(s) => batch.put(key, session_record(id, s).encode_to_vec()),
+                None => batch.delete(key),
+            }
+        }
+        for name in self.dirty_fences.drain() {
+            let mut key = vec![PREFIX_FENCE];
+            key.extend_from_slice(name.as_bytes());
+            match self.fences.get(&name) {
+                Some(t) => batch.put(key, FenceRecord { resource: name.clone(), token: *t }.encode_to_vec()),
+                None => batch.delete(key),
+            }
+        }
+        batch.put(KEY_APPLIED, self.applied.to_be_bytes().to_vec());
+    }
+
+    /// The whole state as bytes (Raft snapshot payload).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut nodes: Vec<NodeEntry> = self
+            .nodes
+            .iter()
+            .map(|(p, n)| NodeEntry { path: p.clone(), node: Some(node_record(n)) })
+            .collect();
+        nodes.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut fences: Vec<FenceRecord> =
+            self.fences.iter().map(|(r, t)| FenceRecord { resource: r.clone(), token: *t }).collect();
+        fences.sort_by(|a, b| a.resource.cmp(&b.resource));
+        baton_proto::Snapshot {
+            applied_index: self.applied,
+            nodes,
+            sessions: self.sessions.iter().map(|(id, s)| session_record(*id, s)).collect(),
+            fences,
+        }
+        .encode_to_vec()
+    }
+
+    /// Replaces the whole state with a snapshot's.
+    pub fn restore(&mut self, data: &[u8]) -> Result<(), prost::DecodeError> {
+        let snap = baton_proto::Snapshot::decode(data)?;
+        let mut sm = StateMachine::new();
+        sm.applied = snap.applied_index;
+        for e in snap.nodes {
+            if let Some(rec) = e.node {
+                sm.nodes.insert(e.path, node_from_record(rec));
+            }
+        }
+        for s in snap.sessions {
+            sm.sessions.insert(s.id, session_from_record(s));
+        }
+        for f in snap.fences {
+            sm.fences.insert(f.resource, f.token);
+        }
+        sm.rebuild_derived();
+        sm.dirty_all = true;
+        *self = sm;
+        Ok(())
+    }
+
+    /// A canonical text dump of the whole state (tests, golden scripts).
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        let mut paths: Vec<&String> = self.nodes.keys().collect();
+        paths.sort();
+        for p in paths {
+            let n = &self.nodes[p];
+            let s = &n.stat;
+            out.push_str(&format!(
+                "{p} data={:?} czxid={} mzxid={} pzxid={} v={} cv={} owner={} children={}\n",
+                String::from_utf8_lossy(&n.data),
+                s.czxid,
+                s.mzxid,
+                s.pzxid,
+                s.version,
+                s.cversion,
+                s.ephemeral_owner,
+                n.children.len()
+            ));
+        }
+        for (id, s) in &self.sessions {
+            out.push_str(&format!("session {id} timeout={} ephemerals={:?}\n", s.timeout_ms, s.ephemerals));
+        }
+        let mut fences: Vec<_> = self.fences.iter().collect();
+        fences.sort();
+        for (r, t) in fences {
+            out.push_str(&format!("fence {r} = {t}\n"));
+        }
+        out
+    }
+}
+
+/// One write in progress, with what it takes to undo it.
+struct Txn<'a> {
+    sm: &'a mut StateMachine,
+    undo: Vec<Undo>,
+    changes: Vec<Change>,
+    index: u64,
+    time: i64,
+    session: u64,
+}
+
+type TxnError = (ErrorCode, String, Option<response::Body>);
+
+impl Txn<'_> {
+    fn run(&mut self, w: &ClientWrite) -> Result<response::Body, TxnError> {
+        use baton_proto::client_write::Op as W;
+        let single = |r: Result<response::Body, OpError>| r.map_err(|(c, m)| (c, m, None));
+        match &w.op {
+            Some(W::Create(c)) => single(self.create(c).map(|(path, stat)| response::Body::Create(CreateResp { path, stat: Some(stat) }))),
+            Some(W::Set(s)) => single(self.set(s).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
+            Some(W::Delete(d)) => single(self.delete(d).map(|_| response::Body::Empty(Empty {}))),
+            Some(W::Multi(m)) => self.multi(&m.ops),
+            Some(W::CloseSession(_)) | None => Err((ErrorCode::BadRequest, "unknown write".into(), None)),
+        }
+    }
+
+    fn multi(&mut self, ops: &[baton_proto::Op]) -> Result<response::Body, TxnError> {
+        let mut results = Vec::with_capacity(ops.len());
+        for (i, o) in ops.iter().enumerate() {
+            let r = match &o.op {
+                Some(op::Op::Create(c)) => self.create(c).map(|(path, stat)| OpResult { path, stat: Some(stat), ..Default::default() }),
+                Some(op::Op::Set(s)) => self.set(s).map(|stat| OpResult { stat: Some(stat), ..Default::default() }),
+                Some(op::Op::Delete(d)) => self.delete(d).map(|_| OpResult::default()),
+                Some(op::Op::Check(c)) => self.check(c).map(|_| OpResult::default()),
+                Some(op::Op::CheckFence(f)) => self.check_fence(f).map(|_| OpResult::default()),
+                None => err(ErrorCode::BadRequest, "empty op"),
+            };
+            match r {
+                Ok(res) => results.push(res),
+                Err((code, msg)) => {
+                    results.push(OpResult { error: code as i32, ..Default::default() });
+                    let body = response::Body::Multi(MultiResp { results });
+                    return Err((code, format!("multi op #{i} failed: {msg}"), Some(body)));
+                }
+            }
+        }
+        Ok(response::Body::Multi(MultiResp { results }))
+    }
+
+    fn save_node(&mut self, path: &str) {
+        let prev = self.sm.nodes.get(path).cloned();
+        self.undo.push(Undo::Node(path.to_string(), prev));
+        self.sm.dirty_nodes.insert(path.to_string());
+    }
+
+    fn create(&mut self, c: &CreateOp) -> Result<(String, Stat), OpError> {
+        check_path(&c.path)?;
+        if c.data.len() > MAX_DATA {
+            return err(ErrorCode::TooLarge, format!("data is {} bytes, over {MAX_DATA}", c.data.len()));
+        }
+        if c.path == "/" && !c.sequential {
+            return err(ErrorCode::NodeExists, "/ exists");
+        }
+        let parent = parent_of(&c.path).unwrap_or("/").to_string();
+        if !self.sm.nodes.contains_key(&parent) {
+            if c.parents {
+                self.create_parents(&parent)?;
+            } else {
+                return err(ErrorCode::NoNode, format!("parent {parent} does not exist"));
+            }
+        }
+        let p = &self.sm.nodes[&parent];
+        if p.stat.ephemeral_owner != 0 {
+            return err(ErrorCode::NoChildrenForEphemerals, format!("{parent} is ephemeral and cannot have children"));
+        }
+        let path = if c.sequential { format!("{}{:010}", c.path, p.next_seq) } else { c.path.clone() };
+        if self.sm.nodes.contains_key(&path) {
+            return err(ErrorCode::NodeExists, format!("{path} exists"));
+        }
+        let owner = if c.ephemeral { self.session } else { 0 };
+        self.insert_node(&parent, &path, c.data.clone(), owner, c.sequential);
+        Ok((path.clone(), full_stat(&self.sm.nodes[&path])))
+    }
+
+    fn create_parents(&mut self, path: &str) -> Result<(), OpError> {
+        let mut missing = Vec::new();
+        let mut cur = path;
+        while !self.sm.nodes.contains_key(cur) {
+            missing.push(cur.to_string());
+            cur = parent_of(cur).unwrap_or("/");
+        }
+        if self.sm.nodes[cur].stat.ephemeral_owner != 0 {
+            return err(ErrorCode::NoChildrenForEphemerals, format!("{cur} is ephemeral and cannot have children"));
+        }
+        for p in missing.iter().rev() {
+            let parent = parent_of(p).unwrap_or("/").to_string();
+            self.insert_node(&parent, p, Bytes::new(), 0, false);
+        }
+        Ok(())
+    }
+
+    fn insert_node(&mut self, parent: &str, path: &str, data: Bytes, owner: u64, sequential: bool) {
+        self.save_node(parent);
+        self.save_node(path);
+        let (index, time) = (self.index, self.time);
+        if let Some(p) = self.sm.nodes.get_mut(parent) {
+            if sequential {
+                p.next_seq += 1;
+            }
+            p.children.insert(base_name(path).to_string());
+            p.stat.cversion += 1;
+            p.stat.pzxid = index;
+        }
+        let stat = Stat {
+            czxid: index,
+            mzxid: index,
+            pzxid: index,
+            ctime: time,
+            mtime: time,
+            ephemeral_owner: owner,
+            ..Default::default()
+        };
+        self.sm.nodes.insert(path.to_string(), Node { data, stat, next_seq: 0, children: BTreeSet::new() });
+        if owner != 0 {
+            if let Some(s) = self.sm.sessions.get_mut(&owner) {
+                if s.ephemerals.insert(path.to_string()) {
+                    self.undo.push(Undo::Ephemeral { session: owner, path: path.to_string(), added: true });
+                }
+            }
+        }
+        self.changes.push(Change::Created(path.to_string()));
+        self.changes.push(Change::ChildrenChanged(parent.to_string()));
+    }
+
+    fn set(&mut self, s: &SetOp) -> Result<Stat, OpError> {
+        check_path(&s.path)?;
+        if s.data.len() > MAX_DATA {
+            return err(ErrorCode::TooLarge, format!("data is {} bytes, over {MAX_DATA}", s.data.len()));
+        }
+        let n = self.sm.lookup(&s.path)?;
+        check_version(&s.path, n, s.version)?;
+        self.save_node(&s.path);
+        let (index, time) = (self.index, self.time);
+        let n = self.sm.nodes.get_mut(&s.path).ok_or((ErrorCode::Internal, "vanished".to_string()))?;
+        n.data = s.data.clone();
+        n.stat.version += 1;
+        n.stat.mzxid = index;
+        n.stat.mtime = time;
+        let stat = full_stat(n);
+        self.changes.push(Change::DataChanged(s.path.clone()));
+        Ok(stat)
+    }
+
+    fn delete(&mut self, d: &DeleteOp) -> Result<(), OpError> {
+        check_path(&d.path)?;
+        if d.path == "/" {
+            return err(ErrorCode::InvalidPath, "/ cannot be deleted");
+        }
+        let n = self.sm.lookup(&d.path)?;
+        check_version(&d.path, n, d.version)?;
+        if !n.children.is_empty() {
+            return err(ErrorCode::NotEmpty, format!("{} has {} children", d.path, n.children.len()));
+        }
+        let owner = n.stat.ephemeral_owner;
+        let parent = parent_of(&d.path).unwrap_or("/").to_string();
+        self.save_node(&d.path);
+        self.save_node(&parent);
+        if owner != 0 {
+            if let Some(s) = self.sm.sessions.get_mut(&owner) {
+                if s.ephemerals.remove(&d.path) {
+                    self.undo.push(Undo::Ephemeral { session: owner, path: d.path.clone(), added: false });
+                }
+            }
+        }
+        let mut changes = Vec::new();
+        self.sm.remove_node(&d.path, self.index, &mut changes);
+        self.changes.extend(changes);
+        Ok(())
+    }
+
+    fn check(&mut self, c: &CheckOp) -> Result<(), OpError> {
+        let n = self.sm.lookup(&c.path)?;
+        check_version(&c.path, n, c.version)
+    }
+
+    fn check_fence(&mut self, f: &CheckFenceOp) -> Result<(), OpError> {
+        if f.resource.is_empty() || f.resource.len() > baton_proto::MAX_PATH {
+            return err(ErrorCode::BadRequest, "fence resource name must be 1..4096 bytes");
+        }
+        let prev = self.sm.fences.get(&f.resource).copied();
+        if let Some(seen) = prev {
+            if f.token < seen {
+                return err(
+                    ErrorCode::FenceRejected,
+                    format!("fence {}: token {} is older than {} already used", f.resource, f.token, seen),
+                );
+            }
+        }
+        self.undo.push(Undo::Fence(f.resource.clone(), prev));
+        self.sm.fences.insert(f.resource.clone(), f.token);
+        self.sm.dirty_fences.insert(f.resource.clone());
+        Ok(())
+    }
+
+    fn rollback(&mut self) {
+        while let Some(u) = self.undo.pop() {
+            match u {
+                Undo::Node(path, prev) => match prev {
+                    Some(n) => {
+                        self.sm.nodes.insert(path, n);
+                    }
+                    None => {
+                        self.sm.nodes.remove(&path);
+                    }
+                },
+                Undo::Fence(name, prev) => match prev {
+                    Some(t) => {
+                        self.sm.fences.insert(name, t);
+                    }
+                    None => {
+                        self.sm.fences.remove(&name);
+                    }
+                },
+                Undo::Ephemeral { session, path, added } => {
+                    if let Some(s) = self.sm.sessions.get_mut(&session) {
+                        if added {
+                            s.ephemerals.remove(&path);
+                        } else {
+                            s.ephemerals.insert(path);
+                        }
+                    }
+                }
+            }
+        }
+        self.changes.clear();
+    }
+}
+
+fn check_path(path: &str) -> Result<(), OpError> {
+    validate_path(path).map_err(|m| (ErrorCode::InvalidPath, m))
+}
+
+fn check_version(path: &str, n: &Node, expected: Option<i32>) -> Result<(), OpError> {
+    match expected {
+        Some(v) if v != n.stat.version => err(
+            ErrorCode::BadVersion,
+            format!("{path} is at version {}, not {v}", n.stat.version),
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn root_node() -> Node {
+    Node { data: Bytes::new(), stat: Stat::default(), next_seq: 0, children: BTreeSet::new() }
+}
+
+fn full_stat(n: &Node) -> Stat {
+    let mut s = n.stat;
+    s.data_length = n.data.len() as u32;
+    s.num_children = n.children.len() as u32;
+    s
+}
+
+fn node_key(path: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(path.len() + 1);
+    k.push(PREFIX_NODE);
+    k.extend_from_slice(path.as_bytes());
+    k
+}
+
+fn session_key(id: u64) -> Vec<u8> {
+    let mut k = vec![PREFIX_SESSION];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn node_record(n: &Node) -> NodeRecord {
+    NodeRecord { data: n.data.clone(), stat: Some(n.stat), next_seq: n.next_seq }
+}
+
+fn node_from_record(r: NodeRecord) -> Node {
+    Node { data: r.data, stat: r.stat.unwrap_or_default(), next_seq: r.next_seq, children: BTreeSet::new() }
+}
+
+fn session_record(id: u64, s: &Session) -> SessionRecord {
+    SessionRecord {
+        id,
+        timeout_ms: s.timeout_ms,
+        secret: s.secret.clone(),
+        replies: s.replies.iter().map(|(seq, r)| CachedReply { seq: *seq, response: r.clone() }).collect(),
+        acked_below: s.acked_below,
+    }
+}
+
+fn session_from_record(r: SessionRecord) -> Session {
+    Session {
+        timeout_ms: r.timeout_ms,
+        secret: r.secret,
+        acked_below: r.acked_below,
+        replies: r.replies.into_iter().map(|c| (c.seq, c.response)).collect(),
+        ephemerals: BTreeSet::new(),
+    }
+}
+
+/// An error reply at `zxid`.
+pub fn error_response(zxid: u64, code: ErrorCode, msg: impl Into<String>) -> Response {
+    Response { error: code as i32, message: msg.into(), zxid, ..Default::default() }
+}
