@@ -1,1 +1,335 @@
-fn main() {}
+//! `baton`: the command-line client.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_client::{
+    member_status, parse_endpoints, Client, ClientConfig, CreateOptions, Error, Stat, WatchKind, DEFAULT_ENDPOINTS,
+};
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(name = "baton", version, about = "Command-line client for a Baton cluster")]
+struct Cli {
+    /// Members' client addresses, comma-separated.
+    #[arg(long, env = "BATON_ENDPOINTS", default_value = DEFAULT_ENDPOINTS, global = true)]
+    endpoints: String,
+    /// One JSON object per line.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a node.
+    Create {
+        path: String,
+        #[arg(default_value = "")]
+        data: String,
+        /// Deleted when this command's session ends (right after it exits).
+        #[arg(long)]
+        ephemeral: bool,
+        #[arg(long)]
+        sequential: bool,
+        /// Create missing parents.
+        #[arg(long)]
+        parents: bool,
+    },
+    /// Print a node's data.
+    Get {
+        path: String,
+        /// Serve from the member's local state (no ReadIndex).
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Set a node's data.
+    Set {
+        path: String,
+        data: String,
+        /// Only if the node is at this version.
+        #[arg(long)]
+        version: Option<i32>,
+    },
+    /// Delete a node.
+    Rm {
+        path: String,
+        #[arg(long)]
+        version: Option<i32>,
+    },
+    /// List a node's children.
+    Ls { path: String },
+    /// Print a node's stat.
+    Stat { path: String },
+    /// Print changes to a node and its children until Ctrl-C.
+    Watch { path: String },
+    /// Each member's role, term, commit and applied index, and leader.
+    Status,
+    /// Measure throughput and latency.
+    Bench {
+        #[arg(value_enum)]
+        workload: Workload,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// e.g. 10s, 500ms, 1m
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: Duration,
+        /// Bytes of data per write.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+    },
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum Workload {
+    /// Create persistent sequential nodes.
+    Create,
+    /// Set one node per client.
+    Set,
+    /// Linearizable reads of one node per client.
+    Get,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn stat_json(s: &Stat) -> serde_json::Value {
+    json!({
+        "czxid": s.czxid, "mzxid": s.mzxid, "pzxid": s.pzxid, "ctime": s.ctime, "mtime": s.mtime,
+        "version": s.version, "cversion": s.cversion, "ephemeral_owner": s.ephemeral_owner,
+        "data_length": s.data_length, "num_children": s.num_children,
+    })
+}
+
+fn stat_text(s: &Stat) -> String {
+    format!(
+        "czxid = {}\nmzxid = {}\npzxid = {}\nctime = {}\nmtime = {}\nversion = {}\ncversion = {}\nephemeral_owner = {:#x}\ndata_length = {}\nnum_children = {}",
+        s.czxid, s.mzxid, s.pzxid, s.ctime, s.mtime, s.version, s.cversion, s.ephemeral_owner, s.data_length, s.num_children
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
+    }
+    let code = match run(cli).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("baton: {e:#}");
+            match e.downcast_ref::<Error>() {
+                Some(err) if err.is_ambiguous() => 3,
+                _ => 1,
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
+    Ok(Client::connect_with(ClientConfig::new(endpoints.to_vec()).op_timeout(Duration::from_secs(10))).await?)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let endpoints = parse_endpoints(&cli.endpoints);
+    if endpoints.is_empty() {
+        anyhow::bail!("no endpoints (use --endpoints or BATON_ENDPOINTS)");
+    }
+    let j = cli.json;
+    match cli.cmd {
+        Cmd::Status => return status(&endpoints, j).await,
+        Cmd::Bench { workload, clients, duration, size } => return bench(&endpoints, workload, clients, duration, size).await,
+        _ => {}
+    }
+    let c = connect(&endpoints).await?;
+    let result = one(&c, cli.cmd, j).await;
+    let _ = c.close().await;
+    result
+}
+
+async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Create { path, data, ephemeral, sequential, parents } => {
+            let (p, s) = c.create(&path, data.into_bytes(), CreateOptions { ephemeral, sequential, parents }).await?;
+            if j {
+                println!("{}", json!({"path": p, "stat": stat_json(&s)}));
+            } else {
+                println!("{p}");
+            }
+        }
+        Cmd::Get { path, stale } => {
+            let (d, s) = c.get_opts(&path, stale).await?;
+            if j {
+                println!("{}", json!({"path": path, "data": String::from_utf8_lossy(&d), "stat": stat_json(&s)}));
+            } else {
+                println!("{}", String::from_utf8_lossy(&d));
+            }
+        }
+        Cmd::Set { path, data, version } => {
+            let s = c.set(&path, data.into_bytes(), version).await?;
+            if j {
+                println!("{}", json!({"path": path, "stat": stat_json(&s)}));
+            } else {
+                println!("version {}", s.version);
+            }
+        }
+        Cmd::Rm { path, version } => {
+            c.delete(&path, version).await?;
+            if j {
+                println!("{}", json!({"deleted": path}));
+            }
+        }
+        Cmd::Ls { path } => {
+            let kids = c.children(&path).await?;
+            if j {
+                println!("{}", json!({"path": path, "children": kids}));
+            } else {
+                for k in kids {
+                    println!("{k}");
+                }
+            }
+        }
+        Cmd::Stat { path } => {
+            let s = c.exists(&path).await?.ok_or_else(|| Error::Server { code: baton_client::ErrorCode::NoNode, message: format!("{path} does not exist") })?;
+            if j {
+                println!("{}", json!({"path": path, "stat": stat_json(&s)}));
+            } else {
+                println!("{}", stat_text(&s));
+            }
+        }
+        Cmd::Watch { path } => {
+            let mut node = c.watch(&path, WatchKind::Exists, true).await?;
+            let mut kids = c.watch(&path, WatchKind::Children, true).await?;
+            if !j {
+                eprintln!("watching {path} (Ctrl-C to stop)");
+            }
+            loop {
+                let ev = tokio::select! {
+                    e = node.next() => e,
+                    e = kids.next() => e,
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                };
+                let Some(ev) = ev else { anyhow::bail!("watch ended: session expired") };
+                let ty = baton_client::EventType::try_from(ev.r#type).map(|t| t.as_str_name()).unwrap_or("UNKNOWN");
+                if j {
+                    println!("{}", json!({"type": ty, "path": ev.path, "zxid": ev.zxid}));
+                } else {
+                    println!("{ty} {} zxid={}", ev.path, ev.zxid);
+                }
+            }
+        }
+        Cmd::Status | Cmd::Bench { .. } => {}
+    }
+    Ok(())
+}
+
+async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
+    if !j {
+        println!("{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}", "endpoint", "id", "role", "term", "commit", "applied", "leader");
+    }
+    let mut reachable = 0;
+    for e in endpoints {
+        match member_status(e, Duration::from_secs(2)).await {
+            Ok(s) => {
+                reachable += 1;
+                if j {
+                    println!(
+                        "{}",
+                        json!({"endpoint": e, "id": s.id, "role": s.role, "term": s.term, "commit_index": s.commit_index,
+                               "applied_index": s.applied_index, "leader_id": s.leader_id, "first_index": s.first_index,
+                               "sessions": s.sessions, "nodes": s.nodes})
+                    );
+                } else {
+                    println!("{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}", e, s.id, s.role, s.term, s.commit_index, s.applied_index, s.leader_id);
+                }
+            }
+            Err(err) => {
+                if j {
+                    println!("{}", json!({"endpoint": e, "error": err.to_string()}));
+                } else {
+                    println!("{e:<22} unreachable: {err}");
+                }
+            }
+        }
+    }
+    if reachable == 0 {
+        anyhow::bail!("no member reachable");
+    }
+    Ok(())
+}
+
+async fn bench(endpoints: &[String], w: Workload, clients: usize, duration: Duration, size: usize) -> anyhow::Result<()> {
+    let run_id: u32 = rand::random();
+    let root = format!("/bench-{run_id:08x}");
+    let setup = connect(endpoints).await?;
+    setup.create(&root, Vec::new(), CreateOptions::persistent()).await?;
+    let data = vec![b'x'; size];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for i in 0..clients.max(1) {
+        // Spread clients over the members as a real fleet would be.
+        let mut eps = endpoints.to_vec();
+        eps.rotate_left(i % endpoints.len());
+        let c = connect(&eps).await?;
+        let key = format!("{root}/k{i}");
+        c.create(&key, data.clone(), CreateOptions::persistent()).await?;
+        let (stop, data, root) = (stop.clone(), data.clone(), root.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
+            let mut errors = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let r = match w {
+                    Workload::Create => c.create(&format!("{root}/n-"), data.clone(), CreateOptions::persistent().sequential()).await.map(|_| ()),
+                    Workload::Set => c.set(&key, data.clone(), None).await.map(|_| ()),
+                    Workload::Get => c.get(&key).await.map(|_| ()),
+                };
+                match r {
+                    Ok(()) => {
+                        let _ = hist.record(t.elapsed().as_micros().max(1) as u64);
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            let _ = c.close().await;
+            (hist, errors)
+        }));
+    }
+    eprintln!("running {w:?} with {clients} clients for {duration:?}...");
+    let start = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut errors = 0;
+    for t in tasks {
+        let (h, e) = t.await?;
+        hist.add(&h)?;
+        errors += e;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{w:?}: {} ops in {secs:.1}s = {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, errors {errors}",
+        hist.len(),
+        hist.len() as f64 / secs,
+        hist.value_at_quantile(0.5) as f64 / 1000.0,
+        hist.value_at_quantile(0.99) as f64 / 1000.0,
+        hist.max() as f64 / 1000.0,
+    );
+    let _ = setup.close().await;
+    Ok(())
+}

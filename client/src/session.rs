@@ -1,0 +1,617 @@
+//! The session actor: one task owns the connection, the pending requests,
+//! the watches and the session state; the public API talks to it through a
+//! channel (`Cmd`).
+//!
+//! Connection life: connect -> (first time) CreateSession, or (after a loss)
+//! Attach with the secret, the last index seen and every watch -> Connected
+//! -> resend every unanswered request in id order. A connection with no
+//! frame for 2/3 of the session timeout is presumed dead and replaced. With
+//! no member reachable for a whole session timeout the session is presumed
+//! expired (the servers will have expired it) and every caller is told.
+//!
+//! Retries: a request answered with NO_LEADER / BUSY / SHUTTING_DOWN (not
+//! applied) or LEADER_CHANGED / TIMEOUT (maybe applied) is sent again until
+//! its deadline. Writes keep their sequence number, so the server applies a
+//! write at most once and answers a retry with the first outcome. When the
+//! deadline passes, a write that was ever sent fails as `Ambiguous`; one that
+//! never left fails as `Unavailable`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use baton_proto::{
+    request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, KeepaliveReq,
+    RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
+};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use prost::Message as _;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tracing::debug;
+
+use crate::{ClientConfig, Error, Result, SessionState, KEEPALIVE_FRACTION};
+
+/// The largest frame the client accepts from a server (responses carry at
+/// most 1 MiB of data plus a children list).
+const MAX_FRAME: usize = 64 * 1024 * 1024;
+/// Actor housekeeping period (deadlines, keepalives, reconnects).
+const TICK: Duration = Duration::from_millis(20);
+/// Pause before a retry after a definite "not now" answer.
+const RETRY_DELAY: Duration = Duration::from_millis(40);
+
+pub(crate) enum Cmd {
+    Call { req: Request, is_write: bool, reply: oneshot::Sender<Result<Response>>, timeout: Duration },
+    NewWatch { spec: WatchSpec, events: mpsc::UnboundedSender<WatchEvent>, id: oneshot::Sender<WatchSpec> },
+    WatchSeen { id: u64, existed: bool },
+    DropWatch(u64),
+    LastZxid(oneshot::Sender<u64>),
+    Close(Option<oneshot::Sender<Result<()>>>),
+}
+
+enum Ev {
+    Frame(u64, ServerFrame),
+    Closed(u64),
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Kind {
+    User,
+    Keepalive,
+    Attach,
+}
+
+struct Pending {
+    req: Request,
+    is_write: bool,
+    kind: Kind,
+    reply: Option<oneshot::Sender<Result<Response>>>,
+    deadline: Instant,
+    /// Sent at least once: a lost answer makes a write ambiguous.
+    sent: bool,
+    /// Not before this instant (retry pacing); None = waiting for an answer.
+    retry_at: Option<Instant>,
+}
+
+struct WatchEntry {
+    spec: WatchSpec,
+    tx: mpsc::UnboundedSender<WatchEvent>,
+}
+
+struct Conn {
+    gen: u64,
+    w: FramedWrite<OwnedWriteHalf, LengthDelimitedCodec>,
+    /// Attach answered: requests may flow.
+    ready: bool,
+}
+
+struct Actor {
+    cfg: ClientConfig,
+    ep: usize,
+    session_id: u64,
+    secret: Bytes,
+    timeout: Duration,
+    conn: Option<Conn>,
+    gen: u64,
+    ev_tx: mpsc::UnboundedSender<Ev>,
+    state: watch::Sender<SessionState>,
+    pending: BTreeMap<u64, Pending>,
+    next_id: u64,
+    next_seq: u64,
+    unacked: BTreeSet<u64>,
+    watches: HashMap<u64, WatchEntry>,
+    next_watch: u64,
+    last_zxid: u64,
+    last_contact: Instant,
+    last_keepalive: Instant,
+    next_connect: Instant,
+}
+
+async fn dial(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    let s = tokio::time::timeout(timeout, TcpStream::connect(endpoint))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+fn encode(req: &Request) -> Bytes {
+    ClientFrame { request: Some(req.clone()) }.encode_to_vec().into()
+}
+
+/// Sends one request on a fresh connection and waits for its response.
+pub(crate) async fn one_shot(endpoint: &str, body: request::Body, timeout: Duration) -> Result<Response> {
+    let fut = async {
+        let s = dial(endpoint, timeout).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+        let mut f = tokio_util::codec::Framed::new(s, baton_proto::codec(MAX_FRAME));
+        let req = Request { id: 1, body: Some(body), ..Default::default() };
+        f.send(encode(&req)).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+        while let Some(frame) = f.next().await {
+            let frame = frame.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+            if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(r)) }) = ServerFrame::decode(frame) {
+                if r.id == 1 || r.id == 0 {
+                    return Ok(r);
+                }
+            }
+        }
+        Err(Error::Unavailable(format!("{endpoint}: connection closed")))
+    };
+    tokio::time::timeout(timeout, fut).await.map_err(|_| Error::Unavailable(format!("{endpoint}: no answer in {timeout:?}")))?
+}
+
+/// Creates the session and starts the actor.
+pub(crate) async fn start(
+    cfg: ClientConfig,
+) -> Result<(mpsc::UnboundedSender<Cmd>, watch::Receiver<SessionState>, u64, Duration)> {
+    let deadline = Instant::now() + cfg.op_timeout;
+    let mut last_err = String::from("no endpoint tried");
+    let mut ep = 0usize;
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    loop {
+        if Instant::now() >= deadline {
+            return Err(Error::Unavailable(format!("could not create a session: {last_err}")));
+        }
+        let endpoint = cfg.endpoints[ep % cfg.endpoints.len()].clone();
+        ep += 1;
+        match create_session(&endpoint, &cfg, 1, ev_tx.clone()).await {
+            Ok((conn, sid, secret, timeout)) => {
+                let (state_tx, state_rx) = watch::channel(SessionState::Connected);
+                let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+                let now = Instant::now();
+                let actor = Actor {
+                    ep: ep - 1,
+                    session_id: sid,
+                    secret,
+                    timeout,
+                    conn: Some(conn),
+                    gen: 1,
+                    ev_tx,
+                    state: state_tx,
+                    pending: BTreeMap::new(),
+                    next_id: 2,
+                    next_seq: 1,
+                    unacked: BTreeSet::new(),
+                    watches: HashMap::new(),
+                    next_watch: 1,
+                    last_zxid: 0,
+                    last_contact: now,
+                    last_keepalive: now,
+                    next_connect: now,
+                    cfg,
+                };
+                tokio::spawn(actor.run(cmd_rx, ev_rx));
+                return Ok((cmd_tx, state_rx, sid, timeout));
+            }
+            Err(e) => {
+                last_err = format!("{endpoint}: {e}");
+                debug!("{last_err}");
+                tokio::time::sleep(RETRY_DELAY).await;
+            }
+        }
+    }
+}
+
+fn spawn_reader(gen: u64, rd: tokio::net::tcp::OwnedReadHalf, ev: mpsc::UnboundedSender<Ev>) {
+    tokio::spawn(async move {
+        let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
+        while let Some(Ok(frame)) = r.next().await {
+            match ServerFrame::decode(frame) {
+                Ok(f) => {
+                    if ev.send(Ev::Frame(gen, f)).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = ev.send(Ev::Closed(gen));
+    });
+}
+
+async fn create_session(
+    endpoint: &str,
+    cfg: &ClientConfig,
+    gen: u64,
+    ev: mpsc::UnboundedSender<Ev>,
+) -> std::result::Result<(Conn, u64, Bytes, Duration), String> {
+    let s = dial(endpoint, cfg.connect_timeout).await.map_err(|e| e.to_string())?;
+    let (rd, wr) = s.into_split();
+    let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
+    let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
+    let ms = cfg.session_timeout.as_millis().min(u32::MAX as u128) as u32;
+    let req = Request { id: 1, body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: ms })), ..Default::default() };
+    w.send(encode(&req)).await.map_err(|e| e.to_string())?;
+    let resp = tokio::time::timeout(cfg.op_timeout, async {
+        while let Some(frame) = r.next().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame) {
+                return Ok(resp);
+            }
+        }
+        Err("connection closed".to_string())
+    })
+    .await
+    .map_err(|_| "no answer to create-session".to_string())??;
+    match resp.body {
+        Some(response::Body::CreateSession(cs)) if resp.error == 0 => {
+            let rd = r.into_inner();
+            spawn_reader(gen, rd, ev);
+            Ok((Conn { gen, w, ready: true }, cs.session_id, cs.secret, Duration::from_millis(cs.timeout_ms as u64)))
+        }
+        _ => Err(format!("{:?}: {}", ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal), resp.message)),
+    }
+}
+
+impl Actor {
+    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>, mut evs: mpsc::UnboundedReceiver<Ev>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                // Server frames first: answers free callers.
+                ev = evs.recv() => match ev {
+                    Some(ev) => self.on_event(ev).await,
+                    None => return,
+                },
+                // API calls.
+                cmd = cmds.recv() => match cmd {
+                    Some(Cmd::Close(reply)) => {
+                        let r = self.close(&mut evs).await;
+                        if let Some(tx) = reply { let _ = tx.send(r); }
+                        return;
+                    }
+                    Some(cmd) => self.on_cmd(cmd).await,
+                    None => { let _ = self.close(&mut evs).await; return; }
+                },
+                // Deadlines, keepalives, reconnects.
+                _ = tick.tick() => {
+                    if !self.on_tick().await {
+                        // Expired: answer everything with SessionExpired until dropped.
+                        while let Some(cmd) = cmds.recv().await {
+                            match cmd {
+                                Cmd::Call { reply, .. } => { let _ = reply.send(Err(Error::SessionExpired)); }
+                                Cmd::Close(Some(tx)) => { let _ = tx.send(Ok(())); return; }
+                                Cmd::Close(None) => return,
+                                Cmd::LastZxid(tx) => { let _ = tx.send(self.last_zxid); }
+                                Cmd::NewWatch { spec, id, .. } => { let _ = id.send(spec); }
+                                _ => {}
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn acked_below(&self) -> u64 {
+        self.unacked.first().copied().unwrap_or(self.next_seq)
+    }
+
+    async fn on_cmd(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Call { mut req, is_write, reply, timeout } => {
+                if *self.state.borrow() == SessionState::Expired {
+                    let _ = reply.send(Err(Error::SessionExpired));
+                    return;
+                }
+                req.id = self.next_id;
+                self.next_id += 1;
+                if is_write {
+                    req.seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.unacked.insert(req.seq);
+                }
+                let id = req.id;
+                self.pending.insert(
+                    id,
+                    Pending { req, is_write, kind: Kind::User, reply: Some(reply), deadline: Instant::now() + timeout, sent: false, retry_at: Some(Instant::now()) },
+                );
+                self.send_pending(id).await;
+            }
+            Cmd::NewWatch { mut spec, events, id } => {
+                spec.watch_id = self.next_watch;
+                self.next_watch += 1;
+                self.watches.insert(spec.watch_id, WatchEntry { spec: spec.clone(), tx: events });
+                let _ = id.send(spec);
+            }
+            Cmd::WatchSeen { id, existed } => {
+                if let Some(w) = self.watches.get_mut(&id) {
+                    w.spec.existed = existed;
+                }
+            }
+            Cmd::DropWatch(id) => {
+                if let Some(w) = self.watches.remove(&id) {
+                    if w.spec.persistent || !w.tx.is_closed() {
+                        self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Keepalive).await;
+                    }
+                }
+            }
+            Cmd::LastZxid(tx) => {
+                let _ = tx.send(self.last_zxid);
+            }
+            Cmd::Close(_) => {}
+        }
+    }
+
+    /// Sends a request of our own (keepalive, remove-watch) if connected.
+    async fn internal(&mut self, body: request::Body, kind: Kind) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = Request { id, body: Some(body), ..Default::default() };
+        let deadline = Instant::now() + self.timeout;
+        self.pending.insert(id, Pending { req, is_write: false, kind, reply: None, deadline, sent: false, retry_at: Some(Instant::now()) });
+        self.send_pending(id).await;
+    }
+
+    /// Writes pending request `id` if a ready connection exists.
+    async fn send_pending(&mut self, id: u64) {
+        let acked_below = self.acked_below();
+        let Some(conn) = self.conn.as_mut().filter(|c| c.ready) else { return };
+        let Some(p) = self.pending.get_mut(&id) else { return };
+        if p.is_write {
+            p.req.acked_below = acked_below;
+        }
+        p.retry_at = None;
+        p.sent = true;
+        let bytes = encode(&p.req);
+        if conn.w.send(bytes).await.is_err() {
+            self.drop_conn();
+        }
+    }
+
+    fn drop_conn(&mut self) {
+        if self.conn.take().is_some() {
+            for p in self.pending.values_mut() {
+                if p.retry_at.is_none() {
+                    p.retry_at = Some(Instant::now());
+                }
+            }
+            if *self.state.borrow() == SessionState::Connected {
+                let _ = self.state.send(SessionState::Suspended);
+            }
+            self.ep += 1;
+        }
+    }
+
+    async fn on_event(&mut self, ev: Ev) {
+        let (gen, frame) = match ev {
+            Ev::Closed(gen) => {
+                if self.conn.as_ref().is_some_and(|c| c.gen == gen) {
+                    debug!("connection closed by server");
+                    self.drop_conn();
+                }
+                return;
+            }
+            Ev::Frame(gen, f) => (gen, f),
+        };
+        if self.conn.as_ref().is_none_or(|c| c.gen != gen) {
+            return; // from a connection we already left
+        }
+        self.last_contact = Instant::now();
+        match frame.frame {
+            Some(server_frame::Frame::Event(e)) => {
+                self.last_zxid = self.last_zxid.max(e.zxid);
+                if let Some(w) = self.watches.get(&e.watch_id) {
+                    let persistent = w.spec.persistent;
+                    let _ = w.tx.send(e.clone());
+                    if !persistent {
+                        self.watches.remove(&e.watch_id);
+                    }
+                }
+            }
+            Some(server_frame::Frame::Response(r)) => self.on_response(r).await,
+            None => {}
+        }
+    }
+
+    async fn on_response(&mut self, r: Response) {
+        self.last_zxid = self.last_zxid.max(r.zxid);
+        let code = ErrorCode::try_from(r.error).unwrap_or(ErrorCode::Internal);
+        if r.id == 0 {
+            debug!(?code, "connection-level error: {}", r.message);
+            return;
+        }
+        let Some(p) = self.pending.get_mut(&r.id) else { return };
+        match code {
+            ErrorCode::SessionExpired | ErrorCode::SessionMoved if p.kind != Kind::User || code == ErrorCode::SessionMoved => {
+                self.expire("server says the session expired");
+                return;
+            }
+            ErrorCode::NoLeader | ErrorCode::Busy | ErrorCode::ShuttingDown | ErrorCode::LeaderChanged | ErrorCode::Timeout
+                if Instant::now() < p.deadline =>
+            {
+                if p.kind == Kind::Attach {
+                    // This member cannot catch up now: try another.
+                    self.pending.remove(&r.id);
+                    self.drop_conn();
+                    return;
+                }
+                p.retry_at = Some(Instant::now() + RETRY_DELAY);
+                if code == ErrorCode::ShuttingDown {
+                    self.drop_conn();
+                }
+                return;
+            }
+            _ => {}
+        }
+        let Some(p) = self.pending.remove(&r.id) else { return };
+        if p.is_write {
+            self.unacked.remove(&p.req.seq);
+        }
+        match p.kind {
+            Kind::Attach => {
+                if code == ErrorCode::Ok {
+                    if let Some(c) = self.conn.as_mut() {
+                        c.ready = true;
+                    }
+                    let _ = self.state.send(SessionState::Connected);
+                    debug!(endpoint = %self.endpoint(), "session resumed");
+                    let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.retry_at.is_some()).map(|(id, _)| *id).collect();
+                    for id in ids {
+                        self.send_pending(id).await;
+                    }
+                } else if code == ErrorCode::SessionExpired {
+                    self.expire("session expired while disconnected");
+                } else {
+                    self.drop_conn();
+                }
+            }
+            Kind::Keepalive => {
+                if code == ErrorCode::SessionExpired {
+                    self.expire("keepalive: session expired");
+                }
+            }
+            Kind::User => {
+                if code == ErrorCode::SessionExpired {
+                    if let Some(tx) = p.reply {
+                        let _ = tx.send(Err(Error::SessionExpired));
+                    }
+                    self.expire("session expired");
+                    return;
+                }
+                if let Some(tx) = p.reply {
+                    let _ = tx.send(Ok(r));
+                }
+            }
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        self.cfg.endpoints[self.ep % self.cfg.endpoints.len()].clone()
+    }
+
+    /// Housekeeping; returns false once the session is expired.
+    async fn on_tick(&mut self) -> bool {
+        let now = Instant::now();
+        if *self.state.borrow() == SessionState::Expired {
+            return false;
+        }
+        // Deadlines.
+        let late: Vec<u64> = self.pending.iter().filter(|(_, p)| now >= p.deadline).map(|(id, _)| *id).collect();
+        for id in late {
+            if let Some(p) = self.pending.remove(&id) {
+                if p.is_write {
+                    self.unacked.remove(&p.req.seq);
+                }
+                if p.kind == Kind::Attach {
+                    self.drop_conn();
+                }
+                let err = if p.is_write && p.sent {
+                    Error::Ambiguous("no answer before the deadline".into())
+                } else {
+                    Error::Unavailable("no answer from the cluster before the deadline".into())
+                };
+                if let Some(tx) = p.reply {
+                    let _ = tx.send(Err(err));
+                }
+            }
+        }
+        if self.conn.is_some() {
+            // A connection silent for 2/3 of the timeout is presumed dead.
+            if now.duration_since(self.last_contact) > self.timeout * 2 / 3 {
+                debug!(endpoint = %self.endpoint(), "no frame from member; switching");
+                self.drop_conn();
+            } else if self.conn.as_ref().is_some_and(|c| c.ready) {
+                if now.duration_since(self.last_keepalive) >= self.timeout / KEEPALIVE_FRACTION {
+                    self.last_keepalive = now;
+                    self.internal(request::Body::Keepalive(KeepaliveReq {}), Kind::Keepalive).await;
+                }
+                // Retries that are due.
+                let due: Vec<u64> = self.pending.iter().filter(|(_, p)| p.retry_at.is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
+                for id in due {
+                    self.send_pending(id).await;
+                }
+            }
+        }
+        if self.conn.is_none() {
+            if now.duration_since(self.last_contact) > self.timeout {
+                self.expire("no member reachable for a whole session timeout");
+                return false;
+            }
+            if now >= self.next_connect {
+                self.reconnect().await;
+                self.next_connect = Instant::now() + Duration::from_millis(100);
+            }
+        }
+        *self.state.borrow() != SessionState::Expired
+    }
+
+    async fn reconnect(&mut self) {
+        let endpoint = self.endpoint();
+        let budget = self.cfg.connect_timeout.min(self.timeout / 3);
+        let s = match dial(&endpoint, budget).await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(%endpoint, "reconnect: {e}");
+                self.ep += 1;
+                return;
+            }
+        };
+        self.gen += 1;
+        let (rd, wr) = s.into_split();
+        spawn_reader(self.gen, rd, self.ev_tx.clone());
+        let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
+        // Drop keepalives from the old connection; they are meaningless now.
+        self.pending.retain(|_, p| p.kind == Kind::User);
+        let id = self.next_id;
+        self.next_id += 1;
+        let watches = self.watches.values().filter(|w| !w.tx.is_closed()).map(|w| w.spec.clone()).collect();
+        let req = Request {
+            id,
+            body: Some(request::Body::Attach(AttachReq { session_id: self.session_id, secret: self.secret.clone(), last_zxid: self.last_zxid, watches })),
+            ..Default::default()
+        };
+        if w.send(encode(&req)).await.is_err() {
+            self.ep += 1;
+            return;
+        }
+        let deadline = Instant::now() + self.timeout.max(Duration::from_secs(1));
+        self.pending.insert(id, Pending { req, is_write: false, kind: Kind::Attach, reply: None, deadline, sent: true, retry_at: None });
+        self.conn = Some(Conn { gen: self.gen, w, ready: false });
+        self.last_keepalive = Instant::now();
+        debug!(%endpoint, "reconnecting");
+    }
+
+    fn expire(&mut self, why: &str) {
+        debug!(session = self.session_id, "{why}");
+        let _ = self.state.send(SessionState::Expired);
+        for (_, p) in std::mem::take(&mut self.pending) {
+            if let Some(tx) = p.reply {
+                let _ = tx.send(Err(Error::SessionExpired));
+            }
+        }
+        self.watches.clear();
+        self.conn = None;
+    }
+
+    async fn close(&mut self, evs: &mut mpsc::UnboundedReceiver<Ev>) -> Result<()> {
+        if *self.state.borrow() == SessionState::Expired {
+            return Ok(());
+        }
+        let (tx, rx) = oneshot::channel();
+        let req = Request { body: Some(request::Body::CloseSession(Default::default())), ..Default::default() };
+        self.on_cmd(Cmd::Call { req, is_write: true, reply: tx, timeout: Duration::from_secs(3) }).await;
+        // Serve events until the close is answered (or times out).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        let mut rx = rx;
+        let result = loop {
+            tokio::select! {
+                r = &mut rx => break r.map_err(|_| Error::Closed).and_then(|r| r.map(|_| ())),
+                _ = tokio::time::sleep_until(deadline) => break Err(Error::Ambiguous("close not answered".into())),
+                Some(ev) = evs.recv() => self.on_event(ev).await,
+                _ = tokio::time::sleep(TICK) => { self.on_tick().await; }
+            }
+        };
+        let _ = self.state.send(SessionState::Expired);
+        self.watches.clear();
+        self.conn = None;
+        match result {
+            Err(Error::SessionExpired) => Ok(()),
+            r => r,
+        }
+    }
+}
