@@ -1,1 +1,293 @@
+//! Test support: real `batond` processes on free loopback ports.
+//!
+//! A [`Cluster`] owns its member processes and kills them (SIGKILL) when
+//! dropped, so a failing test leaves nothing running. Every wait here is
+//! bounded in time; nothing listens or connects outside 127.0.0.1.
 
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_client::{member_status, Client, ClientConfig, StatusResp};
+
+/// Finds the `batond` binary: `$BATOND_BIN`, or next to the test executable
+/// (`target/<profile>/batond`).
+pub fn batond_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("BATOND_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("batond");
+    assert!(bin.exists(), "batond not built at {} (run `cargo build --bins` first or set BATOND_BIN)", bin.display());
+    bin
+}
+
+/// A free loopback port (bound then released; the race is acceptable here).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("addr").port()
+}
+
+pub struct Member {
+    pub id: u64,
+    pub client_addr: String,
+    pub peer_addr: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub members: Vec<Member>,
+    peers_arg: String,
+    extra: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts `n` members with extra `batond` flags and waits for a leader.
+    pub async fn start(n: u64, extra: &[&str]) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
+        let mut members = Vec::new();
+        for id in 1..=n {
+            let data_dir = dir.path().join(format!("member-{id}"));
+            members.push(Member {
+                id,
+                client_addr: format!("127.0.0.1:{}", free_port()),
+                peer_addr: format!("127.0.0.1:{}", free_port()),
+                log: dir.path().join(format!("member-{id}.log")),
+                data_dir,
+                child: None,
+            });
+        }
+        let peers_arg = members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
+        let mut c = Cluster { dir, members, peers_arg, extra: extra.iter().map(|s| s.to_string()).collect() };
+        for id in 1..=n {
+            c.start_member(id);
+        }
+        c.wait_leader(Duration::from_secs(20)).await;
+        c
+    }
+
+    fn member(&self, id: u64) -> &Member {
+        &self.members[(id - 1) as usize]
+    }
+
+    /// Starts (or restarts, with the same data dir) member `id`.
+    pub fn start_member(&mut self, id: u64) {
+        let bin = batond_bin();
+        let peers = self.peers_arg.clone();
+        let extra = self.extra.clone();
+        let m = &mut self.members[(id - 1) as usize];
+        assert!(m.child.is_none(), "member {id} already running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).expect("log file");
+        let child = Command::new(bin)
+            .arg(format!("--id={id}"))
+            .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--client-addr={}", m.client_addr))
+            .arg(format!("--peer-addr={}", m.peer_addr))
+            .arg(format!("--peers={peers}"))
+            .args(extra)
+            .env("RUST_LOG", std::env::var("BATON_TEST_LOG").unwrap_or_else(|_| "info,raft=info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn batond");
+        m.child = Some(child);
+    }
+
+    /// SIGKILL member `id` (kill -9) and reap it.
+    pub fn kill(&mut self, id: u64) {
+        let m = &mut self.members[(id - 1) as usize];
+        if let Some(mut c) = m.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGSTOP / SIGCONT member `id`.
+    pub fn pause(&self, id: u64, stop: bool) {
+        if let Some(c) = &self.member(id).child {
+            let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+            // SAFETY: signalling a child we spawned and have not reaped.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
+    pub fn is_running(&self, id: u64) -> bool {
+        self.member(id).child.is_some()
+    }
+
+    pub fn endpoint(&self, id: u64) -> String {
+        self.member(id).client_addr.clone()
+    }
+
+    /// All endpoints, starting with member `first`'s (the client tries them
+    /// in order, so it connects to `first` while it is up).
+    pub fn endpoints_from(&self, first: u64) -> Vec<String> {
+        let mut v: Vec<String> = self.members.iter().map(|m| m.client_addr.clone()).collect();
+        v.rotate_left((first - 1) as usize);
+        v
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints_from(1)
+    }
+
+    pub async fn status(&self, id: u64) -> Option<StatusResp> {
+        member_status(&self.endpoint(id), Duration::from_millis(500)).await.ok()
+    }
+
+    /// Waits until the running members agree on one leader; returns its id.
+    pub async fn wait_leader(&self, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut leaders = Vec::new();
+            let mut running = 0;
+            for m in &self.members {
+                if m.child.is_none() {
+                    continue;
+                }
+                running += 1;
+                if let Some(s) = self.status(m.id).await {
+                    if s.role == "leader" {
+                        leaders.push(s.id);
+                    }
+                }
+            }
+            if leaders.len() == 1 && running > 0 {
+                // The leader's followers must know it too.
+                let l = leaders[0];
+                let mut agree = 0;
+                for m in self.members.iter().filter(|m| m.child.is_some()) {
+                    if self.status(m.id).await.is_some_and(|s| s.leader_id == l) {
+                        agree += 1;
+                    }
+                }
+                if agree * 2 > self.members.len() {
+                    return l;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within {timeout:?}; logs in {}", self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until member `id` has applied at least `index`.
+    pub async fn wait_applied(&self, id: u64, index: u64, timeout: Duration) -> StatusResp {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.status(id).await {
+                if s.applied_index >= index {
+                    return s;
+                }
+            }
+            assert!(Instant::now() < deadline, "member {id} did not apply {index} within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        self.client_with(ClientConfig::new(self.endpoints())).await
+    }
+
+    pub async fn client_with(&self, cfg: ClientConfig) -> Client {
+        Client::connect_with(cfg).await.expect("connect")
+    }
+
+    /// The log of member `id` (for assertions and failure messages).
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(&self.member(id).log).unwrap_or_default()
+    }
+
+    /// Keeps the data dir for inspection when the env says so.
+    pub fn keep(self) -> PathBuf {
+        let p = self.dir.path().to_path_buf();
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                // SAFETY: resume a possibly stopped child so SIGKILL is reaped fast.
+                unsafe {
+                    libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// Polls `f` every 25 ms until it returns `Some`, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A raw protocol connection, for tests that need to misbehave (drop a
+/// reply, stop keepalives, send garbage).
+pub mod raw {
+    use baton_proto::{server_frame, ClientFrame, Request, Response, ServerFrame};
+    use bytes::Bytes;
+    use futures::{SinkExt, StreamExt};
+    use prost::Message as _;
+    use std::time::Duration;
+    use tokio::net::TcpStream;
+    use tokio_util::codec::Framed;
+
+    pub struct RawConn {
+        pub f: Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+        pub events: Vec<baton_proto::WatchEvent>,
+    }
+
+    impl RawConn {
+        pub async fn connect(addr: &str) -> RawConn {
+            let s = TcpStream::connect(addr).await.expect("connect");
+            RawConn { f: Framed::new(s, baton_proto::codec(64 << 20)), events: Vec::new() }
+        }
+
+        pub async fn send(&mut self, req: Request) {
+            let b: Bytes = ClientFrame { request: Some(req) }.encode_to_vec().into();
+            self.f.send(b).await.expect("send");
+        }
+
+        /// The next response (events are collected on the side), or None
+        /// when the server closed the connection or 5 s passed.
+        pub async fn recv(&mut self) -> Option<Response> {
+            loop {
+                let frame = tokio::time::timeout(Duration::from_secs(5), self.f.next()).await.ok()??.ok()?;
+                match ServerFrame::decode(frame).ok()?.frame? {
+                    server_frame::Frame::Response(r) => return Some(r),
+                    server_frame::Frame::Event(e) => self.events.push(e),
+                }
+            }
+        }
+
+        pub async fn call(&mut self, req: Request) -> Response {
+            self.send(req).await;
+            self.recv().await.expect("response")
+        }
+    }
+}
