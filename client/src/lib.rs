@@ -23,11 +23,11 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use baton_proto::{ErrorCode, EventType, Stat, StatusResp, WatchEvent, WatchKind};
 use baton_proto::{
-    op, request, response, AddWatchReq, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, Request,
-    Response, SetOp, WatchSpec,
+    op, request, response, AddWatchReq, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, Request, Response,
+    SetOp, WatchSpec,
 };
+pub use baton_proto::{ErrorCode, EventType, Stat, StatusResp, WatchEvent, WatchKind};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -157,24 +157,45 @@ impl CreateOptions {
 /// One operation of a [`Client::multi`].
 #[derive(Debug, Clone)]
 pub enum Op {
-    Create { path: String, data: Bytes, options: CreateOptions },
-    Set { path: String, data: Bytes, version: Option<i32> },
-    Delete { path: String, version: Option<i32> },
+    Create {
+        path: String,
+        data: Bytes,
+        options: CreateOptions,
+    },
+    Set {
+        path: String,
+        data: Bytes,
+        version: Option<i32>,
+    },
+    Delete {
+        path: String,
+        version: Option<i32>,
+    },
     /// Fails the multi unless the node exists (at `version`, if given).
-    Check { path: String, version: Option<i32> },
+    Check {
+        path: String,
+        version: Option<i32>,
+    },
     /// Fails the multi with `FENCE_REJECTED` if a higher token was already
     /// used on `resource`; records `token` otherwise.
-    CheckFence { resource: String, token: u64 },
+    CheckFence {
+        resource: String,
+        token: u64,
+    },
 }
 
 impl Op {
     fn to_proto(&self) -> baton_proto::Op {
         let o = match self {
             Op::Create { path, data, options } => op::Op::Create(create_op(path, data.clone(), *options)),
-            Op::Set { path, data, version } => op::Op::Set(SetOp { path: path.clone(), data: data.clone(), version: *version }),
+            Op::Set { path, data, version } => {
+                op::Op::Set(SetOp { path: path.clone(), data: data.clone(), version: *version })
+            }
             Op::Delete { path, version } => op::Op::Delete(DeleteOp { path: path.clone(), version: *version }),
             Op::Check { path, version } => op::Op::Check(CheckOp { path: path.clone(), version: *version }),
-            Op::CheckFence { resource, token } => op::Op::CheckFence(CheckFenceOp { resource: resource.clone(), token: *token }),
+            Op::CheckFence { resource, token } => {
+                op::Op::CheckFence(CheckFenceOp { resource: resource.clone(), token: *token })
+            }
         };
         baton_proto::Op { op: Some(o) }
     }
@@ -277,7 +298,11 @@ impl Client {
     async fn call(&self, body: request::Body) -> Result<Response> {
         let is_write = matches!(
             body,
-            request::Body::Create(_) | request::Body::Set(_) | request::Body::Delete(_) | request::Body::Multi(_) | request::Body::CloseSession(_)
+            request::Body::Create(_)
+                | request::Body::Set(_)
+                | request::Body::Delete(_)
+                | request::Body::Multi(_)
+                | request::Body::CloseSession(_)
         );
         let (tx, rx) = oneshot::channel();
         let req = Request { body: Some(body), ..Default::default() };
@@ -323,7 +348,9 @@ impl Client {
         let ops = ops.iter().map(Op::to_proto).collect();
         let resp = self.call(request::Body::Multi(MultiOp { ops })).await?;
         match resp.body {
-            Some(response::Body::Multi(m)) => Ok(m.results.into_iter().map(|r| OpResult { path: r.path, stat: r.stat }).collect()),
+            Some(response::Body::Multi(m)) => {
+                Ok(m.results.into_iter().map(|r| OpResult { path: r.path, stat: r.stat }).collect())
+            }
             _ => Err(unexpected()),
         }
     }
@@ -455,7 +482,10 @@ pub async fn member_status(endpoint: &str, timeout: Duration) -> Result<StatusRe
     let resp = session::one_shot(endpoint, request::Body::Status(Default::default()), timeout).await?;
     match resp.body {
         Some(response::Body::Status(s)) => Ok(s),
-        _ => Err(Error::Server { code: ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal), message: resp.message }),
+        _ => Err(Error::Server {
+            code: ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal),
+            message: resp.message,
+        }),
     }
 }
 

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use baton_proto::{
-    request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, KeepaliveReq,
-    RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
+    request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, KeepaliveReq, RemoveWatchReq,
+    Request, Response, ServerFrame, WatchEvent, WatchSpec,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -138,7 +138,9 @@ pub(crate) async fn one_shot(endpoint: &str, body: request::Body, timeout: Durat
         }
         Err(Error::Unavailable(format!("{endpoint}: connection closed")))
     };
-    tokio::time::timeout(timeout, fut).await.map_err(|_| Error::Unavailable(format!("{endpoint}: no answer in {timeout:?}")))?
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| Error::Unavailable(format!("{endpoint}: no answer in {timeout:?}")))?
 }
 
 /// Creates the session and starts the actor.
@@ -221,7 +223,11 @@ async fn create_session(
     let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
     let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
     let ms = cfg.session_timeout.as_millis().min(u32::MAX as u128) as u32;
-    let req = Request { id: 1, body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: ms })), ..Default::default() };
+    let req = Request {
+        id: 1,
+        body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: ms })),
+        ..Default::default()
+    };
     w.send(encode(&req)).await.map_err(|e| e.to_string())?;
     let resp = tokio::time::timeout(cfg.op_timeout, async {
         while let Some(frame) = r.next().await {
@@ -308,7 +314,15 @@ impl Actor {
                 let id = req.id;
                 self.pending.insert(
                     id,
-                    Pending { req, is_write, kind: Kind::User, reply: Some(reply), deadline: Instant::now() + timeout, sent: false, retry_at: Some(Instant::now()) },
+                    Pending {
+                        req,
+                        is_write,
+                        kind: Kind::User,
+                        reply: Some(reply),
+                        deadline: Instant::now() + timeout,
+                        sent: false,
+                        retry_at: Some(Instant::now()),
+                    },
                 );
                 self.send_pending(id).await;
             }
@@ -326,7 +340,8 @@ impl Actor {
             Cmd::DropWatch(id) => {
                 if let Some(w) = self.watches.remove(&id) {
                     if w.spec.persistent || !w.tx.is_closed() {
-                        self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Keepalive).await;
+                        self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Keepalive)
+                            .await;
                     }
                 }
             }
@@ -343,7 +358,10 @@ impl Actor {
         self.next_id += 1;
         let req = Request { id, body: Some(body), ..Default::default() };
         let deadline = Instant::now() + self.timeout;
-        self.pending.insert(id, Pending { req, is_write: false, kind, reply: None, deadline, sent: false, retry_at: Some(Instant::now()) });
+        self.pending.insert(
+            id,
+            Pending { req, is_write: false, kind, reply: None, deadline, sent: false, retry_at: Some(Instant::now()) },
+        );
         self.send_pending(id).await;
     }
 
@@ -417,11 +435,17 @@ impl Actor {
         }
         let Some(p) = self.pending.get_mut(&r.id) else { return };
         match code {
-            ErrorCode::SessionExpired | ErrorCode::SessionMoved if p.kind != Kind::User || code == ErrorCode::SessionMoved => {
+            ErrorCode::SessionExpired | ErrorCode::SessionMoved
+                if p.kind != Kind::User || code == ErrorCode::SessionMoved =>
+            {
                 self.expire("server says the session expired");
                 return;
             }
-            ErrorCode::NoLeader | ErrorCode::Busy | ErrorCode::ShuttingDown | ErrorCode::LeaderChanged | ErrorCode::Timeout
+            ErrorCode::NoLeader
+            | ErrorCode::Busy
+            | ErrorCode::ShuttingDown
+            | ErrorCode::LeaderChanged
+            | ErrorCode::Timeout
                 if Instant::now() < p.deadline =>
             {
                 if p.kind == Kind::Attach {
@@ -450,7 +474,8 @@ impl Actor {
                     }
                     let _ = self.state.send(SessionState::Connected);
                     debug!(endpoint = %self.endpoint(), "session resumed");
-                    let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.retry_at.is_some()).map(|(id, _)| *id).collect();
+                    let ids: Vec<u64> =
+                        self.pending.iter().filter(|(_, p)| p.retry_at.is_some()).map(|(id, _)| *id).collect();
                     for id in ids {
                         self.send_pending(id).await;
                     }
@@ -521,7 +546,12 @@ impl Actor {
                     self.internal(request::Body::Keepalive(KeepaliveReq {}), Kind::Keepalive).await;
                 }
                 // Retries that are due.
-                let due: Vec<u64> = self.pending.iter().filter(|(_, p)| p.retry_at.is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
+                let due: Vec<u64> = self
+                    .pending
+                    .iter()
+                    .filter(|(_, p)| p.retry_at.is_some_and(|t| t <= now))
+                    .map(|(id, _)| *id)
+                    .collect();
                 for id in due {
                     self.send_pending(id).await;
                 }
@@ -562,7 +592,12 @@ impl Actor {
         let watches = self.watches.values().filter(|w| !w.tx.is_closed()).map(|w| w.spec.clone()).collect();
         let req = Request {
             id,
-            body: Some(request::Body::Attach(AttachReq { session_id: self.session_id, secret: self.secret.clone(), last_zxid: self.last_zxid, watches })),
+            body: Some(request::Body::Attach(AttachReq {
+                session_id: self.session_id,
+                secret: self.secret.clone(),
+                last_zxid: self.last_zxid,
+                watches,
+            })),
             ..Default::default()
         };
         if w.send(encode(&req)).await.is_err() {
@@ -570,7 +605,10 @@ impl Actor {
             return;
         }
         let deadline = Instant::now() + self.timeout.max(Duration::from_secs(1));
-        self.pending.insert(id, Pending { req, is_write: false, kind: Kind::Attach, reply: None, deadline, sent: true, retry_at: None });
+        self.pending.insert(
+            id,
+            Pending { req, is_write: false, kind: Kind::Attach, reply: None, deadline, sent: true, retry_at: None },
+        );
         self.conn = Some(Conn { gen: self.gen, w, ready: false });
         self.last_keepalive = Instant::now();
         debug!(%endpoint, "reconnecting");

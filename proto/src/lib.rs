@@ -11,10 +11,7 @@ include!(concat!(env!("OUT_DIR"), "/baton.rs"));
 /// The framing used on both ports: a 4-byte big-endian length, then the
 /// message. Frames over `max_frame` bytes are refused by the reader.
 pub fn codec(max_frame: usize) -> tokio_util::codec::LengthDelimitedCodec {
-    tokio_util::codec::LengthDelimitedCodec::builder()
-        .length_field_length(4)
-        .max_frame_length(max_frame)
-        .new_codec()
+    tokio_util::codec::LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(max_frame).new_codec()
 }
 
 /// Largest peer frame (a snapshot of the whole tree travels in one).
@@ -31,10 +28,7 @@ impl ErrorCode {
     /// True when a request that failed with this code may nevertheless have
     /// been applied (the request was sent and its outcome is unknown).
     pub fn is_ambiguous(self) -> bool {
-        matches!(
-            self,
-            ErrorCode::Timeout | ErrorCode::LeaderChanged | ErrorCode::Internal
-        )
+        matches!(self, ErrorCode::Timeout | ErrorCode::LeaderChanged | ErrorCode::Internal)
     }
 }
 

@@ -47,6 +47,9 @@ impl Batch {
     }
 }
 
+/// Key-value pairs, in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 #[derive(Debug, thiserror::Error)]
 #[error("storage: {0}")]
 pub struct KvError(pub String);
@@ -55,7 +58,7 @@ pub struct KvError(pub String);
 pub trait Kv: Send + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
     /// All pairs whose key starts with `prefix`, in key order.
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError>;
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError>;
     /// Applies `batch` atomically; with `sync`, returns only once it is on disk.
     fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError>;
 }
@@ -80,7 +83,7 @@ impl Kv for RocksKv {
         self.db.get(key).map_err(|e| KvError(e.to_string()))
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError> {
         let mut out = Vec::new();
         let mode = rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward);
         for item in self.db.iterator(mode) {
@@ -126,7 +129,7 @@ impl Kv for MemKv {
         Ok(self.lock().get(key).cloned())
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError> {
         Ok(self
             .lock()
             .range(prefix.to_vec()..)

@@ -74,7 +74,11 @@ async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: u
             None => break,
             Some(Ok(f)) => f,
             Some(Err(e)) => {
-                let code = if e.to_string().contains("frame size too big") { ErrorCode::TooLarge } else { ErrorCode::BadRequest };
+                let code = if e.to_string().contains("frame size too big") {
+                    ErrorCode::TooLarge
+                } else {
+                    ErrorCode::BadRequest
+                };
                 let _ = tx.send(error_frame(code, format!("bad frame: {e} (limit {max_frame} bytes); closing")));
                 break;
             }
@@ -103,7 +107,11 @@ async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: u
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
 }
 
-async fn write_loop(wr: tokio::net::tcp::OwnedWriteHalf, mut rx: UnboundedReceiver<ServerFrame>, slots: Arc<Semaphore>) {
+async fn write_loop(
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: UnboundedReceiver<ServerFrame>,
+    slots: Arc<Semaphore>,
+) {
     let mut w = FramedWrite::new(wr, baton_proto::codec(usize::MAX));
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);

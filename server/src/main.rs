@@ -156,13 +156,18 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         request_timeout_ms: t.request_timeout_ms.max(100),
     };
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-    let kv = RocksKv::open(&data_dir.join("db")).with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
+    let kv =
+        RocksKv::open(&data_dir.join("db")).with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
     let (peer_listener, client_listener) = rt.block_on(async {
-        let p = tokio::net::TcpListener::bind(peer_addr).await.with_context(|| format!("binding peer address {peer_addr}"))?;
-        let c = tokio::net::TcpListener::bind(client_addr).await.with_context(|| format!("binding client address {client_addr}"))?;
+        let p = tokio::net::TcpListener::bind(peer_addr)
+            .await
+            .with_context(|| format!("binding peer address {peer_addr}"))?;
+        let c = tokio::net::TcpListener::bind(client_addr)
+            .await
+            .with_context(|| format!("binding client address {client_addr}"))?;
         anyhow::Ok((p, c))
     })?;
     let transport = {
@@ -217,7 +222,14 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     }
     let endpoints: Vec<String> = (1..=c.nodes).map(client).collect();
     for m in &members {
-        println!("member {}: pid {} client {} peer {} log {}", m.id, m.child.id(), client(m.id), peer(m.id), log_path(&c.data_dir, m.id).display());
+        println!(
+            "member {}: pid {} client {} peer {} log {}",
+            m.id,
+            m.child.id(),
+            client(m.id),
+            peer(m.id),
+            log_path(&c.data_dir, m.id).display()
+        );
     }
     println!("endpoints: {}", endpoints.join(","));
     use std::io::Write;

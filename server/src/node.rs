@@ -33,9 +33,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_proto::{
-    client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command,
-    Empty, ErrorCode, EventType, ExistsResp, ExpireSessions, GetResp, NewSession, ReadReq,
-    Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind, WatchSpec,
+    client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
+    EventType, ExistsResp, ExpireSessions, GetResp, NewSession, ReadReq, Request, Response, ServerFrame, StatusResp,
+    WatchEvent, WatchKind, WatchSpec,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -56,14 +56,25 @@ pub type ConnId = u64;
 /// is bounded per connection by the listener (`MAX_INFLIGHT` requests), and
 /// peer input by raft-rs's own flow control (`max_inflight_msgs`).
 pub enum Input {
-    ConnOpened { conn: ConnId, tx: UnboundedSender<ServerFrame> },
-    ConnClosed { conn: ConnId },
-    Client { conn: ConnId, req: Request },
+    ConnOpened {
+        conn: ConnId,
+        tx: UnboundedSender<ServerFrame>,
+    },
+    ConnClosed {
+        conn: ConnId,
+    },
+    Client {
+        conn: ConnId,
+        req: Request,
+    },
     Peer(Box<Message>),
     Touch(Vec<u64>),
     /// The transport could not deliver to this peer.
     Unreachable(u64),
-    SnapshotSent { to: u64, ok: bool },
+    SnapshotSent {
+        to: u64,
+        ok: bool,
+    },
     Shutdown,
 }
 
@@ -298,14 +309,22 @@ impl Driver {
         match &req.body {
             None => self.reply_err(conn, id, ErrorCode::BadRequest, "empty or unknown request (newer protocol?)"),
             Some(B::Status(_)) => {
-                let r = Response { id, zxid: self.sm.applied(), body: Some(response::Body::Status(self.status())), ..Default::default() };
+                let r = Response {
+                    id,
+                    zxid: self.sm.applied(),
+                    body: Some(response::Body::Status(self.status())),
+                    ..Default::default()
+                };
                 self.reply(conn, r);
             }
             Some(B::CreateSession(cs)) => {
                 let timeout = self.cfg.negotiate_timeout(cs.timeout_ms);
                 let secret: [u8; 16] = rand::random();
                 let cmd = Command {
-                    body: Some(command::Body::NewSession(NewSession { timeout_ms: timeout, secret: secret.to_vec().into() })),
+                    body: Some(command::Body::NewSession(NewSession {
+                        timeout_ms: timeout,
+                        secret: secret.to_vec().into(),
+                    })),
                     ..Default::default()
                 };
                 self.propose(conn, id, cmd, true);
@@ -318,9 +337,15 @@ impl Driver {
                 self.waiting.push((min, Deferred { conn, req, since: Instant::now() }));
             }
             Some(B::Keepalive(_)) => match session {
-                Some(sid) if self.sm.session_exists(sid) => {
-                    self.reply(conn, Response { id, zxid: self.sm.applied(), body: Some(response::Body::Empty(Empty {})), ..Default::default() })
-                }
+                Some(sid) if self.sm.session_exists(sid) => self.reply(
+                    conn,
+                    Response {
+                        id,
+                        zxid: self.sm.applied(),
+                        body: Some(response::Body::Empty(Empty {})),
+                        ..Default::default()
+                    },
+                ),
                 Some(sid) => self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired")),
                 None => self.reply_err(conn, id, ErrorCode::BadRequest, "no session attached to this connection"),
             },
@@ -339,17 +364,42 @@ impl Driver {
                     return self.reply_err(conn, id, ErrorCode::InvalidPath, m);
                 }
                 self.add_watch(conn, &spec);
-                self.reply(conn, Response { id, zxid: self.sm.applied(), body: Some(response::Body::Empty(Empty {})), ..Default::default() });
+                self.reply(
+                    conn,
+                    Response {
+                        id,
+                        zxid: self.sm.applied(),
+                        body: Some(response::Body::Empty(Empty {})),
+                        ..Default::default()
+                    },
+                );
             }
             Some(B::RemoveWatch(rw)) => {
                 for list in self.watches.values_mut() {
                     list.retain(|w| !(w.conn == conn && w.id == rw.watch_id));
                 }
-                self.reply(conn, Response { id, zxid: self.sm.applied(), body: Some(response::Body::Empty(Empty {})), ..Default::default() });
+                self.reply(
+                    conn,
+                    Response {
+                        id,
+                        zxid: self.sm.applied(),
+                        body: Some(response::Body::Empty(Empty {})),
+                        ..Default::default()
+                    },
+                );
             }
-            Some(B::CloseSession(_)) | Some(B::Create(_)) | Some(B::Set(_)) | Some(B::Delete(_)) | Some(B::Multi(_)) => {
+            Some(B::CloseSession(_))
+            | Some(B::Create(_))
+            | Some(B::Set(_))
+            | Some(B::Delete(_))
+            | Some(B::Multi(_)) => {
                 let Some(sid) = session else {
-                    return self.reply_err(conn, id, ErrorCode::BadRequest, "writes need a session: create or attach one first");
+                    return self.reply_err(
+                        conn,
+                        id,
+                        ErrorCode::BadRequest,
+                        "writes need a session: create or attach one first",
+                    );
                 };
                 if !self.sm.session_exists(sid) {
                     return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
@@ -389,7 +439,12 @@ impl Driver {
             Ok(()) => {
                 self.pending.insert(rid, PendingWrite { conn, client_id, since: Instant::now(), bind_session });
             }
-            Err(e) => self.reply_err(conn, client_id, ErrorCode::NoLeader, format!("proposal refused ({e}); no leader known, retry")),
+            Err(e) => self.reply_err(
+                conn,
+                client_id,
+                ErrorCode::NoLeader,
+                format!("proposal refused ({e}); no leader known, retry"),
+            ),
         }
     }
 
@@ -427,7 +482,12 @@ impl Driver {
             if idx <= applied {
                 self.serve(d.conn, &d.req);
             } else if now.duration_since(d.since) > timeout {
-                self.reply_err(d.conn, d.req.id, ErrorCode::Timeout, format!("this member has applied {applied}, the read needs {idx}"));
+                self.reply_err(
+                    d.conn,
+                    d.req.id,
+                    ErrorCode::Timeout,
+                    format!("this member has applied {applied}, the read needs {idx}"),
+                );
             } else {
                 still.push((idx, d));
             }
@@ -532,7 +592,9 @@ impl Driver {
     fn fire(&mut self, change: &Change, zxid: u64) {
         let (path, ty, kinds): (&str, EventType, &[WatchKind]) = match change {
             Change::Created(p) => (p, EventType::NodeCreated, &[WatchKind::Exists]),
-            Change::Deleted(p) => (p, EventType::NodeDeleted, &[WatchKind::Data, WatchKind::Exists, WatchKind::Children]),
+            Change::Deleted(p) => {
+                (p, EventType::NodeDeleted, &[WatchKind::Data, WatchKind::Exists, WatchKind::Children])
+            }
             Change::DataChanged(p) => (p, EventType::NodeDataChanged, &[WatchKind::Data, WatchKind::Exists]),
             Change::ChildrenChanged(p) => (p, EventType::NodeChildrenChanged, &[WatchKind::Children]),
         };
@@ -570,19 +632,35 @@ impl Driver {
         let now = Instant::now();
         // Pending writes that waited too long: ambiguous.
         let timeout = self.cfg.request_timeout();
-        let late: Vec<u64> = self.pending.iter().filter(|(_, p)| now.duration_since(p.since) > timeout).map(|(k, _)| *k).collect();
+        let late: Vec<u64> =
+            self.pending.iter().filter(|(_, p)| now.duration_since(p.since) > timeout).map(|(k, _)| *k).collect();
         for rid in late {
             if let Some(p) = self.pending.remove(&rid) {
-                self.reply_err(p.conn, p.client_id, ErrorCode::Timeout, "no commit within the request timeout; the write may or may not happen");
+                self.reply_err(
+                    p.conn,
+                    p.client_id,
+                    ErrorCode::Timeout,
+                    "no commit within the request timeout; the write may or may not happen",
+                );
             }
         }
         // ReadIndex requests raft-rs may have dropped: ask again, or give up.
-        let stale: Vec<u64> = self.read_batches.iter().filter(|(_, b)| now.duration_since(b.issued) > READ_INDEX_RETRY).map(|(k, _)| *k).collect();
+        let stale: Vec<u64> = self
+            .read_batches
+            .iter()
+            .filter(|(_, b)| now.duration_since(b.issued) > READ_INDEX_RETRY)
+            .map(|(k, _)| *k)
+            .collect();
         for ctx in stale {
             if let Some(b) = self.read_batches.remove(&ctx) {
                 for d in b.reads {
                     if now.duration_since(d.since) > timeout {
-                        self.reply_err(d.conn, d.req.id, ErrorCode::Timeout, "no ReadIndex within the request timeout (no leader?)");
+                        self.reply_err(
+                            d.conn,
+                            d.req.id,
+                            ErrorCode::Timeout,
+                            "no ReadIndex within the request timeout (no leader?)",
+                        );
                     } else {
                         self.reads_to_batch.push(d);
                     }
@@ -683,7 +761,12 @@ impl Driver {
             // Forwarded proposals may be lost with the old leader.
             let pending: Vec<(u64, PendingWrite)> = self.pending.drain().collect();
             for (_, p) in pending {
-                self.reply_err(p.conn, p.client_id, ErrorCode::LeaderChanged, "leader changed; the write may or may not happen (retry with the same seq)");
+                self.reply_err(
+                    p.conn,
+                    p.client_id,
+                    ErrorCode::LeaderChanged,
+                    "leader changed; the write may or may not happen (retry with the same seq)",
+                );
             }
             // ReadIndex requests go to the new leader.
             let batches = std::mem::take(&mut self.read_batches);
@@ -721,7 +804,13 @@ impl Driver {
         let mut events = Vec::new();
         for (path, list) in &self.watches {
             for w in list {
-                let spec = WatchSpec { watch_id: w.id, path: path.clone(), kind: w.kind as i32, persistent: w.persistent, existed: true };
+                let spec = WatchSpec {
+                    watch_id: w.id,
+                    path: path.clone(),
+                    kind: w.kind as i32,
+                    persistent: w.persistent,
+                    existed: true,
+                };
                 if let Some(ev) = self.missed_event(&spec, 0) {
                     events.push((w.clone(), path.clone(), ev));
                 }
@@ -790,7 +879,9 @@ impl Driver {
                 if let Some(mut resp) = applied.reply {
                     resp.id = p.client_id;
                     if p.bind_session && resp.error == 0 {
-                        if let (Some(c), Some(response::Body::CreateSession(cs))) = (self.conns.get_mut(&p.conn), &resp.body) {
+                        if let (Some(c), Some(response::Body::CreateSession(cs))) =
+                            (self.conns.get_mut(&p.conn), &resp.body)
+                        {
                             c.session = Some(cs.session_id);
                         }
                     }

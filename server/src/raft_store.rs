@@ -87,20 +87,11 @@ impl RaftStore {
                     return Err(KvError(format!("gap in log after {}", prev.index)));
                 }
             } else if e.index != truncated.0 + 1 {
-                return Err(KvError(format!(
-                    "log starts at {} but truncated at {}",
-                    e.index, truncated.0
-                )));
+                return Err(KvError(format!("log starts at {} but truncated at {}", e.index, truncated.0)));
             }
             entries.push(e);
         }
-        Ok(RaftStore {
-            hard_state,
-            conf_state,
-            truncated,
-            entries,
-            snapshot,
-        })
+        Ok(RaftStore { hard_state, conf_state, truncated, entries, snapshot })
     }
 
     pub fn hard_state(&self) -> &HardState {
@@ -127,11 +118,7 @@ impl RaftStore {
             )));
         }
         if first.index > self.last() + 1 {
-            return Err(KvError(format!(
-                "append at {} leaves a gap after {}",
-                first.index,
-                self.last()
-            )));
+            return Err(KvError(format!("append at {} leaves a gap after {}", first.index, self.last())));
         }
         let old_last = self.last();
         let keep = (first.index - self.first()) as usize;
@@ -199,16 +186,9 @@ impl RaftStore {
 
     /// Records a snapshot of the state machine at `index` (already applied)
     /// and drops log entries up to `compact_to` (`<= index`).
-    pub fn compact(
-        &mut self,
-        index: u64,
-        data: Vec<u8>,
-        compact_to: u64,
-        batch: &mut Batch,
-    ) -> Result<(), KvError> {
+    pub fn compact(&mut self, index: u64, data: Vec<u8>, compact_to: u64, batch: &mut Batch) -> Result<(), KvError> {
         let term = self.term_of(index)?;
-        let mut snap = Snapshot::default();
-        snap.data = data.into();
+        let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
@@ -279,9 +259,7 @@ impl raft::Storage for RaftStore {
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if self.snapshot.get_metadata().index < request_index.max(1) {
-            return Err(raft::Error::Store(
-                StorageError::SnapshotTemporarilyUnavailable,
-            ));
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
         Ok(self.snapshot.clone())
     }
@@ -294,10 +272,7 @@ mod tests {
     use raft::Storage;
 
     fn ent(index: u64, term: u64) -> Entry {
-        let mut e = Entry::default();
-        e.index = index;
-        e.term = term;
-        e
+        Entry { index, term, ..Default::default() }
     }
 
     #[test]

@@ -27,10 +27,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use baton_proto::{
-    command, op, response, parent_of, validate_path, CachedReply, CheckFenceOp, CheckOp,
-    ClientWrite, Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode,
-    FenceRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp,
-    SetResp, Stat, MAX_DATA,
+    command, op, parent_of, response, validate_path, CachedReply, CheckFenceOp, CheckOp, ClientWrite, Command,
+    CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode, FenceRecord, MultiResp, NodeEntry, NodeRecord,
+    OpResult, Response, SessionRecord, SetOp, SetResp, Stat, MAX_DATA,
 };
 use bytes::Bytes;
 use prost::Message as _;
@@ -72,8 +71,6 @@ struct Node {
     data: Bytes,
     stat: Stat,
     next_seq: u64,
-    /// Child names (not paths), sorted. Derived, not persisted.
-    children: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -98,11 +95,15 @@ enum Undo {
     Node(String, Option<Node>),
     Fence(String, Option<u64>),
     Ephemeral { session: u64, path: String, added: bool },
+    Child { parent: String, name: String, added: bool },
 }
 
 /// The node tree, sessions and fences at `applied`.
 pub struct StateMachine {
     nodes: HashMap<String, Node>,
+    /// parent path -> child names, sorted. Derived from `nodes`, not
+    /// persisted; kept apart so that saving a node for undo stays O(1).
+    kids: HashMap<String, BTreeSet<String>>,
     sessions: BTreeMap<u64, Session>,
     fences: HashMap<String, u64>,
     applied: u64,
@@ -124,6 +125,7 @@ impl StateMachine {
     pub fn new() -> Self {
         let mut sm = StateMachine {
             nodes: HashMap::new(),
+            kids: HashMap::new(),
             sessions: BTreeMap::new(),
             fences: HashMap::new(),
             applied: 0,
@@ -187,7 +189,8 @@ impl StateMachine {
 
     pub fn children(&self, path: &str) -> Result<(Vec<String>, Stat), OpError> {
         let n = self.lookup(path)?;
-        Ok((n.children.iter().cloned().collect(), full_stat(n)))
+        let kids = self.kids.get(path).map(|k| k.iter().cloned().collect()).unwrap_or_default();
+        Ok((kids, full_stat(n)))
     }
 
     /// The stat of a node, if it exists (no path check; for watches).
@@ -260,7 +263,11 @@ impl StateMachine {
     fn apply_write(&mut self, index: u64, time: i64, w: &ClientWrite, out: &mut Applied) -> Response {
         let sid = w.session_id;
         let Some(session) = self.sessions.get_mut(&sid) else {
-            return error_response(index, ErrorCode::SessionExpired, format!("session {sid:#x} does not exist (expired or closed)"));
+            return error_response(
+                index,
+                ErrorCode::SessionExpired,
+                format!("session {sid:#x} does not exist (expired or closed)"),
+            );
         };
         // Exactly-once bookkeeping.
         if w.acked_below > session.acked_below {
@@ -296,7 +303,8 @@ impl StateMachine {
                 let changes = std::mem::take(&mut txn.changes);
                 (Response { zxid: index, body: Some(body), ..Default::default() }, changes)
             }
-            Err((code, msg, body)) => {
+            Err(e) => {
+                let (code, msg, body) = *e;
                 txn.rollback();
                 let mut r = error_response(index, code, msg);
                 r.body = body;
@@ -332,10 +340,14 @@ impl StateMachine {
 
     fn remove_node(&mut self, path: &str, index: u64, changes: &mut Vec<Change>) {
         self.nodes.remove(path);
+        self.kids.remove(path);
         self.dirty_nodes.insert(path.to_string());
         if let Some(parent) = parent_of(path) {
+            if let Some(set) = self.kids.get_mut(parent) {
+                set.remove(base_name(path));
+            }
             if let Some(p) = self.nodes.get_mut(parent) {
-                p.children.remove(base_name(path));
+                p.stat.num_children = p.stat.num_children.saturating_sub(1);
                 p.stat.cversion += 1;
                 p.stat.pzxid = index;
                 self.dirty_nodes.insert(parent.to_string());
@@ -351,7 +363,8 @@ impl StateMachine {
     pub fn load(kv: &dyn Kv) -> Result<Self, KvError> {
         let mut sm = StateMachine::new();
         if let Some(b) = kv.get(KEY_APPLIED)? {
-            sm.applied = u64::from_be_bytes(b.as_slice().try_into().map_err(|_| KvError("corrupt applied index".into()))?);
+            sm.applied =
+                u64::from_be_bytes(b.as_slice().try_into().map_err(|_| KvError("corrupt applied index".into()))?);
         }
         for (k, v) in kv.scan_prefix(&[PREFIX_NODE])? {
             let path = String::from_utf8(k[1..].to_vec()).map_err(|_| KvError("corrupt node key".into()))?;
@@ -372,11 +385,16 @@ impl StateMachine {
 
     fn rebuild_derived(&mut self) {
         self.nodes.entry("/".into()).or_insert_with(root_node);
+        self.kids.clear();
+        for n in self.nodes.values_mut() {
+            n.stat.num_children = 0;
+        }
         let paths: Vec<(String, u64)> = self.nodes.iter().map(|(p, n)| (p.clone(), n.stat.ephemeral_owner)).collect();
         for (path, owner) in paths {
             if let Some(parent) = parent_of(&path) {
                 if let Some(p) = self.nodes.get_mut(parent) {
-                    p.children.insert(base_name(&path).to_string());
+                    p.stat.num_children += 1;
+                    self.kids.entry(parent.to_string()).or_default().insert(base_name(&path).to_string());
                 }
             }
             if owner != 0 {
@@ -425,11 +443,8 @@ impl StateMachine {
 
     /// The whole state as bytes (Raft snapshot payload).
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut nodes: Vec<NodeEntry> = self
-            .nodes
-            .iter()
-            .map(|(p, n)| NodeEntry { path: p.clone(), node: Some(node_record(n)) })
-            .collect();
+        let mut nodes: Vec<NodeEntry> =
+            self.nodes.iter().map(|(p, n)| NodeEntry { path: p.clone(), node: Some(node_record(n)) }).collect();
         nodes.sort_by(|a, b| a.path.cmp(&b.path));
         let mut fences: Vec<FenceRecord> =
             self.fences.iter().map(|(r, t)| FenceRecord { resource: r.clone(), token: *t }).collect();
@@ -482,7 +497,7 @@ impl StateMachine {
                 s.version,
                 s.cversion,
                 s.ephemeral_owner,
-                n.children.len()
+                s.num_children
             ));
         }
         for (id, s) in &self.sessions {
@@ -507,18 +522,21 @@ struct Txn<'a> {
     session: u64,
 }
 
-type TxnError = (ErrorCode, String, Option<response::Body>);
+/// A failed write: code, message, and (for multi) the per-op results.
+type TxnError = Box<(ErrorCode, String, Option<response::Body>)>;
 
 impl Txn<'_> {
     fn run(&mut self, w: &ClientWrite) -> Result<response::Body, TxnError> {
         use baton_proto::client_write::Op as W;
-        let single = |r: Result<response::Body, OpError>| r.map_err(|(c, m)| (c, m, None));
+        let single = |r: Result<response::Body, OpError>| r.map_err(|(c, m)| Box::new((c, m, None)));
         match &w.op {
-            Some(W::Create(c)) => single(self.create(c).map(|(path, stat)| response::Body::Create(CreateResp { path, stat: Some(stat) }))),
+            Some(W::Create(c)) => {
+                single(self.create(c).map(|(path, stat)| response::Body::Create(CreateResp { path, stat: Some(stat) })))
+            }
             Some(W::Set(s)) => single(self.set(s).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
             Some(W::Delete(d)) => single(self.delete(d).map(|_| response::Body::Empty(Empty {}))),
             Some(W::Multi(m)) => self.multi(&m.ops),
-            Some(W::CloseSession(_)) | None => Err((ErrorCode::BadRequest, "unknown write".into(), None)),
+            Some(W::CloseSession(_)) | None => Err(Box::new((ErrorCode::BadRequest, "unknown write".into(), None))),
         }
     }
 
@@ -526,7 +544,9 @@ impl Txn<'_> {
         let mut results = Vec::with_capacity(ops.len());
         for (i, o) in ops.iter().enumerate() {
             let r = match &o.op {
-                Some(op::Op::Create(c)) => self.create(c).map(|(path, stat)| OpResult { path, stat: Some(stat), ..Default::default() }),
+                Some(op::Op::Create(c)) => {
+                    self.create(c).map(|(path, stat)| OpResult { path, stat: Some(stat), ..Default::default() })
+                }
                 Some(op::Op::Set(s)) => self.set(s).map(|stat| OpResult { stat: Some(stat), ..Default::default() }),
                 Some(op::Op::Delete(d)) => self.delete(d).map(|_| OpResult::default()),
                 Some(op::Op::Check(c)) => self.check(c).map(|_| OpResult::default()),
@@ -538,7 +558,7 @@ impl Txn<'_> {
                 Err((code, msg)) => {
                     results.push(OpResult { error: code as i32, ..Default::default() });
                     let body = response::Body::Multi(MultiResp { results });
-                    return Err((code, format!("multi op #{i} failed: {msg}"), Some(body)));
+                    return Err(Box::new((code, format!("multi op #{i} failed: {msg}"), Some(body))));
                 }
             }
         }
@@ -605,7 +625,7 @@ impl Txn<'_> {
             if sequential {
                 p.next_seq += 1;
             }
-            p.children.insert(base_name(path).to_string());
+            p.stat.num_children += 1;
             p.stat.cversion += 1;
             p.stat.pzxid = index;
         }
@@ -618,7 +638,9 @@ impl Txn<'_> {
             ephemeral_owner: owner,
             ..Default::default()
         };
-        self.sm.nodes.insert(path.to_string(), Node { data, stat, next_seq: 0, children: BTreeSet::new() });
+        self.sm.kids.entry(parent.to_string()).or_default().insert(base_name(path).to_string());
+        self.undo.push(Undo::Child { parent: parent.to_string(), name: base_name(path).to_string(), added: true });
+        self.sm.nodes.insert(path.to_string(), Node { data, stat, next_seq: 0 });
         if owner != 0 {
             if let Some(s) = self.sm.sessions.get_mut(&owner) {
                 if s.ephemerals.insert(path.to_string()) {
@@ -656,8 +678,8 @@ impl Txn<'_> {
         }
         let n = self.sm.lookup(&d.path)?;
         check_version(&d.path, n, d.version)?;
-        if !n.children.is_empty() {
-            return err(ErrorCode::NotEmpty, format!("{} has {} children", d.path, n.children.len()));
+        if n.stat.num_children > 0 {
+            return err(ErrorCode::NotEmpty, format!("{} has {} children", d.path, n.stat.num_children));
         }
         let owner = n.stat.ephemeral_owner;
         let parent = parent_of(&d.path).unwrap_or("/").to_string();
@@ -670,6 +692,7 @@ impl Txn<'_> {
                 }
             }
         }
+        self.undo.push(Undo::Child { parent: parent.clone(), name: base_name(&d.path).to_string(), added: false });
         let mut changes = Vec::new();
         self.sm.remove_node(&d.path, self.index, &mut changes);
         self.changes.extend(changes);
@@ -719,6 +742,14 @@ impl Txn<'_> {
                         self.sm.fences.remove(&name);
                     }
                 },
+                Undo::Child { parent, name, added } => {
+                    let set = self.sm.kids.entry(parent).or_default();
+                    if added {
+                        set.remove(&name);
+                    } else {
+                        set.insert(name);
+                    }
+                }
                 Undo::Ephemeral { session, path, added } => {
                     if let Some(s) = self.sm.sessions.get_mut(&session) {
                         if added {
@@ -740,10 +771,9 @@ fn check_path(path: &str) -> Result<(), OpError> {
 
 fn check_version(path: &str, n: &Node, expected: Option<i32>) -> Result<(), OpError> {
     match expected {
-        Some(v) if v != n.stat.version => err(
-            ErrorCode::BadVersion,
-            format!("{path} is at version {}, not {v}", n.stat.version),
-        ),
+        Some(v) if v != n.stat.version => {
+            err(ErrorCode::BadVersion, format!("{path} is at version {}, not {v}", n.stat.version))
+        }
         _ => Ok(()),
     }
 }
@@ -753,13 +783,12 @@ fn base_name(path: &str) -> &str {
 }
 
 fn root_node() -> Node {
-    Node { data: Bytes::new(), stat: Stat::default(), next_seq: 0, children: BTreeSet::new() }
+    Node { data: Bytes::new(), stat: Stat::default(), next_seq: 0 }
 }
 
 fn full_stat(n: &Node) -> Stat {
     let mut s = n.stat;
     s.data_length = n.data.len() as u32;
-    s.num_children = n.children.len() as u32;
     s
 }
 
@@ -781,7 +810,7 @@ fn node_record(n: &Node) -> NodeRecord {
 }
 
 fn node_from_record(r: NodeRecord) -> Node {
-    Node { data: r.data, stat: r.stat.unwrap_or_default(), next_seq: r.next_seq, children: BTreeSet::new() }
+    Node { data: r.data, stat: r.stat.unwrap_or_default(), next_seq: r.next_seq }
 }
 
 fn session_record(id: u64, s: &Session) -> SessionRecord {

@@ -46,8 +46,9 @@
 //!
 //! Both report whether the dump, the snapshot bytes (which include sequence
 //! counters and cached replies) and the applied index are unchanged. The
-//! machine is flushed into its `MemKv` after every entry, as the Raft driver
-//! does, so `restart` also checks the incremental dirty tracking.
+//! machine is flushed into its `MemKv` after every entry (the Raft driver
+//! flushes once per batch of entries), so `restart` also checks the
+//! incremental dirty tracking across many flushes.
 //!
 //! The token `""` stands for an empty string (path or data).
 
@@ -56,9 +57,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use baton_proto::{
-    client_write, command, op, response, CheckFenceOp, CheckOp, ClientWrite, CloseSessionReq,
-    Command, CreateOp, DeleteOp, ErrorCode, ExpireSessions, MultiOp, NewSession, Op, Response,
-    SetOp, Stat,
+    client_write, command, op, response, CheckFenceOp, CheckOp, ClientWrite, CloseSessionReq, Command, CreateOp,
+    DeleteOp, ErrorCode, ExpireSessions, MultiOp, NewSession, Op, Response, SetOp, Stat,
 };
 use baton_server::kv::{Batch, Kv, MemKv};
 use baton_server::state::{Applied, Change, StateMachine};
@@ -110,8 +110,7 @@ impl Runner {
                 continue;
             }
             self.line(format!("> {trimmed}"));
-            self.run_command(trimmed)
-                .map_err(|e| format!("line {}: {e}: {trimmed}", no + 1))?;
+            self.run_command(trimmed).map_err(|e| format!("line {}: {e}: {trimmed}", no + 1))?;
         }
         Ok(())
     }
@@ -128,18 +127,11 @@ impl Runner {
                 };
                 let timeout_ms = parse_num(timeout)?;
                 if let Some(name) = name {
-                    if self
-                        .names
-                        .insert(name.to_string(), self.next_index)
-                        .is_some()
-                    {
+                    if self.names.insert(name.to_string(), self.next_index).is_some() {
                         return Err(format!("session name {name} is already bound"));
                     }
                 }
-                self.apply(command::Body::NewSession(NewSession {
-                    timeout_ms,
-                    secret: Bytes::from_static(SECRET),
-                }));
+                self.apply(command::Body::NewSession(NewSession { timeout_ms, secret: Bytes::from_static(SECRET) }));
             }
             "expire" => {
                 if args.is_empty() {
@@ -221,9 +213,7 @@ impl Runner {
                 }
                 let before = Image::of(&self.sm);
                 let mut fresh = StateMachine::new();
-                fresh
-                    .restore(&before.snapshot)
-                    .map_err(|e| format!("restore failed: {e}"))?;
+                fresh.restore(&before.snapshot).map_err(|e| format!("restore failed: {e}"))?;
                 self.sm = fresh;
                 // An installed snapshot replaces the stored state too.
                 self.flush()?;
@@ -238,11 +228,7 @@ impl Runner {
     fn sid(&self, token: &str) -> Result<u64, String> {
         match token.parse() {
             Ok(id) => Ok(id),
-            Err(_) => self
-                .names
-                .get(token)
-                .copied()
-                .ok_or_else(|| format!("unknown session {token:?}")),
+            Err(_) => self.names.get(token).copied().ok_or_else(|| format!("unknown session {token:?}")),
         }
     }
 
@@ -277,9 +263,7 @@ impl Runner {
                 let mut ops = Vec::new();
                 for part in joined.split(';').filter(|_| !joined.trim().is_empty()) {
                     let words: Vec<&str> = part.split_whitespace().collect();
-                    ops.push(Op {
-                        op: Some(parse_op(&words)?),
-                    });
+                    ops.push(Op { op: Some(parse_op(&words)?) });
                 }
                 client_write::Op::Multi(MultiOp { ops })
             }
@@ -315,12 +299,7 @@ impl Runner {
         if self.show_seqs {
             self.line(format!("seq={seq} acked_below={acked_below}"));
         }
-        self.apply(command::Body::Write(ClientWrite {
-            session_id,
-            seq,
-            acked_below,
-            op: Some(write_op),
-        }));
+        self.apply(command::Body::Write(ClientWrite { session_id, seq, acked_below, op: Some(write_op) }));
         Ok(())
     }
 
@@ -328,12 +307,7 @@ impl Runner {
     fn apply(&mut self, body: command::Body) {
         let index = self.next_index;
         self.next_index += 1;
-        let cmd = Command {
-            origin: 1,
-            request_id: index,
-            time_ms: 1000 * index as i64,
-            body: Some(body),
-        };
+        let cmd = Command { origin: 1, request_id: index, time_ms: 1000 * index as i64, body: Some(body) };
         let applied = self.sm.apply(index, &cmd);
         if let Err(e) = self.flush() {
             self.line(format!("FLUSH FAILED: {e}"));
@@ -382,16 +356,9 @@ impl Runner {
             diffs.push("snapshot bytes differ".to_string());
         }
         if diffs.is_empty() {
-            self.line(format!(
-                "{what}: applied={}, state identical",
-                after.applied
-            ));
+            self.line(format!("{what}: applied={}, state identical", after.applied));
         } else {
-            self.line(format!(
-                "{what}: applied={}, STATE DIFFERS: {}",
-                after.applied,
-                diffs.join("; ")
-            ));
+            self.line(format!("{what}: applied={}, STATE DIFFERS: {}", after.applied, diffs.join("; ")));
             if after.dump != before.dump {
                 self.line("  dump before:");
                 for l in before.dump.lines() {
@@ -415,11 +382,7 @@ struct Image {
 
 impl Image {
     fn of(sm: &StateMachine) -> Self {
-        Image {
-            applied: sm.applied(),
-            dump: sm.dump(),
-            snapshot: sm.snapshot(),
-        }
+        Image { applied: sm.applied(), dump: sm.dump(), snapshot: sm.snapshot() }
     }
 }
 
@@ -478,23 +441,12 @@ fn parse_op(words: &[&str]) -> Result<op::Op, String> {
             sequential: flags.1,
             parents: flags.2,
         }),
-        ("set", [path, d]) => op::Op::Set(SetOp {
-            path: path.to_string(),
-            data: data(Some(d)),
-            version,
-        }),
-        ("delete", [path]) => op::Op::Delete(DeleteOp {
-            path: path.to_string(),
-            version,
-        }),
-        ("check", [path]) => op::Op::Check(CheckOp {
-            path: path.to_string(),
-            version,
-        }),
-        ("fence", [resource, token]) => op::Op::CheckFence(CheckFenceOp {
-            resource: resource.to_string(),
-            token: parse_num(token)?,
-        }),
+        ("set", [path, d]) => op::Op::Set(SetOp { path: path.to_string(), data: data(Some(d)), version }),
+        ("delete", [path]) => op::Op::Delete(DeleteOp { path: path.to_string(), version }),
+        ("check", [path]) => op::Op::Check(CheckOp { path: path.to_string(), version }),
+        ("fence", [resource, token]) => {
+            op::Op::CheckFence(CheckFenceOp { resource: resource.to_string(), token: parse_num(token)? })
+        }
         _ => return Err(format!("bad op {:?}", words.join(" "))),
     })
 }
@@ -531,12 +483,7 @@ fn fmt_response(r: &Response) -> Vec<String> {
     let mut head = if r.error == 0 {
         format!("ok zxid={}", r.zxid)
     } else {
-        format!(
-            "error {}: {} (zxid={})",
-            code_name(r.error),
-            r.message,
-            r.zxid
-        )
+        format!("error {}: {} (zxid={})", code_name(r.error), r.message, r.zxid)
     };
     if r.error == 0 && !r.message.is_empty() {
         let _ = write!(head, " message={:?}", r.message);
@@ -589,44 +536,25 @@ fn fmt_response(r: &Response) -> Vec<String> {
 }
 
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden")
 }
 
 /// Where `expected` and `actual` first differ, for a readable failure.
 fn describe_diff(name: &str, expected: &str, actual: &str) -> String {
     let exp: Vec<&str> = expected.lines().collect();
     let act: Vec<&str> = actual.lines().collect();
-    let first = exp
-        .iter()
-        .zip(&act)
-        .position(|(e, a)| e != a)
-        .unwrap_or(exp.len().min(act.len()));
+    let first = exp.iter().zip(&act).position(|(e, a)| e != a).unwrap_or(exp.len().min(act.len()));
     let mut msg = format!(
         "{name}: output differs from {name}.out at line {} (expected {} lines, got {})\n",
         first + 1,
         exp.len(),
         act.len()
     );
-    for (i, l) in act
-        .iter()
-        .enumerate()
-        .take(first)
-        .skip(first.saturating_sub(3))
-    {
+    for (i, l) in act.iter().enumerate().take(first).skip(first.saturating_sub(3)) {
         let _ = writeln!(msg, "   {:>4} | {l}", i + 1);
     }
-    let _ = writeln!(
-        msg,
-        "  expected: {}",
-        exp.get(first).copied().unwrap_or("<end of file>")
-    );
-    let _ = writeln!(
-        msg,
-        "  actual:   {}",
-        act.get(first).copied().unwrap_or("<end of output>")
-    );
+    let _ = writeln!(msg, "  expected: {}", exp.get(first).copied().unwrap_or("<end of file>"));
+    let _ = writeln!(msg, "  actual:   {}", act.get(first).copied().unwrap_or("<end of output>"));
     if expected.lines().eq(actual.lines()) {
         let _ = writeln!(msg, "  (lines are equal; trailing newline differs)");
     }
@@ -643,18 +571,11 @@ fn golden_scripts() {
         .filter(|p| p.extension().is_some_and(|x| x == "script"))
         .collect();
     scripts.sort();
-    assert!(
-        !scripts.is_empty(),
-        "no *.script files in {}",
-        dir.display()
-    );
+    assert!(!scripts.is_empty(), "no *.script files in {}", dir.display());
 
     let mut failures = Vec::new();
     for script in &scripts {
-        let name = script
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = script.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let text = match std::fs::read_to_string(script) {
             Ok(t) => t,
             Err(e) => {
@@ -681,10 +602,8 @@ fn golden_scripts() {
         match std::fs::read_to_string(&out_path) {
             Ok(expected) if expected == actual => eprintln!("ok {name}"),
             Ok(expected) => failures.push(describe_diff(&name, &expected, &actual)),
-            Err(e) => failures.push(format!(
-                "{name}: cannot read {} ({e}); run with BATON_BLESS=1 to create it",
-                out_path.display()
-            )),
+            Err(e) => failures
+                .push(format!("{name}: cannot read {} ({e}); run with BATON_BLESS=1 to create it", out_path.display())),
         }
     }
     assert!(

@@ -137,7 +137,13 @@ async fn t50_session_expiry_deletes_ephemerals_and_fires_watches() {
     let watcher = c.client().await;
     // A client that dies: a raw session whose keepalives just stop.
     let mut raw = RawConn::connect(&c.endpoint(1)).await;
-    let r = raw.call(Request { id: 1, body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 2000 })), ..Default::default() }).await;
+    let r = raw
+        .call(Request {
+            id: 1,
+            body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 2000 })),
+            ..Default::default()
+        })
+        .await;
     let Some(response::Body::CreateSession(cs)) = r.body else { panic!("no session: {r:?}") };
     assert_eq!(cs.timeout_ms, 2000);
     let r = raw
@@ -169,7 +175,11 @@ async fn t50_session_expiry_deletes_ephemerals_and_fires_watches() {
     let r = raw
         .call(Request {
             id: 1,
-            body: Some(request::Body::Attach(AttachReq { session_id: cs.session_id, secret: cs.secret.clone(), ..Default::default() })),
+            body: Some(request::Body::Attach(AttachReq {
+                session_id: cs.session_id,
+                secret: cs.secret.clone(),
+                ..Default::default()
+            })),
             ..Default::default()
         })
         .await;
@@ -200,7 +210,8 @@ async fn t60_session_survives_the_death_of_its_member() {
     // A change made while the client is cut off must not be missed: it
     // fires when the client re-registers its watch on another member.
     other.set("/watched", "changed", None).await.unwrap();
-    let ev = tokio::time::timeout(SECS(15), w.next()).await.expect("missed change fired after reconnect").expect("event");
+    let ev =
+        tokio::time::timeout(SECS(15), w.next()).await.expect("missed change fired after reconnect").expect("event");
     assert_eq!(EventType::try_from(ev.r#type).unwrap(), EventType::NodeDataChanged);
     c.kill(1);
     let states = tokio::time::timeout(SECS(5), seen).await.expect("state changes").unwrap();
@@ -251,7 +262,13 @@ async fn t70_concurrent_sequential_creates_are_unique_and_increasing() {
 async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
     let c = Cluster::start(3, &[]).await;
     let mut raw = RawConn::connect(&c.endpoint(1)).await;
-    let r = raw.call(Request { id: 1, body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 10_000 })), ..Default::default() }).await;
+    let r = raw
+        .call(Request {
+            id: 1,
+            body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 10_000 })),
+            ..Default::default()
+        })
+        .await;
     let Some(response::Body::CreateSession(cs)) = r.body else { panic!("{r:?}") };
     let create = |id| Request {
         id,
@@ -268,7 +285,11 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
     let r = raw
         .call(Request {
             id: 1,
-            body: Some(request::Body::Attach(AttachReq { session_id: cs.session_id, secret: cs.secret.clone(), ..Default::default() })),
+            body: Some(request::Body::Attach(AttachReq {
+                session_id: cs.session_id,
+                secret: cs.secret.clone(),
+                ..Default::default()
+            })),
             ..Default::default()
         })
         .await;
@@ -282,11 +303,17 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
     assert_eq!(path(&r1), "/once-0000000000");
     assert_eq!(path(&r2), "/once-0000000000", "retry ran twice");
     let client = c.client().await;
-    let once: Vec<String> = client.children("/").await.unwrap().into_iter().filter(|k| k.starts_with("once-")).collect();
+    let once: Vec<String> =
+        client.children("/").await.unwrap().into_iter().filter(|k| k.starts_with("once-")).collect();
     assert_eq!(once, vec!["once-0000000000".to_string()]);
     // Once acknowledged (acked_below past it), an old retry is refused.
     let r = raw
-        .call(Request { id: 4, seq: 2, acked_below: 2, body: Some(request::Body::Create(CreateOp { path: "/two".into(), ..Default::default() })) })
+        .call(Request {
+            id: 4,
+            seq: 2,
+            acked_below: 2,
+            body: Some(request::Body::Create(CreateOp { path: "/two".into(), ..Default::default() })),
+        })
         .await;
     assert_eq!(r.error, 0);
     let r = raw.call(create(5)).await;
@@ -325,10 +352,20 @@ async fn t90_bad_input_gets_typed_errors_and_the_cluster_stays_up() {
 
     // Typed errors through the client.
     for bad in ["", "nope", "/a/", "/a//b", "/a/./b", "/a/../b"] {
-        assert_eq!(code(client.create(bad, "", CreateOptions::persistent()).await), Some(ErrorCode::InvalidPath), "{bad:?}");
+        assert_eq!(
+            code(client.create(bad, "", CreateOptions::persistent()).await),
+            Some(ErrorCode::InvalidPath),
+            "{bad:?}"
+        );
     }
-    assert_eq!(code(client.create(&format!("/{}", "x".repeat(5000)), "", CreateOptions::persistent()).await), Some(ErrorCode::InvalidPath));
-    assert_eq!(code(client.create("/big", vec![0u8; (1 << 20) + 1], CreateOptions::persistent()).await), Some(ErrorCode::TooLarge));
+    assert_eq!(
+        code(client.create(&format!("/{}", "x".repeat(5000)), "", CreateOptions::persistent()).await),
+        Some(ErrorCode::InvalidPath)
+    );
+    assert_eq!(
+        code(client.create("/big", vec![0u8; (1 << 20) + 1], CreateOptions::persistent()).await),
+        Some(ErrorCode::TooLarge)
+    );
     assert_eq!(code(client.get("/missing").await), Some(ErrorCode::NoNode));
     assert_eq!(code(client.create("/keep", "", CreateOptions::persistent()).await), Some(ErrorCode::NodeExists));
     assert_eq!(code(client.set("/keep", "x", Some(7)).await), Some(ErrorCode::BadVersion));
@@ -336,17 +373,43 @@ async fn t90_bad_input_gets_typed_errors_and_the_cluster_stays_up() {
     client.create("/parent/child", "", CreateOptions::persistent().with_parents()).await.unwrap();
     assert_eq!(code(client.delete("/parent", None).await), Some(ErrorCode::NotEmpty));
     client.create("/e", "", CreateOptions::ephemeral()).await.unwrap();
-    assert_eq!(code(client.create("/e/kid", "", CreateOptions::persistent()).await), Some(ErrorCode::NoChildrenForEphemerals));
+    assert_eq!(
+        code(client.create("/e/kid", "", CreateOptions::persistent()).await),
+        Some(ErrorCode::NoChildrenForEphemerals)
+    );
     assert_eq!(code(client.delete("/", None).await), Some(ErrorCode::InvalidPath));
 
     // Unknown session and wrong secret.
     let mut raw = RawConn::connect(&c.endpoint(3)).await;
-    let r = raw.call(Request { id: 1, body: Some(request::Body::Attach(AttachReq { session_id: 999_999, ..Default::default() })), ..Default::default() }).await;
+    let r = raw
+        .call(Request {
+            id: 1,
+            body: Some(request::Body::Attach(AttachReq { session_id: 999_999, ..Default::default() })),
+            ..Default::default()
+        })
+        .await;
     assert_eq!(r.error, ErrorCode::SessionExpired as i32);
-    let r = raw.call(Request { id: 2, body: Some(request::Body::Attach(AttachReq { session_id: client.session_id(), secret: vec![1, 2].into(), ..Default::default() })), ..Default::default() }).await;
+    let r = raw
+        .call(Request {
+            id: 2,
+            body: Some(request::Body::Attach(AttachReq {
+                session_id: client.session_id(),
+                secret: vec![1, 2].into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })
+        .await;
     assert_eq!(r.error, ErrorCode::SessionMoved as i32);
     // A write without a session, and a request from a future protocol.
-    let r = raw.call(Request { id: 3, seq: 1, body: Some(request::Body::Create(CreateOp { path: "/x".into(), ..Default::default() })), ..Default::default() }).await;
+    let r = raw
+        .call(Request {
+            id: 3,
+            seq: 1,
+            body: Some(request::Body::Create(CreateOp { path: "/x".into(), ..Default::default() })),
+            ..Default::default()
+        })
+        .await;
     assert_eq!(r.error, ErrorCode::BadRequest as i32);
     let r = raw.call(Request { id: 4, body: None, ..Default::default() }).await;
     assert_eq!(r.error, ErrorCode::BadRequest as i32);
@@ -386,6 +449,9 @@ async fn t95_watches_fire_once_in_log_order() {
     b.set("/w", "3", None).await.unwrap();
     let (d, _) = a.get("/w").await.unwrap();
     assert_eq!(&d[..], b"3");
-    let ev = tokio::time::timeout(Duration::from_millis(1), d2.next()).await.expect("event queued before the read reply").unwrap();
+    let ev = tokio::time::timeout(Duration::from_millis(1), d2.next())
+        .await
+        .expect("event queued before the read reply")
+        .unwrap();
     assert_eq!(EventType::try_from(ev.r#type).unwrap(), EventType::NodeDataChanged);
 }

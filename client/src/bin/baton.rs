@@ -126,7 +126,10 @@ fn stat_text(s: &Stat) -> String {
 async fn main() {
     let cli = Cli::parse();
     if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
     }
     let code = match run(cli).await {
         Ok(()) => 0,
@@ -153,7 +156,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let j = cli.json;
     match cli.cmd {
         Cmd::Status => return status(&endpoints, j).await,
-        Cmd::Bench { workload, clients, duration, size } => return bench(&endpoints, workload, clients, duration, size).await,
+        Cmd::Bench { workload, clients, duration, size } => {
+            return bench(&endpoints, workload, clients, duration, size).await
+        }
         _ => {}
     }
     let c = connect(&endpoints).await?;
@@ -205,7 +210,10 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
             }
         }
         Cmd::Stat { path } => {
-            let s = c.exists(&path).await?.ok_or_else(|| Error::Server { code: baton_client::ErrorCode::NoNode, message: format!("{path} does not exist") })?;
+            let s = c.exists(&path).await?.ok_or_else(|| Error::Server {
+                code: baton_client::ErrorCode::NoNode,
+                message: format!("{path} does not exist"),
+            })?;
             if j {
                 println!("{}", json!({"path": path, "stat": stat_json(&s)}));
             } else {
@@ -240,7 +248,10 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
 
 async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
     if !j {
-        println!("{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}", "endpoint", "id", "role", "term", "commit", "applied", "leader");
+        println!(
+            "{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}",
+            "endpoint", "id", "role", "term", "commit", "applied", "leader"
+        );
     }
     let mut reachable = 0;
     for e in endpoints {
@@ -255,7 +266,10 @@ async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
                                "sessions": s.sessions, "nodes": s.nodes})
                     );
                 } else {
-                    println!("{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}", e, s.id, s.role, s.term, s.commit_index, s.applied_index, s.leader_id);
+                    println!(
+                        "{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}",
+                        e, s.id, s.role, s.term, s.commit_index, s.applied_index, s.leader_id
+                    );
                 }
             }
             Err(err) => {
@@ -273,7 +287,13 @@ async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn bench(endpoints: &[String], w: Workload, clients: usize, duration: Duration, size: usize) -> anyhow::Result<()> {
+async fn bench(
+    endpoints: &[String],
+    w: Workload,
+    clients: usize,
+    duration: Duration,
+    size: usize,
+) -> anyhow::Result<()> {
     let run_id: u32 = rand::random();
     let root = format!("/bench-{run_id:08x}");
     let setup = connect(endpoints).await?;
@@ -295,7 +315,10 @@ async fn bench(endpoints: &[String], w: Workload, clients: usize, duration: Dura
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 let r = match w {
-                    Workload::Create => c.create(&format!("{root}/n-"), data.clone(), CreateOptions::persistent().sequential()).await.map(|_| ()),
+                    Workload::Create => c
+                        .create(&format!("{root}/n-"), data.clone(), CreateOptions::persistent().sequential())
+                        .await
+                        .map(|_| ()),
                     Workload::Set => c.set(&key, data.clone(), None).await.map(|_| ()),
                     Workload::Get => c.get(&key).await.map(|_| ()),
                 };
