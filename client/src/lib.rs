@@ -18,7 +18,10 @@
 //! - this file: the public API ([`Client`], [`Watcher`], [`Error`]).
 //! - `session.rs`: the actor task that owns the connection.
 
+pub mod recipes;
 mod session;
+
+pub use recipes::{LeaderInfo, Leadership, LockGuard, Observer, Permit, RwGuard};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -240,11 +243,14 @@ impl Drop for Watcher {
 /// the last clone is dropped (or on [`Client::close`]).
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     cmds: mpsc::UnboundedSender<Cmd>,
+    /// Recipe names this client holds or waits for (recipes are not
+    /// reentrant: a second acquire by the same client is refused).
+    pub(crate) held: std::sync::Mutex<std::collections::HashSet<String>>,
     state: watch::Receiver<SessionState>,
     session_id: u64,
     timeout: Duration,
@@ -269,7 +275,7 @@ impl Client {
         }
         let op_timeout = cfg.op_timeout;
         let (cmds, state, session_id, timeout) = session::start(cfg).await?;
-        Ok(Client { inner: Arc::new(Inner { cmds, state, session_id, timeout, op_timeout }) })
+        Ok(Client { inner: Arc::new(Inner { cmds, held: Default::default(), state, session_id, timeout, op_timeout }) })
     }
 
     pub fn session_id(&self) -> u64 {

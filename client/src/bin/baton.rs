@@ -53,6 +53,10 @@ enum Cmd {
         /// Only if the node is at this version.
         #[arg(long)]
         version: Option<i32>,
+        /// RESOURCE=TOKEN: apply only if no higher token was used on
+        /// RESOURCE (e.g. --fence counter=$BATON_FENCE_TOKEN).
+        #[arg(long)]
+        fence: Option<String>,
     },
     /// Delete a node.
     Rm {
@@ -68,6 +72,40 @@ enum Cmd {
     Watch { path: String },
     /// Each member's role, term, commit and applied index, and leader.
     Status,
+    /// Run a command while holding lock NAME; its token is in BATON_FENCE_TOKEN.
+    Lock {
+        name: String,
+        /// Give up if the lock is not acquired within this time.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+        /// Session timeout: how long after this process dies the lock frees.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        session_timeout: Duration,
+        /// After SIGTERM on lock loss, wait this long before SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        grace: Duration,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Run a command only while leader of election NAME.
+    Elect {
+        name: String,
+        /// The value others see as the leader's (default: hostname:pid).
+        #[arg(long)]
+        value: Option<String>,
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        session_timeout: Duration,
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        grace: Duration,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Print the current leader of election NAME (and, with --watch, changes).
+    Leader {
+        name: String,
+        #[arg(long)]
+        watch: bool,
+    },
     /// Measure throughput and latency.
     Bench {
         #[arg(value_enum)]
@@ -159,6 +197,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { workload, clients, duration, size } => {
             return bench(&endpoints, workload, clients, duration, size).await
         }
+        Cmd::Lock { name, timeout, session_timeout, grace, command } => {
+            let c = Client::connect_with(ClientConfig::new(endpoints.clone()).session_timeout(session_timeout)).await?;
+            let guard = match timeout {
+                Some(t) => c
+                    .lock_with_timeout(&name, t)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("lock {name} not acquired within {t:?}"))?,
+                None => c.lock(&name).await?,
+            };
+            let token = guard.fencing_token();
+            eprintln!("baton: holding lock {name} (token {token})");
+            let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", name.clone())];
+            let code = supervise(&command, &env, &endpoints, guard.lost(), grace, &format!("lock {name}")).await?;
+            // After a loss the session may be gone: bounded, best-effort cleanup.
+            let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
+            std::process::exit(code);
+        }
+        Cmd::Elect { name, value, session_timeout, grace, command } => {
+            let c = Client::connect_with(ClientConfig::new(endpoints.clone()).session_timeout(session_timeout)).await?;
+            let value = value.unwrap_or_else(|| format!("{}:{}", hostname(), std::process::id()));
+            let lead = c.campaign(&name, value.into_bytes()).await?;
+            let token = lead.token();
+            eprintln!("baton: leader of {name} (token {token})");
+            let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_ELECTION_NAME", name.clone())];
+            let what = format!("leadership of {name}");
+            let code = supervise(&command, &env, &endpoints, lead.lost(), grace, &what).await?;
+            let _ = tokio::time::timeout(Duration::from_secs(2), lead.resign()).await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
+            std::process::exit(code);
+        }
         _ => {}
     }
     let c = connect(&endpoints).await?;
@@ -185,8 +254,21 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
                 println!("{}", String::from_utf8_lossy(&d));
             }
         }
-        Cmd::Set { path, data, version } => {
-            let s = c.set(&path, data.into_bytes(), version).await?;
+        Cmd::Set { path, data, version, fence } => {
+            let s = match fence {
+                None => c.set(&path, data.into_bytes(), version).await?,
+                Some(f) => {
+                    let (resource, token) =
+                        f.rsplit_once('=').ok_or_else(|| anyhow::anyhow!("--fence wants RESOURCE=TOKEN"))?;
+                    let token: u64 =
+                        token.parse().map_err(|_| anyhow::anyhow!("--fence token {token:?} is not a number"))?;
+                    let ops = [
+                        baton_client::Op::CheckFence { resource: resource.to_string(), token },
+                        baton_client::Op::Set { path: path.clone(), data: data.into_bytes().into(), version },
+                    ];
+                    c.multi(&ops).await?.pop().and_then(|r| r.stat).unwrap_or_default()
+                }
+            };
             if j {
                 println!("{}", json!({"path": path, "stat": stat_json(&s)}));
             } else {
@@ -241,9 +323,95 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
                 }
             }
         }
-        Cmd::Status | Cmd::Bench { .. } => {}
+        Cmd::Leader { name, watch } => {
+            let print = |l: Option<baton_client::LeaderInfo>| match l {
+                Some(l) if j => println!(
+                    "{}",
+                    json!({"leader": String::from_utf8_lossy(&l.value), "token": l.token, "path": l.path})
+                ),
+                Some(l) => println!("{} (token {})", String::from_utf8_lossy(&l.value), l.token),
+                None if j => println!("{}", json!({"leader": null})),
+                None => println!("(no leader)"),
+            };
+            if !watch {
+                print(c.leader(&name).await?);
+                return Ok(());
+            }
+            let mut obs = c.observe(&name).await?;
+            loop {
+                tokio::select! {
+                    l = obs.next() => match l {
+                        Some(l) => print(l),
+                        None => anyhow::bail!("observer ended: session expired"),
+                    },
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                }
+            }
+        }
+        Cmd::Status | Cmd::Bench { .. } | Cmd::Lock { .. } | Cmd::Elect { .. } => {}
     }
     Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Exit code for "the lock was lost while the command ran" (EX_TEMPFAIL).
+const EXIT_LOST: i32 = 75;
+
+/// Runs `command` in its own process group; stops it (SIGTERM, then SIGKILL
+/// after `grace`) if `lost` resolves first. Returns the exit code to use.
+async fn supervise(
+    command: &[String],
+    env: &[(&str, String)],
+    endpoints: &[String],
+    lost: impl std::future::Future<Output = baton_client::SessionState>,
+    grace: Duration,
+    what: &str,
+) -> anyhow::Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).process_group(0).env("BATON_ENDPOINTS", endpoints.join(","));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {:?}: {e}", command[0]))?;
+    let pgid = child.id().unwrap_or(0) as i32;
+    let signal_group = |sig: i32| {
+        if pgid > 0 {
+            // SAFETY: kill(2) on the process group of a child we spawned.
+            unsafe {
+                libc::kill(-pgid, sig);
+            }
+        }
+    };
+    let code = |s: std::process::ExitStatus| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::pin!(lost);
+    tokio::select! {
+        s = child.wait() => Ok(code(s?)),
+        state = &mut lost => {
+            eprintln!("baton: {what} lost (session {state:?}); stopping the command");
+            signal_group(libc::SIGTERM);
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                eprintln!("baton: command still running after {grace:?}; killing it");
+                signal_group(libc::SIGKILL);
+                let _ = child.wait().await;
+            }
+            Ok(EXIT_LOST)
+        }
+        _ = tokio::signal::ctrl_c() => {
+            signal_group(libc::SIGINT);
+            Ok(code(child.wait().await?))
+        }
+        _ = term.recv() => {
+            signal_group(libc::SIGTERM);
+            Ok(code(child.wait().await?))
+        }
+    }
 }
 
 async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {

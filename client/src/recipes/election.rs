@@ -1,0 +1,162 @@
+//! Leader election (etcd's `concurrency.Election`, ZooKeeper's recipe).
+//!
+//! Candidates queue as ephemeral sequential nodes under
+//! `/_baton/election/<name>`, each node holding the candidate's value. The
+//! first node is the leader; every other candidate watches only its
+//! predecessor. The leader's token is its node's creation index, so tokens
+//! only grow from one leader to the next and a resource can fence a deposed
+//! leader exactly as it fences a stale lock holder.
+//!
+//! A leader learns it may no longer be leader through
+//! [`Leadership::lost`] (session Suspended or Expired); once the session is
+//! expired it is never reported as leader again ([`Leadership::is_leader`]).
+
+use tokio::sync::mpsc;
+
+use super::lock::{wait_first, HeldMark};
+use super::queue::{enqueue, recipe_dir, session_lost, sorted_children, QueueNode};
+use crate::{Client, Error, Result, SessionState};
+
+const PREFIX: &str = "n-";
+
+/// Who leads an election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The value the leader campaigned with.
+    pub value: Vec<u8>,
+    /// The leader's token (creation index of its node).
+    pub token: u64,
+    /// Its node.
+    pub path: String,
+}
+
+/// This client's leadership. Resign with [`Leadership::resign`] or drop.
+pub struct Leadership {
+    node: QueueNode,
+    name: String,
+    _held: HeldMark,
+}
+
+impl Leadership {
+    pub fn token(&self) -> u64 {
+        self.node.czxid
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// True while the session is connected (leadership not in doubt).
+    pub fn is_leader(&self) -> bool {
+        *self.node.client.state().borrow() == SessionState::Connected
+    }
+    /// Resolves when leadership is in doubt or gone.
+    pub async fn lost(&self) -> SessionState {
+        session_lost(&self.node.client).await
+    }
+    /// Changes the value observers see, without giving up leadership.
+    pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<()> {
+        self.node.client.set(&self.node.path, value.into(), None).await.map(|_| ())
+    }
+    /// Gives up leadership; the next candidate takes over.
+    pub async fn resign(mut self) -> Result<()> {
+        self.node.disarm();
+        match self.node.client.delete(&self.node.path, None).await {
+            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => Ok(()),
+            r => r,
+        }
+    }
+}
+
+/// A stream of leader changes; ends when dropped or the session expires.
+pub struct Observer {
+    rx: mpsc::Receiver<Option<LeaderInfo>>,
+}
+
+impl Observer {
+    /// The next leader (None: no leader at the moment). Every change is
+    /// reported; the first item is the leader at subscription time.
+    pub async fn next(&mut self) -> Option<Option<LeaderInfo>> {
+        self.rx.recv().await
+    }
+}
+
+impl Client {
+    /// Campaigns in election `name` with `value`; returns once leader.
+    /// Dropping the future withdraws the candidacy.
+    pub async fn campaign(&self, name: &str, value: impl Into<Vec<u8>>) -> Result<Leadership> {
+        let dir = recipe_dir("election", name)?;
+        let held = HeldMark::take(self, "election", name)?;
+        let node = enqueue(self, &dir, PREFIX, value.into()).await?;
+        wait_first(self, &dir, &node, None).await?;
+        Ok(Leadership { node, name: name.to_string(), _held: held })
+    }
+
+    /// The current leader of election `name`, if any.
+    pub async fn leader(&self, name: &str) -> Result<Option<LeaderInfo>> {
+        let dir = recipe_dir("election", name)?;
+        leader_of(self, &dir).await
+    }
+
+    /// Watches election `name`: yields the current leader, then every change.
+    pub async fn observe(&self, name: &str) -> Result<Observer> {
+        let dir = recipe_dir("election", name)?;
+        let (tx, rx) = mpsc::channel(64);
+        let c = self.clone();
+        tokio::spawn(async move {
+            let mut last: Option<Option<LeaderInfo>> = None;
+            loop {
+                // Watch the queue first, then read: no change slips between.
+                let w = c.children_watch(&dir).await;
+                let mut w = match w {
+                    Ok((_, _, w)) => Some(w),
+                    Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => None,
+                    Err(_) => return,
+                };
+                let now = match leader_of(&c, &dir).await {
+                    Ok(l) => l,
+                    Err(Error::SessionExpired) | Err(Error::Closed) => return,
+                    Err(_) => continue,
+                };
+                if last.as_ref() != Some(&now) {
+                    if tx.send(now.clone()).await.is_err() {
+                        return;
+                    }
+                    last = Some(now.clone());
+                }
+                // Also wake when the leader's own node changes (proclaim).
+                let lw = match &now {
+                    Some(l) => c.get_watch(&l.path).await.ok().map(|x| x.2),
+                    None => None,
+                };
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = async {
+                        match w.as_mut() {
+                            Some(w) => { w.next().await; }
+                            // No election yet: wait for its node to appear.
+                            None => match c.exists_watch(&dir).await {
+                                Ok((None, mut e)) => { e.next().await; }
+                                Ok((Some(_), _)) => {}
+                                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+                            },
+                        }
+                    } => {}
+                    _ = async { match lw { Some(mut lw) => { lw.next().await; } None => std::future::pending::<()>().await } } => {}
+                }
+            }
+        });
+        Ok(Observer { rx })
+    }
+}
+
+async fn leader_of(c: &Client, dir: &str) -> Result<Option<LeaderInfo>> {
+    for first in sorted_children(c, dir).await? {
+        let path = format!("{dir}/{first}");
+        match c.get(&path).await {
+            Ok((value, stat)) => return Ok(Some(LeaderInfo { value: value.to_vec(), token: stat.czxid, path })),
+            // Gone between the listing and the read: the next one leads.
+            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,172 @@
+//! A distributed mutex with fencing tokens (ZooKeeper's lock recipe).
+//!
+//! `lock(name)` creates an ephemeral sequential node under
+//! `/_baton/locks/<name>` (created on demand, like MySQL's GET_LOCK), lists
+//! the queue, and unless it is first waits for its *immediate predecessor*
+//! to go away: a release wakes exactly one waiter. It checks the queue again
+//! after every wake-up, because a predecessor may vanish when its session
+//! expires, not only when it releases.
+//!
+//! The guard's [`LockGuard::fencing_token`] is the log index that created
+//! its node: unique and strictly increasing across every grant of every
+//! lock. A resource that remembers the highest token it has seen can refuse
+//! a holder that was paused past its session and lost the lock without
+//! knowing ([`LockGuard::fenced`] does this inside Baton with `check_fence`).
+//!
+//! Cancellation: dropping a waiting `lock` future (or a timeout) deletes its
+//! node. Dropping a guard releases the lock in the background.
+//!
+//! Reentrancy: a second `lock(name)` on the same client while it holds (or
+//! waits for) `name` fails with `Error::Invalid` instead of deadlocking on
+//! itself. Use one client per independent holder.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::queue::{delete_own, enqueue, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode};
+use crate::{Client, Error, Op, OpResult, Result, SessionState};
+
+/// Prefix of lock queue nodes.
+const PREFIX: &str = "lock-";
+
+/// A held lock. Released by [`LockGuard::release`] or on drop.
+pub struct LockGuard {
+    node: QueueNode,
+    name: String,
+    wakeups: u64,
+    _held: HeldMark,
+}
+
+/// Marks `name` as held (or awaited) by this client until dropped.
+pub(crate) struct HeldMark {
+    client: Client,
+    name: String,
+}
+
+impl HeldMark {
+    pub(crate) fn take(client: &Client, kind: &str, name: &str) -> Result<HeldMark> {
+        let key = format!("{kind}/{name}");
+        let mut held = client.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if !held.insert(key.clone()) {
+            return Err(Error::Invalid(format!(
+                "{kind} {name:?} is already held or awaited by this client (not reentrant)"
+            )));
+        }
+        Ok(HeldMark { client: client.clone(), name: key })
+    }
+}
+
+impl Drop for HeldMark {
+    fn drop(&mut self) {
+        let mut held = self.client.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.remove(&self.name);
+    }
+}
+
+impl LockGuard {
+    /// The fencing token: the log index that created this holder's node.
+    pub fn fencing_token(&self) -> u64 {
+        self.node.czxid
+    }
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The queue node that holds the lock.
+    pub fn path(&self) -> &str {
+        &self.node.path
+    }
+    /// How many times this holder was woken while waiting (1 per
+    /// predecessor that left; a herd would show many).
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups
+    }
+    /// Resolves when the lock is in doubt (session Suspended) or gone
+    /// (Expired). Stop work on the protected resource when it does. It
+    /// cannot fire while this process is paused: fence your writes.
+    pub async fn lost(&self) -> SessionState {
+        session_lost(&self.node.client).await
+    }
+    /// Runs `ops` atomically, only if no higher token than this guard's was
+    /// used on `resource` before (and records this token).
+    pub async fn fenced(&self, resource: &str, ops: &[Op]) -> Result<Vec<OpResult>> {
+        let mut all = Vec::with_capacity(ops.len() + 1);
+        all.push(Op::CheckFence { resource: resource.to_string(), token: self.fencing_token() });
+        all.extend_from_slice(ops);
+        let mut r = self.node.client.multi(&all).await?;
+        r.remove(0);
+        Ok(r)
+    }
+    /// Releases the lock (deletes this holder's node, and only it).
+    pub async fn release(mut self) -> Result<()> {
+        self.node.disarm();
+        delete_own(&self.node.client, &self.node.path).await
+    }
+}
+
+static WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+/// Total waiter wake-ups in this process (for herd-effect tests).
+pub fn total_wakeups() -> u64 {
+    WAKEUPS.load(Ordering::Relaxed)
+}
+
+impl Client {
+    /// Waits until this client holds lock `name`.
+    pub async fn lock(&self, name: &str) -> Result<LockGuard> {
+        let dir = recipe_dir("locks", name)?;
+        let held = HeldMark::take(self, "lock", name)?;
+        let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
+        let wakeups = wait_first(self, &dir, &node, None).await?;
+        Ok(LockGuard { node, name: name.to_string(), wakeups, _held: held })
+    }
+
+    /// Takes lock `name` if it is free now; `None` if someone holds it.
+    pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
+        let dir = recipe_dir("locks", name)?;
+        let held = HeldMark::take(self, "lock", name)?;
+        let mut node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
+        let kids = sorted_children(self, &dir).await?;
+        if kids.first() == Some(&node.name) {
+            return Ok(Some(LockGuard { node, name: name.to_string(), wakeups: 0, _held: held }));
+        }
+        node.disarm();
+        delete_own(self, &node.path).await?;
+        Ok(None)
+    }
+
+    /// Waits at most `timeout` for lock `name`; `None` when it timed out
+    /// (the waiter's node is deleted).
+    pub async fn lock_with_timeout(&self, name: &str, timeout: Duration) -> Result<Option<LockGuard>> {
+        match tokio::time::timeout(timeout, self.lock(name)).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// Waits until `node` is first in `dir`'s queue (or, with `ahead`, until
+/// the predecessor chosen by `ahead` is gone). Returns the wake-up count.
+pub(crate) async fn wait_first(
+    c: &Client,
+    dir: &str,
+    node: &QueueNode,
+    ahead: Option<&(dyn Fn(&[String], usize) -> Option<String> + Send + Sync)>,
+) -> Result<u64> {
+    let mut wakeups = 0;
+    loop {
+        let kids = sorted_children(c, dir).await?;
+        let Some(me) = kids.iter().position(|k| *k == node.name) else {
+            // Our node is gone: the session expired under us.
+            return Err(Error::SessionExpired);
+        };
+        let blocker = match ahead {
+            Some(f) => f(&kids, me),
+            None => me.checked_sub(1).map(|i| kids[i].clone()),
+        };
+        let Some(pred) = blocker else { return Ok(wakeups) };
+        wait_gone(c, &format!("{dir}/{pred}")).await?;
+        wakeups += 1;
+        WAKEUPS.fetch_add(1, Ordering::Relaxed);
+    }
+}

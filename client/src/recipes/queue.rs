@@ -1,0 +1,167 @@
+//! The queue every recipe stands on: an ephemeral sequential node per
+//! participant under one parent, ordered by sequence number, each waiter
+//! watching exactly one node ahead of it (no herd effect).
+//!
+//! Cancellation: the create runs in its own task. If the caller is dropped
+//! before the reply, the task deletes the node when the reply arrives; if
+//! the reply is lost (ambiguous), the node is found again by its owner
+//! (this session) rather than orphaned. After that, [`QueueNode`]'s `Drop`
+//! deletes the node in the background unless it was handed to a guard.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::{Client, CreateOptions, Error, Result, SessionState};
+
+/// Where recipes keep their nodes.
+pub const RECIPE_ROOT: &str = "/_baton";
+
+/// `/_baton/<kind>/<name>`, with `name` checked.
+pub(crate) fn recipe_dir(kind: &str, name: &str) -> Result<String> {
+    if name.is_empty() || name.len() > 512 || name.contains('/') || name == "." || name == ".." {
+        return Err(Error::Invalid(format!("recipe name {name:?} must be 1..512 bytes without '/'")));
+    }
+    let dir = format!("{RECIPE_ROOT}/{kind}/{name}");
+    baton_proto::validate_path(&dir).map_err(Error::Invalid)?;
+    Ok(dir)
+}
+
+/// The 10-digit suffix of a sequential name (u64::MAX if absent).
+pub(crate) fn seq_of(name: &str) -> u64 {
+    if name.len() < 10 {
+        return u64::MAX;
+    }
+    name[name.len() - 10..].parse().unwrap_or(u64::MAX)
+}
+
+/// One participant's node. Deleted in the background when dropped, unless
+/// [`QueueNode::disarm`]ed.
+pub(crate) struct QueueNode {
+    pub client: Client,
+    pub path: String,
+    pub name: String,
+    pub czxid: u64,
+    armed: bool,
+}
+
+impl QueueNode {
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for QueueNode {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (c, p) = (self.client.clone(), self.path.clone());
+            rt.spawn(async move {
+                let _ = c.delete(&p, None).await;
+            });
+        }
+    }
+}
+
+/// Creates `dir/prefix<seq>` (ephemeral, sequential, parents on demand).
+pub(crate) async fn enqueue(client: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> Result<QueueNode> {
+    let (tx, rx) = oneshot::channel::<Result<(String, u64)>>();
+    let (c, d, p) = (client.clone(), dir.to_string(), prefix.to_string());
+    tokio::spawn(async move {
+        let r = create_or_find(&c, &d, &p, data).await;
+        if let Err(Ok((path, _))) = tx.send(r) {
+            // The caller went away: do not leave its node behind.
+            let _ = c.delete(&path, None).await;
+        }
+    });
+    let (path, czxid) = rx.await.map_err(|_| Error::Closed)??;
+    let name = path.rsplit('/').next().unwrap_or_default().to_string();
+    Ok(QueueNode { client: client.clone(), path, name, czxid, armed: true })
+}
+
+async fn create_or_find(c: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> Result<(String, u64)> {
+    let opts = CreateOptions::ephemeral_sequential().with_parents();
+    match c.create(&format!("{dir}/{prefix}"), data, opts).await {
+        Ok((path, stat)) => Ok((path, stat.czxid)),
+        Err(e) if e.is_ambiguous() => {
+            // Did it happen? Our node is the one this session owns.
+            for kid in c.children(dir).await.unwrap_or_default() {
+                if !kid.starts_with(prefix) {
+                    continue;
+                }
+                let path = format!("{dir}/{kid}");
+                if let Ok(Some(s)) = c.exists(&path).await {
+                    if s.ephemeral_owner == c.session_id() {
+                        return Ok((path, s.czxid));
+                    }
+                }
+            }
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Children of `dir` sorted by sequence number.
+pub(crate) async fn sorted_children(c: &Client, dir: &str) -> Result<Vec<String>> {
+    let mut kids = match c.children(dir).await {
+        Ok(k) => k,
+        Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    kids.sort_by_key(|k| (seq_of(k), k.clone()));
+    Ok(kids)
+}
+
+/// Waits until `path` is deleted or changes (returns at once if it does
+/// not exist). Fails if the session expires meanwhile.
+pub(crate) async fn wait_gone(c: &Client, path: &str) -> Result<()> {
+    let (stat, mut w) = c.exists_watch(path).await?;
+    if stat.is_none() {
+        return Ok(());
+    }
+    let mut state = c.state();
+    loop {
+        tokio::select! {
+            _ = w.next() => return Ok(()),
+            r = state.changed() => {
+                if r.is_err() || *state.borrow() == SessionState::Expired {
+                    return Err(Error::SessionExpired);
+                }
+            }
+        }
+    }
+}
+
+/// Resolves when `client`'s session is no longer `Connected` (Suspended:
+/// in doubt; Expired: gone). This cannot fire while the process itself is
+/// paused: only a fence checked by the resource protects against that.
+pub(crate) async fn session_lost(c: &Client) -> SessionState {
+    let mut st = c.state();
+    loop {
+        let s = *st.borrow_and_update();
+        if s != SessionState::Connected {
+            return s;
+        }
+        if st.changed().await.is_err() {
+            return SessionState::Expired;
+        }
+    }
+}
+
+/// Deletes a node that this session owns, retrying briefly.
+pub(crate) async fn delete_own(c: &Client, path: &str) -> Result<()> {
+    let mut last = Error::Closed;
+    for _ in 0..3 {
+        match c.delete(path, Some(0)).await {
+            Ok(()) => return Ok(()),
+            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => return Ok(()),
+            Err(e @ Error::SessionExpired) => return Err(e),
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(last)
+}

@@ -1,0 +1,61 @@
+//! A counting semaphore: at most `permits` holders at once, each with its
+//! own fencing token.
+//!
+//! Holders queue as ephemeral sequential nodes under
+//! `/_baton/semaphores/<name>`; the first `permits` nodes hold. A waiter at
+//! position `p >= permits` watches the node `permits` places ahead of it: a
+//! holder leaving moves every later node up by one, so that node either
+//! leaves (and the waiter re-checks) or the waiter's position drops below
+//! it. Waiters re-check on every wake-up, so a node vanishing anywhere ahead
+//! is handled on the next wake-up of the one watching it.
+//!
+//! The permit count is the caller's: every participant must pass the same
+//! number (as with Curator's `InterProcessSemaphoreV2`).
+
+use super::lock::HeldMark;
+use super::queue::{delete_own, enqueue, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode};
+use crate::{Client, Error, Result, SessionState};
+
+const PREFIX: &str = "permit-";
+
+/// A held permit; returned on [`Permit::release`] or drop.
+pub struct Permit {
+    node: QueueNode,
+    _held: HeldMark,
+}
+
+impl Permit {
+    /// This permit's fencing token (creation index of its node).
+    pub fn fencing_token(&self) -> u64 {
+        self.node.czxid
+    }
+    pub async fn lost(&self) -> SessionState {
+        session_lost(&self.node.client).await
+    }
+    pub async fn release(mut self) -> Result<()> {
+        self.node.disarm();
+        delete_own(&self.node.client, &self.node.path).await
+    }
+}
+
+impl Client {
+    /// Waits for one of `permits` permits of semaphore `name`.
+    pub async fn acquire_permit(&self, name: &str, permits: usize) -> Result<Permit> {
+        if permits == 0 {
+            return Err(Error::Invalid("a semaphore needs at least one permit".into()));
+        }
+        let dir = recipe_dir("semaphores", name)?;
+        let held = HeldMark::take(self, "semaphore", name)?;
+        let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
+        loop {
+            let kids = sorted_children(self, &dir).await?;
+            let Some(me) = kids.iter().position(|k| *k == node.name) else {
+                return Err(Error::SessionExpired);
+            };
+            if me < permits {
+                return Ok(Permit { node, _held: held });
+            }
+            wait_gone(self, &format!("{dir}/{}", kids[me - permits])).await?;
+        }
+    }
+}
