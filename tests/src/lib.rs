@@ -27,6 +27,14 @@ pub fn batond_bin() -> PathBuf {
     bin
 }
 
+/// The `baton` CLI binary, found like [`batond_bin`].
+pub fn baton_bin() -> PathBuf {
+    let mut p = batond_bin();
+    p.set_file_name("baton");
+    assert!(p.exists(), "baton not built at {}", p.display());
+    p
+}
+
 /// A free loopback port (bound then released; the race is acceptable here).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("addr").port()

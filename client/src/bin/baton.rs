@@ -209,7 +209,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let token = guard.fencing_token();
             eprintln!("baton: holding lock {name} (token {token})");
             let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", name.clone())];
-            let code = supervise(&command, &env, &endpoints, guard.lost(), grace, &format!("lock {name}")).await?;
+            let mut code = supervise(&command, &env, &endpoints, guard.lost(), grace, &format!("lock {name}")).await?;
+            if code != EXIT_LOST
+                && !tokio::time::timeout(Duration::from_secs(5), guard.verify()).await.is_ok_and(|r| r.unwrap_or(false))
+            {
+                eprintln!("baton: lock {name} was lost while the command ran (its session expired)");
+                code = EXIT_LOST;
+            }
             // After a loss the session may be gone: bounded, best-effort cleanup.
             let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
@@ -223,7 +229,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("baton: leader of {name} (token {token})");
             let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_ELECTION_NAME", name.clone())];
             let what = format!("leadership of {name}");
-            let code = supervise(&command, &env, &endpoints, lead.lost(), grace, &what).await?;
+            let mut code = supervise(&command, &env, &endpoints, lead.lost(), grace, &what).await?;
+            if code != EXIT_LOST
+                && !tokio::time::timeout(Duration::from_secs(5), lead.verify()).await.is_ok_and(|r| r.unwrap_or(false))
+            {
+                eprintln!("baton: {what} was lost while the command ran (its session expired)");
+                code = EXIT_LOST;
+            }
             let _ = tokio::time::timeout(Duration::from_secs(2), lead.resign()).await;
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
             std::process::exit(code);

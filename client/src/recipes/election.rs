@@ -48,6 +48,12 @@ impl Leadership {
     pub fn is_leader(&self) -> bool {
         *self.node.client.state().borrow() == SessionState::Connected
     }
+    /// Asks the cluster (linearizable read) whether this is still the
+    /// leader's node. (Leadership is by queue position: while the node
+    /// exists, no one ahead of it can appear.)
+    pub async fn verify(&self) -> Result<bool> {
+        super::lock::still_mine(&self.node).await
+    }
     /// Resolves when leadership is in doubt or gone.
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await

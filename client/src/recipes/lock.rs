@@ -97,10 +97,26 @@ impl LockGuard {
         r.remove(0);
         Ok(r)
     }
+    /// Asks the cluster (linearizable read) whether this guard still holds
+    /// the lock: its node exists and belongs to this session.
+    pub async fn verify(&self) -> Result<bool> {
+        still_mine(&self.node).await
+    }
     /// Releases the lock (deletes this holder's node, and only it).
     pub async fn release(mut self) -> Result<()> {
         self.node.disarm();
         delete_own(&self.node.client, &self.node.path).await
+    }
+}
+
+pub(crate) async fn still_mine(node: &QueueNode) -> Result<bool> {
+    if *node.client.state().borrow() == SessionState::Expired {
+        return Ok(false);
+    }
+    match node.client.exists(&node.path).await {
+        Ok(Some(s)) => Ok(s.ephemeral_owner == node.client.session_id() && s.czxid == node.czxid),
+        Ok(None) | Err(Error::SessionExpired) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -145,14 +161,13 @@ impl Client {
     }
 }
 
+/// Picks, from the sorted queue and this waiter's position, the node it
+/// must wait for (None: it holds).
+pub(crate) type Blocker = dyn Fn(&[String], usize) -> Option<String> + Send + Sync;
+
 /// Waits until `node` is first in `dir`'s queue (or, with `ahead`, until
 /// the predecessor chosen by `ahead` is gone). Returns the wake-up count.
-pub(crate) async fn wait_first(
-    c: &Client,
-    dir: &str,
-    node: &QueueNode,
-    ahead: Option<&(dyn Fn(&[String], usize) -> Option<String> + Send + Sync)>,
-) -> Result<u64> {
+pub(crate) async fn wait_first(c: &Client, dir: &str, node: &QueueNode, ahead: Option<&Blocker>) -> Result<u64> {
     let mut wakeups = 0;
     loop {
         let kids = sorted_children(c, dir).await?;

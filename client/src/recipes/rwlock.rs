@@ -7,7 +7,7 @@
 //! when it is first and waits for its immediate predecessor. Readers that
 //! arrive after a waiting writer queue behind it: no writer starvation.
 
-use super::lock::{wait_first, HeldMark};
+use super::lock::{wait_first, Blocker, HeldMark};
 use super::queue::{delete_own, enqueue, recipe_dir, session_lost, QueueNode};
 use crate::{Client, Result, SessionState};
 
@@ -61,8 +61,7 @@ impl Client {
         let dir = recipe_dir("rwlocks", name)?;
         let held = HeldMark::take(self, "rwlock", name)?;
         let node = enqueue(self, &dir, if write { WRITE } else { READ }, Vec::new()).await?;
-        let ahead: &(dyn Fn(&[String], usize) -> Option<String> + Send + Sync) =
-            if write { &predecessor } else { &nearest_writer_ahead };
+        let ahead: &Blocker = if write { &predecessor } else { &nearest_writer_ahead };
         wait_first(self, &dir, &node, Some(ahead)).await?;
         Ok(RwGuard { node, write, _held: held })
     }

@@ -1,0 +1,375 @@
+//! Locks, election, read-write lock and semaphore against a real 3-member
+//! cluster, including holders that are killed -9 or paused (SIGSTOP).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_client::{Client, ClientConfig, CreateOptions, Error, ErrorCode, Op};
+use baton_tests::{baton_bin, eventually, Cluster};
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+async fn clients(c: &Cluster, n: usize) -> Vec<Client> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(c.client_with(ClientConfig::new(c.endpoints_from(i as u64 % 3 + 1))).await);
+    }
+    v
+}
+
+async fn queue_len(c: &Client, dir: &str) -> usize {
+    c.children(dir).await.map(|k| k.len()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn t10_mutual_exclusion_with_a_fenced_counter() {
+    let c = Cluster::start(3, &[]).await;
+    let setup = c.client().await;
+    setup.create("/counter", "0", CreateOptions::persistent()).await.unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for cl in clients(&c, 8).await {
+        let (inside, grants) = (inside.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..8 {
+                let g = cl.lock("counter").await.unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                grants.lock().unwrap().push(g.fencing_token());
+                let (d, s) = cl.get("/counter").await.unwrap();
+                let n: u64 = std::str::from_utf8(&d).unwrap().parse().unwrap();
+                let set =
+                    Op::Set { path: "/counter".into(), data: (n + 1).to_string().into(), version: Some(s.version) };
+                g.fenced("counter", &[set]).await.unwrap();
+                inside.store(false, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (d, _) = setup.get("/counter").await.unwrap();
+    assert_eq!(&d[..], b"64", "lost increments");
+    let grants = grants.lock().unwrap().clone();
+    assert_eq!(grants.len(), 64);
+    for w in grants.windows(2) {
+        assert!(w[0] < w[1], "tokens went backwards: {w:?}");
+    }
+    assert_eq!(queue_len(&setup, "/_baton/locks/counter").await, 0, "nodes left behind");
+}
+
+#[tokio::test]
+async fn t20_a_release_wakes_exactly_one_waiter() {
+    let c = Cluster::start(3, &[]).await;
+    let cls = clients(&c, 6).await;
+    let first = cls[0].lock("herd").await.unwrap();
+    let mut waiters = Vec::new();
+    for (i, cl) in cls.iter().enumerate().skip(1) {
+        let cl = cl.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = cl.lock("herd").await.unwrap();
+            let w = g.wakeups();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            g.release().await.unwrap();
+            (i, w)
+        }));
+        // Queue in a known order.
+        let want = i + 1;
+        eventually(SECS(5), "waiter queued", || async {
+            (queue_len(&cls[0], "/_baton/locks/herd").await == want).then_some(())
+        })
+        .await;
+    }
+    first.release().await.unwrap();
+    for w in waiters {
+        let (i, wakeups) = w.await.unwrap();
+        assert_eq!(wakeups, 1, "waiter {i} woke {wakeups} times: herd effect");
+    }
+}
+
+/// `baton lock NAME --session-timeout 2s -- sh -c SCRIPT` as a child process.
+fn holder(c: &Cluster, name: &str, script: &str) -> Child {
+    Command::new(baton_bin())
+        .args(["lock", name, "--session-timeout", "2s", "--grace", "1s", "--", "sh", "-c", script])
+        .env("BATON_ENDPOINTS", c.endpoints().join(","))
+        .env(
+            "PATH",
+            format!("{}:{}", baton_bin().parent().unwrap().display(), std::env::var("PATH").unwrap_or_default()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn baton lock")
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: signalling processes this test spawned.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+fn child_pid(parent: u32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+#[tokio::test]
+async fn t30_a_killed_holder_is_replaced_within_its_session_timeout() {
+    let c = Cluster::start(3, &[]).await;
+    let me = c.client().await;
+    let mut h = holder(&c, "job", "sleep 60");
+    eventually(SECS(10), "holder has the lock", || async {
+        (queue_len(&me, "/_baton/locks/job").await == 1).then_some(())
+    })
+    .await;
+    let sleeper = eventually(SECS(5), "holder's command", || async { child_pid(h.id()) }).await;
+    let t = Instant::now();
+    h.kill().unwrap(); // kill -9 of the holder process
+    h.wait().unwrap();
+    let g = tokio::time::timeout(SECS(10), me.lock("job")).await.expect("lock freed after the holder died").unwrap();
+    let waited = t.elapsed();
+    signal(-sleeper, libc::SIGKILL);
+    assert!(waited >= Duration::from_millis(1500), "freed after {waited:?}, before the 2 s session timeout");
+    assert!(waited < SECS(5), "freed only after {waited:?}");
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn t40_a_paused_holders_late_fenced_write_is_rejected() {
+    let c = Cluster::start(3, &[]).await;
+    let me = c.client().await;
+    me.create("/c", "0", CreateOptions::persistent()).await.unwrap();
+    let out = c.dir.path().join("stale.out");
+    // The holder reads, then (paused here) writes with its token.
+    let script = format!(
+        "n=$(baton get /c); sleep 1; baton set /c $((n+1)) --fence c=$BATON_FENCE_TOKEN 2>>{o}; echo rc=$? >>{o}",
+        o = out.display()
+    );
+    let h = holder(&c, "fenced", &script);
+    let sh = eventually(SECS(10), "holder's command", || async { child_pid(h.id()) }).await;
+    // Freeze the whole holder: lock client and command.
+    signal(h.id() as i32, libc::SIGSTOP);
+    signal(-sh, libc::SIGSTOP);
+    let stale_token = me.exists("/_baton/locks/fenced").await.unwrap().map(|s| s.pzxid).unwrap();
+    // Its session expires; we get the lock and write with a higher token.
+    let g = tokio::time::timeout(SECS(10), me.lock("fenced")).await.expect("lock after expiry").unwrap();
+    assert!(g.fencing_token() > stale_token);
+    let (d, s) = me.get("/c").await.unwrap();
+    assert_eq!(&d[..], b"0");
+    g.fenced("c", &[Op::Set { path: "/c".into(), data: "100".into(), version: Some(s.version) }]).await.unwrap();
+    // The paused command wakes and tries its write: the fence refuses it.
+    signal(-sh, libc::SIGCONT);
+    let text = eventually(SECS(10), "stale write attempted", || {
+        let out = out.clone();
+        async move { std::fs::read_to_string(&out).ok().filter(|t| t.contains("rc=")) }
+    })
+    .await;
+    assert!(text.contains("FenceRejected"), "stale write not rejected: {text}");
+    assert!(!text.contains("rc=0"), "{text}");
+    assert_eq!(&me.get("/c").await.unwrap().0[..], b"100");
+    // The holder process wakes, learns it lost the lock, and says so.
+    signal(h.id() as i32, libc::SIGCONT);
+    let status = tokio::task::spawn_blocking(move || h.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(status.status.code(), Some(75), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(String::from_utf8_lossy(&status.stderr).contains("lost"));
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn t50_locks_and_election_keep_working_through_a_leader_kill() {
+    let mut c = Cluster::start(3, &[]).await;
+    let leader = c.wait_leader(SECS(10)).await;
+    let followers: Vec<u64> = (1..=3).filter(|i| *i != leader).collect();
+    // An election leader connected to a follower keeps its leadership.
+    let a = c.client_with(ClientConfig::new(c.endpoints_from(followers[0]))).await;
+    let b = c.client_with(ClientConfig::new(c.endpoints_from(followers[1]))).await;
+    let lead = a.campaign("svc", "a").await.unwrap();
+    let b_wait = tokio::spawn({
+        let b = b.clone();
+        async move { b.campaign("svc", "b").await }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        let cl = c.client_with(ClientConfig::new(c.endpoints_from(followers[i % 2]))).await;
+        let (stop, grants, inside) = (stop.clone(), grants.clone(), inside.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                match cl.lock("busy").await {
+                    Ok(g) => {
+                        assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        inside.store(false, Ordering::SeqCst);
+                        grants.fetch_add(1, Ordering::SeqCst);
+                        let _ = g.release().await;
+                    }
+                    Err(e) => panic!("lock failed through failover: {e}"),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(SECS(1)).await;
+    c.kill(leader);
+    let before = grants.load(Ordering::SeqCst);
+    c.wait_leader(SECS(15)).await;
+    eventually(SECS(15), "grants after the kill", || {
+        let g = grants.load(Ordering::SeqCst);
+        async move { (g >= before + 10).then_some(()) }
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    // Still the same election leader, same token.
+    let now = b.leader("svc").await.unwrap().unwrap();
+    assert_eq!((now.value.as_slice(), now.token), (&b"a"[..], lead.token()));
+    let old = lead.token();
+    lead.resign().await.unwrap();
+    let lb = tokio::time::timeout(SECS(10), b_wait).await.expect("b elected").unwrap().unwrap();
+    assert!(lb.token() > old);
+}
+
+#[tokio::test]
+async fn t60_cancelled_waiters_leave_no_node_behind() {
+    let c = Cluster::start(3, &[]).await;
+    let cls = clients(&c, 3).await;
+    let g = cls[0].lock("cancel").await.unwrap();
+    assert!(cls[1].try_lock("cancel").await.unwrap().is_none());
+    assert!(cls[1].lock_with_timeout("cancel", Duration::from_millis(300)).await.unwrap().is_none());
+    // A waiter future dropped mid-wait.
+    let w = tokio::spawn({
+        let cl = cls[2].clone();
+        async move { cl.lock("cancel").await.map(|_| ()) }
+    });
+    eventually(SECS(5), "waiter queued", || async {
+        (queue_len(&cls[0], "/_baton/locks/cancel").await >= 2).then_some(())
+    })
+    .await;
+    w.abort();
+    eventually(SECS(5), "only the holder's node left", || async {
+        (queue_len(&cls[0], "/_baton/locks/cancel").await == 1).then_some(())
+    })
+    .await;
+    // Reentrancy is an error, not a deadlock.
+    assert!(matches!(cls[0].lock("cancel").await, Err(Error::Invalid(_))));
+    g.release().await.unwrap();
+    assert_eq!(queue_len(&cls[0], "/_baton/locks/cancel").await, 0);
+    // And the next taker gets it at once.
+    let g2 = cls[1].try_lock("cancel").await.unwrap().expect("free");
+    g2.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn t70_election_one_leader_at_a_time_and_observe_sees_every_change() {
+    let c = Cluster::start(3, &[]).await;
+    let cls = clients(&c, 4).await;
+    let mut obs = cls[3].observe("main").await.unwrap();
+    assert_eq!(obs.next().await.unwrap(), None);
+    let l1 = cls[0].campaign("main", "one").await.unwrap();
+    let mut pending = Vec::new();
+    for (i, cl) in cls.iter().enumerate().take(3).skip(1) {
+        let cl = cl.clone();
+        pending.push(tokio::spawn(async move { cl.campaign("main", format!("n{i}")).await.unwrap() }));
+        let want = i + 1;
+        eventually(SECS(5), "candidate queued", || async {
+            (queue_len(&cls[3], "/_baton/election/main").await == want).then_some(())
+        })
+        .await;
+    }
+    let seen1 = obs.next().await.unwrap().unwrap();
+    assert_eq!((seen1.value.as_slice(), seen1.token), (&b"one"[..], l1.token()));
+    assert_eq!(cls[3].leader("main").await.unwrap().unwrap().token, l1.token());
+    l1.resign().await.unwrap();
+    let l2 = pending.remove(0).await.unwrap();
+    let seen2 = obs.next().await.unwrap().unwrap();
+    assert_eq!((seen2.value.as_slice(), seen2.token), (&b"n1"[..], l2.token()));
+    assert!(seen2.token > seen1.token);
+    assert!(!pending[0].is_finished(), "two leaders at once");
+    l2.resign().await.unwrap();
+    let l3 = pending.remove(0).await.unwrap();
+    let seen3 = obs.next().await.unwrap().unwrap();
+    assert_eq!(seen3.token, l3.token());
+    assert!(seen3.token > seen2.token);
+    l3.resign().await.unwrap();
+    assert_eq!(obs.next().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn t80_rwlock_readers_share_and_a_writer_is_not_starved() {
+    let c = Cluster::start(3, &[]).await;
+    let cls = clients(&c, 4).await;
+    let r1 = cls[0].read_lock("rw").await.unwrap();
+    let r2 = tokio::time::timeout(SECS(5), cls[1].read_lock("rw")).await.expect("readers share").unwrap();
+    let w = tokio::spawn({
+        let cl = cls[2].clone();
+        async move { cl.write_lock("rw").await.unwrap() }
+    });
+    eventually(SECS(5), "writer queued", || async {
+        (queue_len(&cls[0], "/_baton/rwlocks/rw").await == 3).then_some(())
+    })
+    .await;
+    // A reader arriving after the waiting writer queues behind it.
+    let r3 = tokio::spawn({
+        let cl = cls[3].clone();
+        async move { cl.read_lock("rw").await.unwrap() }
+    });
+    eventually(SECS(5), "late reader queued", || async {
+        (queue_len(&cls[0], "/_baton/rwlocks/rw").await == 4).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!w.is_finished() && !r3.is_finished());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let wg = tokio::time::timeout(SECS(5), w).await.expect("writer after readers").unwrap();
+    assert!(wg.is_write());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!r3.is_finished(), "reader overtook the writer");
+    wg.release().await.unwrap();
+    let rg = tokio::time::timeout(SECS(5), r3).await.expect("late reader").unwrap();
+    rg.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
+    let c = Cluster::start(3, &[]).await;
+    let now = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for cl in clients(&c, 6).await {
+        let (now, peak, tokens) = (now.clone(), peak.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let p = cl.acquire_permit("pool", 2).await.unwrap();
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(n, Ordering::SeqCst);
+                tokens.lock().unwrap().push(p.fencing_token());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                p.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(peak.load(Ordering::SeqCst) <= 2, "more holders than permits");
+    assert_eq!(peak.load(Ordering::SeqCst), 2, "permits were never shared");
+    let mut t = tokens.lock().unwrap().clone();
+    t.sort();
+    t.dedup();
+    assert_eq!(t.len(), 18, "permit tokens not unique");
+    let fresh = c.client().await;
+    assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0, "nodes left behind");
+    assert!(matches!(fresh.acquire_permit("pool", 0).await, Err(Error::Invalid(_))));
+    assert!(matches!(fresh.get("/_baton/nope").await, Err(Error::Server { code: ErrorCode::NoNode, .. })));
+}
