@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_proto::{
-    op, request, response, AddWatchReq, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, Request, Response,
-    SetOp, WatchSpec,
+    op, request, response, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, Request, Response, SetOp,
+    WatchSpec,
 };
 pub use baton_proto::{ErrorCode, EventType, Stat, StatusResp, WatchEvent, WatchKind};
 use bytes::Bytes;
@@ -38,6 +38,9 @@ use session::Cmd;
 
 /// Default client-side deadline for one operation.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(15);
+/// Writes one client may have unanswered at once: well under the server's
+/// per-session reply cache (4,096), so a retry always finds its reply.
+pub const MAX_WRITES_IN_FLIGHT: usize = 1024;
 /// Keepalives per session timeout (seed 000: heartbeat at TTL/3).
 pub const KEEPALIVE_FRACTION: u32 = 3;
 
@@ -251,6 +254,8 @@ pub(crate) struct Inner {
     /// Recipe names this client holds or waits for (recipes are not
     /// reentrant: a second acquire by the same client is refused).
     pub(crate) held: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Bounds writes in flight (see [`MAX_WRITES_IN_FLIGHT`]).
+    write_slots: tokio::sync::Semaphore,
     state: watch::Receiver<SessionState>,
     session_id: u64,
     timeout: Duration,
@@ -275,7 +280,17 @@ impl Client {
         }
         let op_timeout = cfg.op_timeout;
         let (cmds, state, session_id, timeout) = session::start(cfg).await?;
-        Ok(Client { inner: Arc::new(Inner { cmds, held: Default::default(), state, session_id, timeout, op_timeout }) })
+        Ok(Client {
+            inner: Arc::new(Inner {
+                cmds,
+                held: Default::default(),
+                write_slots: tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT),
+                state,
+                session_id,
+                timeout,
+                op_timeout,
+            }),
+        })
     }
 
     pub fn session_id(&self) -> u64 {
@@ -302,6 +317,15 @@ impl Client {
     }
 
     async fn call(&self, body: request::Body) -> Result<Response> {
+        if let Some(n) = data_len(&body) {
+            if n > baton_proto::MAX_DATA {
+                // Definite: never sent (the server would refuse it too).
+                return Err(Error::Server {
+                    code: ErrorCode::TooLarge,
+                    message: format!("data is {n} bytes, over {}", baton_proto::MAX_DATA),
+                });
+            }
+        }
         let is_write = matches!(
             body,
             request::Body::Create(_)
@@ -310,6 +334,10 @@ impl Client {
                 | request::Body::Multi(_)
                 | request::Body::CloseSession(_)
         );
+        // Exactly-once holds for as many unanswered writes as the server
+        // caches replies for; never have more in flight than that.
+        let _slot =
+            if is_write { Some(self.inner.write_slots.acquire().await.map_err(|_| Error::Closed)?) } else { None };
         let (tx, rx) = oneshot::channel();
         let req = Request { body: Some(body), ..Default::default() };
         self.inner
@@ -440,11 +468,13 @@ impl Client {
     /// Adds a watch of `kind` on `path` without reading; `persistent` keeps
     /// it after it fires.
     pub async fn watch(&self, path: &str, kind: WatchKind, persistent: bool) -> Result<Watcher> {
-        let existed = self.exists(path).await?.is_some();
-        let (mut spec, w) = self.new_watch(path, kind, persistent).await?;
-        spec.existed = existed;
+        // Registered by a linearizable exists read that carries the watch:
+        // the server adds it at exactly the state the read reflects, so no
+        // change can fall between reading and watching.
+        let (spec, w) = self.new_watch(path, kind, persistent).await?;
+        let resp = self.call(request::Body::Exists(Self::read(path, false, Some(spec.clone())))).await?;
+        let existed = matches!(resp.body, Some(response::Body::Exists(baton_proto::ExistsResp { stat: Some(_) })));
         let _ = self.inner.cmds.send(Cmd::WatchSeen { id: spec.watch_id, existed });
-        self.call(request::Body::AddWatch(AddWatchReq { watch: Some(spec) })).await?;
         Ok(w)
     }
 
@@ -462,6 +492,23 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         self.inner.cmds.send(Cmd::Close(Some(tx))).map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
+    }
+}
+
+fn data_len(body: &request::Body) -> Option<usize> {
+    match body {
+        request::Body::Create(c) => Some(c.data.len()),
+        request::Body::Set(s) => Some(s.data.len()),
+        request::Body::Multi(m) => m
+            .ops
+            .iter()
+            .map(|o| match &o.op {
+                Some(op::Op::Create(c)) => c.data.len(),
+                Some(op::Op::Set(s)) => s.data.len(),
+                _ => 0,
+            })
+            .max(),
+        _ => None,
     }
 }
 

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use baton_proto::{
-    request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, KeepaliveReq, RemoveWatchReq,
-    Request, Response, ServerFrame, WatchEvent, WatchSpec,
+    request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, EventType, KeepaliveReq,
+    RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -229,7 +229,9 @@ async fn create_session(
         ..Default::default()
     };
     w.send(encode(&req)).await.map_err(|e| e.to_string())?;
-    let resp = tokio::time::timeout(cfg.op_timeout, async {
+    // Bounded per member, so one member that accepts but never answers
+    // does not use up the whole budget.
+    let resp = tokio::time::timeout(cfg.connect_timeout * 2, async {
         while let Some(frame) = r.next().await {
             let frame = frame.map_err(|e| e.to_string())?;
             if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame) {
@@ -338,11 +340,9 @@ impl Actor {
                 }
             }
             Cmd::DropWatch(id) => {
-                if let Some(w) = self.watches.remove(&id) {
-                    if w.spec.persistent || !w.tx.is_closed() {
-                        self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Keepalive)
-                            .await;
-                    }
+                // Still registered (a one-shot that fired is already gone).
+                if self.watches.remove(&id).is_some() {
+                    self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Keepalive).await;
                 }
             }
             Cmd::LastZxid(tx) => {
@@ -409,13 +409,19 @@ impl Actor {
         if self.conn.as_ref().is_none_or(|c| c.gen != gen) {
             return; // from a connection we already left
         }
-        self.last_contact = Instant::now();
         match frame.frame {
             Some(server_frame::Frame::Event(e)) => {
+                self.last_contact = Instant::now();
                 self.last_zxid = self.last_zxid.max(e.zxid);
-                if let Some(w) = self.watches.get(&e.watch_id) {
+                if let Some(w) = self.watches.get_mut(&e.watch_id) {
                     let persistent = w.spec.persistent;
                     let _ = w.tx.send(e.clone());
+                    // Re-registration must know what this watch last saw.
+                    match EventType::try_from(e.r#type) {
+                        Ok(EventType::NodeCreated) => w.spec.existed = true,
+                        Ok(EventType::NodeDeleted) => w.spec.existed = false,
+                        _ => {}
+                    }
                     if !persistent {
                         self.watches.remove(&e.watch_id);
                     }
@@ -429,6 +435,14 @@ impl Actor {
     async fn on_response(&mut self, r: Response) {
         self.last_zxid = self.last_zxid.max(r.zxid);
         let code = ErrorCode::try_from(r.error).unwrap_or(ErrorCode::Internal);
+        // A member that cannot reach a leader still answers, but it cannot
+        // keep the session alive: such answers do not count as contact.
+        if !matches!(
+            code,
+            ErrorCode::NoLeader | ErrorCode::Timeout | ErrorCode::LeaderChanged | ErrorCode::ShuttingDown
+        ) {
+            self.last_contact = Instant::now();
+        }
         if r.id == 0 {
             debug!(?code, "connection-level error: {}", r.message);
             return;

@@ -74,11 +74,9 @@ async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: u
             None => break,
             Some(Ok(f)) => f,
             Some(Err(e)) => {
-                let code = if e.to_string().contains("frame size too big") {
-                    ErrorCode::TooLarge
-                } else {
-                    ErrorCode::BadRequest
-                };
+                let too_big =
+                    e.get_ref().is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
+                let code = if too_big { ErrorCode::TooLarge } else { ErrorCode::BadRequest };
                 let _ = tx.send(error_frame(code, format!("bad frame: {e} (limit {max_frame} bytes); closing")));
                 break;
             }
@@ -94,6 +92,11 @@ async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: u
                 break;
             }
         };
+        if req.id == 0 {
+            // Id 0 marks connection-level errors in responses.
+            let _ = tx.send(error_frame(ErrorCode::BadRequest, "request id 0 is reserved".into()));
+            continue;
+        }
         permit.forget(); // returned by the writer when the response goes out
         if input.send(Input::Client { conn, req }).is_err() {
             let _ = tx.send(error_frame(ErrorCode::ShuttingDown, "member is shutting down".into()));

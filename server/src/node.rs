@@ -94,6 +94,10 @@ struct Watch {
     id: u64,
     kind: WatchKind,
     persistent: bool,
+    /// Applied index when registered, and whether the node existed then
+    /// (to tell what a snapshot install skipped over).
+    since: u64,
+    existed: bool,
 }
 
 /// A request waiting for its entry to be applied.
@@ -149,6 +153,8 @@ pub struct Driver {
     /// Follower: sessions heard from since the last forward to the leader.
     touched: HashSet<u64>,
     next_touch_forward: Instant,
+    /// Last time a message from the current leader arrived (followers).
+    leader_contact: Instant,
 }
 
 impl Driver {
@@ -187,7 +193,9 @@ impl Driver {
             conns: HashMap::new(),
             watches: HashMap::new(),
             pending: HashMap::new(),
-            next_request_id: 1,
+            // Random start: an entry this member proposed before a restart
+            // may commit after it, and must not match a new request.
+            next_request_id: rand::random::<u64>() >> 1,
             read_batches: BTreeMap::new(),
             next_read_ctx: 1,
             reads_to_batch: Vec::new(),
@@ -199,6 +207,7 @@ impl Driver {
             expiring: HashMap::new(),
             touched: HashSet::new(),
             next_touch_forward: Instant::now(),
+            leader_contact: Instant::now(),
             cfg,
         })
     }
@@ -226,7 +235,7 @@ impl Driver {
             for input in inputs {
                 if matches!(input, Input::Shutdown) {
                     info!("shutting down");
-                    self.fail_all(ErrorCode::ShuttingDown, "member is shutting down");
+                    self.fail_all(ErrorCode::Timeout, "member shutting down; the write may or may not happen");
                     return Ok(());
                 }
                 self.on_input(input);
@@ -267,6 +276,9 @@ impl Driver {
             Input::Peer(m) => {
                 if m.to != self.cfg.id {
                     return;
+                }
+                if m.from == self.leader {
+                    self.leader_contact = Instant::now();
                 }
                 if let Err(e) = self.raw.step(*m) {
                     debug!("step: {e}");
@@ -337,6 +349,11 @@ impl Driver {
                 self.waiting.push((min, Deferred { conn, req, since: Instant::now() }));
             }
             Some(B::Keepalive(_)) => match session {
+                // A member cut off from the leader cannot vouch for the
+                // session: the majority side may be expiring it right now.
+                Some(_) if !self.leader_alive() => {
+                    self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader")
+                }
                 Some(sid) if self.sm.session_exists(sid) => self.reply(
                     conn,
                     Response {
@@ -350,6 +367,9 @@ impl Driver {
                 None => self.reply_err(conn, id, ErrorCode::BadRequest, "no session attached to this connection"),
             },
             Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => {
+                if let Some(Err((code, msg))) = r.watch.as_ref().map(check_spec) {
+                    return self.reply_err(conn, id, code, msg);
+                }
                 if r.stale {
                     self.serve(conn, &req);
                 } else {
@@ -360,8 +380,8 @@ impl Driver {
                 let Some(spec) = w.watch.clone() else {
                     return self.reply_err(conn, id, ErrorCode::BadRequest, "add_watch without a watch");
                 };
-                if let Err(m) = baton_proto::validate_path(&spec.path) {
-                    return self.reply_err(conn, id, ErrorCode::InvalidPath, m);
+                if let Err((code, msg)) = check_spec(&spec) {
+                    return self.reply_err(conn, id, code, msg);
                 }
                 self.add_watch(conn, &spec);
                 self.reply(
@@ -540,9 +560,7 @@ impl Driver {
         }
         self.touch(a.session_id);
         for spec in &a.watches {
-            if baton_proto::validate_path(&spec.path).is_err() {
-                continue;
-            }
+            check_spec(spec)?;
             match self.missed_event(spec, a.last_zxid) {
                 Some(ev) => {
                     self.send_event(conn, spec.watch_id, ev, &spec.path, self.sm.applied());
@@ -572,6 +590,8 @@ impl Driver {
     }
 
     fn add_watch(&mut self, conn: ConnId, spec: &WatchSpec) {
+        let existed = self.sm.stat_of(&spec.path).is_some();
+        let since = self.sm.applied();
         let list = self.watches.entry(spec.path.clone()).or_default();
         list.retain(|w| !(w.conn == conn && w.id == spec.watch_id));
         list.push(Watch {
@@ -579,6 +599,8 @@ impl Driver {
             id: spec.watch_id,
             kind: WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data),
             persistent: spec.persistent,
+            since,
+            existed,
         });
     }
 
@@ -617,6 +639,18 @@ impl Driver {
     }
 
     // ------------------------------------------------------------ sessions
+
+    /// True on a leader, or on a follower that heard from its leader within
+    /// an election timeout.
+    fn leader_alive(&self) -> bool {
+        match self.role {
+            StateRole::Leader => true,
+            _ => {
+                let timeout = Duration::from_millis(self.cfg.tick_ms * self.cfg.election_ticks as u64);
+                self.leader != 0 && self.leader_contact.elapsed() < timeout
+            }
+        }
+    }
 
     fn touch(&mut self, sid: u64) {
         if self.role == StateRole::Leader {
@@ -714,6 +748,9 @@ impl Driver {
     fn handle_ready(&mut self) -> anyhow::Result<()> {
         let mut rd = self.raw.ready();
         let mut batch = Batch::default();
+        // New entries or a changed term/vote must be on disk before we
+        // tell anyone; a Ready with only commits and messages needs no fsync.
+        let must_sync = rd.must_sync() || !rd.snapshot().is_empty();
 
         if let Some(ss) = rd.ss() {
             self.on_soft_state(ss.leader_id, ss.raft_state);
@@ -733,7 +770,7 @@ impl Driver {
         }
         self.sm.flush(&mut batch);
         // Durable before anyone hears that we have it.
-        self.kv.write(batch, true)?;
+        self.kv.write(batch, must_sync)?;
         self.send_messages(rd.take_persisted_messages());
 
         let mut light = self.raw.advance(rd);
@@ -783,6 +820,9 @@ impl Driver {
                 info!(term, "became leader");
             }
         }
+        if leader != self.leader {
+            self.leader_contact = Instant::now();
+        }
         self.leader = leader;
         self.term = term;
         self.role = role;
@@ -809,9 +849,9 @@ impl Driver {
                     path: path.clone(),
                     kind: w.kind as i32,
                     persistent: w.persistent,
-                    existed: true,
+                    existed: w.existed,
                 };
-                if let Some(ev) = self.missed_event(&spec, 0) {
+                if let Some(ev) = self.missed_event(&spec, w.since) {
                     events.push((w.clone(), path.clone(), ev));
                 }
             }
@@ -937,6 +977,14 @@ impl Driver {
         }
         warn!(conns = self.conns.len(), "{msg}");
     }
+}
+
+/// Checks a watch registration: a valid path and a known kind.
+fn check_spec(spec: &WatchSpec) -> Result<(), (ErrorCode, String)> {
+    baton_proto::validate_path(&spec.path).map_err(|m| (ErrorCode::InvalidPath, m))?;
+    WatchKind::try_from(spec.kind)
+        .map(|_| ())
+        .map_err(|_| (ErrorCode::BadRequest, format!("unknown watch kind {} (newer protocol?)", spec.kind)))
 }
 
 /// Checks a write before it is proposed (the state machine checks again).

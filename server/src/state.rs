@@ -592,6 +592,9 @@ impl Txn<'_> {
             return err(ErrorCode::NoChildrenForEphemerals, format!("{parent} is ephemeral and cannot have children"));
         }
         let path = if c.sequential { format!("{}{:010}", c.path, p.next_seq) } else { c.path.clone() };
+        if c.sequential {
+            check_path(&path)?; // the suffix may push it over the limit
+        }
         if self.sm.nodes.contains_key(&path) {
             return err(ErrorCode::NodeExists, format!("{path} exists"));
         }

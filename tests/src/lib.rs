@@ -183,7 +183,9 @@ impl Cluster {
                     return l;
                 }
             }
-            assert!(Instant::now() < deadline, "no leader within {timeout:?}; logs in {}", self.dir.path().display());
+            if Instant::now() >= deadline {
+                panic!("no leader within {timeout:?}\n{}", self.log_tails(15));
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -208,6 +210,21 @@ impl Cluster {
 
     pub async fn client_with(&self, cfg: ClientConfig) -> Client {
         Client::connect_with(cfg).await.expect("connect")
+    }
+
+    /// The last `n` lines of every member's log (for failure messages).
+    pub fn log_tails(&self, n: usize) -> String {
+        let mut out = String::new();
+        for m in &self.members {
+            let log = self.log(m.id);
+            let lines: Vec<&str> = log.lines().collect();
+            out.push_str(&format!("--- member {} ({}):\n", m.id, m.client_addr));
+            for l in &lines[lines.len().saturating_sub(n)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
     }
 
     /// The log of member `id` (for assertions and failure messages).

@@ -129,6 +129,12 @@ enum Workload {
     Set,
     /// Linearizable reads of one node per client.
     Get,
+    /// Acquire + release one lock in a loop (use --clients 1).
+    LockUncontended,
+    /// Every client on one lock: grants/s, and the wait for a grant.
+    LockContended,
+    /// Every client on its own lock.
+    LockIndependent,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -489,6 +495,9 @@ async fn bench(
         let key = format!("{root}/k{i}");
         c.create(&key, data.clone(), CreateOptions::persistent()).await?;
         let (stop, data, root) = (stop.clone(), data.clone(), root.clone());
+        if matches!(w, Workload::LockUncontended) && clients > 1 {
+            anyhow::bail!("lock-uncontended runs one client (--clients 1)");
+        }
         tasks.push(tokio::spawn(async move {
             let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
             let mut errors = 0u64;
@@ -501,6 +510,28 @@ async fn bench(
                         .map(|_| ()),
                     Workload::Set => c.set(&key, data.clone(), None).await.map(|_| ()),
                     Workload::Get => c.get(&key).await.map(|_| ()),
+                    Workload::LockUncontended | Workload::LockIndependent | Workload::LockContended => {
+                        let name = match w {
+                            Workload::LockContended => format!("bench-{run_id:08x}"),
+                            _ => format!("bench-{run_id:08x}-{i}"),
+                        };
+                        match c.lock(&name).await {
+                            // Contended: the figure is the wait for a grant.
+                            Ok(g) => {
+                                let waited = t.elapsed();
+                                let r = g.release().await;
+                                if matches!(w, Workload::LockContended) {
+                                    let _ = hist.record(waited.as_micros().max(1) as u64);
+                                    if r.is_err() {
+                                        errors += 1;
+                                    }
+                                    continue;
+                                }
+                                r
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
                 };
                 match r {
                     Ok(()) => {
