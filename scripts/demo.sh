@@ -50,6 +50,7 @@ step "kill -9 the leader"
 LEADER=$("$BATON" status --json | grep '"role":"leader"' | sed 's/.*"id":\([0-9]*\).*/\1/' | head -1)
 PID=$(grep "^member $LEADER:" "$DATA/cluster.out" | sed 's/.*pid \([0-9]*\).*/\1/')
 echo "leader is member $LEADER (pid $PID)"
+LEADER_CMD=$(tr '\0' ' ' < "/proc/$PID/cmdline")
 run kill -9 "$PID"
 START=$(date +%s%N)
 for _ in $(seq 200); do
@@ -65,6 +66,69 @@ run "$BATON" get /demo/config
 run "$BATON" ls /demo
 run "$BATON" create /demo/after-failover "ok"
 run "$BATON" get /demo/after-failover
+
+step "restart the killed member with its data dir: it rejoins and catches up"
+$LEADER_CMD >> "$DATA/member-$LEADER.log" 2>&1 &
+disown
+for _ in $(seq 100); do
+  "$BATON" --endpoints "127.0.0.1:$((BASE+LEADER))" get --stale /demo/after-failover >/dev/null 2>&1 && break; sleep 0.1
+done
+printf 'member %s says: ' "$LEADER"; "$BATON" --endpoints "127.0.0.1:$((BASE+LEADER))" get --stale /demo/after-failover
+run "$BATON" status
+
+step "the main job: workers take turns on a lock, each write fenced by its token"
+# Seed 000's single-runner job: `baton lock NAME -- CMD` runs CMD while
+# holding the lock, with the token in BATON_FENCE_TOKEN. Each worker reads
+# the counter and writes it back +1, guarded by check_fence on "billing".
+export PATH="$BIN:$PATH"
+W="$DATA/work"; mkdir -p "$W"; : > "$W/accepted"; : > "$W/rejected"; : > "$W/grants"
+"$BATON" create /demo/counter 0 >/dev/null
+JOB='echo "$PPID $$ $BATON_FENCE_TOKEN" > '"$W"'/holder; echo "$BATON_FENCE_TOKEN" >> '"$W"'/grants
+n=$(baton get /demo/counter); sleep 0.3
+if baton set /demo/counter $((n+1)) --fence billing=$BATON_FENCE_TOKEN >/dev/null 2>'"$W"'/err.$$; then
+  echo "$BATON_FENCE_TOKEN" >> '"$W"'/accepted
+else
+  echo "$BATON_FENCE_TOKEN $(cat '"$W"'/err.$$)" >> '"$W"'/rejected
+fi'
+PIDS=()
+for w in 1 2 3 4; do
+  ( for i in 1 2 3 4 5; do
+      baton lock billing --session-timeout 2s --grace 1s -- sh -c "$JOB" 2>>"$W/worker-$w.log" || true
+    done ) &
+  PIDS+=($!)
+done
+sleep 2
+read -r HOLDER SH TOKEN < "$W/holder"
+echo "pausing the holder (token $TOKEN, pid $HOLDER) with SIGSTOP, past its 2 s session timeout"
+kill -STOP "$HOLDER" 2>/dev/null || true; kill -STOP -- "-$SH" 2>/dev/null || true
+sleep 3.5
+echo "meanwhile the lock moved on: $(tail -n 1 "$W/grants" | tr -d '\n') is the newest token"
+echo "waking the paused job first: it still believes it holds the lock and writes"
+kill -CONT -- "-$SH" 2>/dev/null || true; sleep 1.5
+kill -CONT "$HOLDER" 2>/dev/null || true
+sleep 1
+LEADER=$("$BATON" status --json | grep '"role":"leader"' | sed 's/.*"id":\([0-9]*\).*/\1/' | head -1)
+LPID=$(grep "^member $LEADER:" "$DATA/cluster.out" | sed 's/.*pid \([0-9]*\).*/\1/')
+echo "kill -9 the leader (member $LEADER) while the workers run"
+kill -9 "$LPID"
+for p in "${PIDS[@]}"; do wait "$p"; done
+
+step "summary"
+GRANTS=$(wc -l < "$W/grants"); ACC=$(wc -l < "$W/accepted"); REJ=$(wc -l < "$W/rejected")
+echo "grants:          $GRANTS"
+echo "tokens in order: $(tr '\n' ' ' < "$W/grants")"
+echo "accepted writes: $ACC"
+echo "rejected writes: $REJ"
+echo "stopped before writing (lock in doubt): $((GRANTS - ACC - REJ))"
+sed 's/^/  stale write, token /' "$W/rejected"
+grep -h "lost" "$W"/worker-*.log | sed 's/^/  /' || true
+COUNTER=$("$BATON" get /demo/counter)
+echo "counter:         $COUNTER"
+if [ "$COUNTER" = "$ACC" ] && [ "$REJ" -ge 1 ] && sort -n -c "$W/grants" 2>/dev/null; then
+  echo "OK: counter == accepted writes, tokens only grew, the paused holder's late write was refused"
+else
+  echo "UNEXPECTED: counter $COUNTER, accepted $ACC, rejected $REJ"; exit 1
+fi
 
 step "stop everything"
 kill -TERM "$CLUSTER_PID"
