@@ -475,13 +475,21 @@ impl Driver {
         let reads = std::mem::take(&mut self.reads_to_batch);
         let ctx = self.next_read_ctx;
         self.next_read_ctx += 1;
-        self.raw.read_index(ctx.to_be_bytes().to_vec());
+        // The leader keeps pending ReadIndex requests by context and ignores
+        // a duplicate: every member's contexts must differ, so the member id
+        // goes first.
+        let mut rctx = self.cfg.id.to_be_bytes().to_vec();
+        rctx.extend_from_slice(&ctx.to_be_bytes());
+        self.raw.read_index(rctx);
         self.read_batches.insert(ctx, ReadBatch { issued: Instant::now(), reads });
     }
 
     fn on_read_states(&mut self, states: Vec<ReadState>) {
         for rs in states {
-            let Ok(ctx) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) else { continue };
+            let Some(ctx) = rs.request_ctx.get(8..16).and_then(|b| <[u8; 8]>::try_from(b).ok()) else { continue };
+            if rs.request_ctx[..8] != self.cfg.id.to_be_bytes() {
+                continue;
+            }
             if let Some(batch) = self.read_batches.remove(&u64::from_be_bytes(ctx)) {
                 for d in batch.reads {
                     self.waiting.push((rs.index, d));
