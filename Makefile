@@ -9,6 +9,7 @@ deps:
 
 build: deps
 	$(CARGO) build --bins
+	$(CARGO) build -p baton-server --features fault-injection --bin batond-faulty
 
 release: deps
 	$(CARGO) build --release --bins
@@ -20,6 +21,7 @@ demo: release
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy -p baton-server --all-targets --features fault-injection -- -D warnings
 
 # The whole suite: lint, unit and golden tests, then real 3-member clusters.
 test: lint build

@@ -27,6 +27,8 @@ pub struct Config {
     pub max_session_ms: u32,
     /// How long a request may wait for its commit or read before it fails.
     pub request_timeout_ms: u64,
+    /// Deliberate bugs (test builds only; see `faults`).
+    pub faults: crate::faults::Faults,
 }
 
 /// Session timeout when the client asks for 0 (ms).

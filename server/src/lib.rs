@@ -13,6 +13,7 @@
 //! See docs/architecture.md for the write and read paths end to end.
 
 pub mod config;
+pub mod faults;
 pub mod kv;
 pub mod listener;
 pub mod logging;

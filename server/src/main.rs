@@ -56,6 +56,12 @@ struct Timing {
     /// How long a request may wait for commit or ReadIndex (ms).
     #[arg(long, default_value_t = 8000)]
     request_timeout_ms: u64,
+    /// Switch on a deliberate bug (harness tests only): stale-reads,
+    /// ack-before-commit, no-fence-check, grant-without-predecessor,
+    /// expire-without-grace.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long = "server-fault")]
+    server_fault: Vec<String>,
 }
 
 impl Timing {
@@ -70,6 +76,13 @@ impl Timing {
             format!("--max-session-ms={}", self.max_session_ms),
             format!("--request-timeout-ms={}", self.request_timeout_ms),
         ]
+    }
+
+    fn faults(&self) -> anyhow::Result<baton_server::faults::Faults> {
+        #[cfg(feature = "fault-injection")]
+        return baton_server::faults::Faults::parse(&self.server_fault).map_err(|e| anyhow::anyhow!(e));
+        #[cfg(not(feature = "fault-injection"))]
+        Ok(Default::default())
     }
 }
 
@@ -109,7 +122,7 @@ struct ClusterArgs {
     timing: Timing,
 }
 
-fn main() {
+pub fn main() {
     let cli = Cli::parse();
     baton_server::logging::init();
     let result = match cli.cmd {
@@ -154,6 +167,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         min_session_ms: t.min_session_ms,
         max_session_ms: t.max_session_ms,
         request_timeout_ms: t.request_timeout_ms.max(100),
+        faults: t.faults()?,
     };
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let kv =

@@ -169,6 +169,10 @@ impl Driver {
             sm.restore(&snap.data)?;
         }
         let applied = sm.applied();
+        sm.set_faults(cfg.faults);
+        if cfg.faults.any() {
+            warn!(faults = ?cfg.faults, "DELIBERATE BUGS ARE ON: this member is for harness tests only");
+        }
         let rcfg = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_ticks,
@@ -370,7 +374,7 @@ impl Driver {
                 if let Some(Err((code, msg))) = r.watch.as_ref().map(check_spec) {
                     return self.reply_err(conn, id, code, msg);
                 }
-                if r.stale {
+                if r.stale || self.cfg.faults.stale_reads() {
                     self.serve(conn, &req);
                 } else {
                     self.reads_to_batch.push(Deferred { conn, req, since: Instant::now() });
@@ -537,7 +541,17 @@ impl Driver {
                 self.maybe_watch(conn, r, true);
                 response::Body::Exists(ExistsResp { stat })
             }),
-            Some(B::Children(r)) => self.sm.children(&r.path).map(|(children, stat)| {
+            Some(B::Children(r)) => self.sm.children(&r.path).map(|(mut children, stat)| {
+                if self.cfg.faults.grant_without_predecessor() {
+                    let me = self.conns.get(&conn).and_then(|c| c.session).unwrap_or(0);
+                    children.retain(|k| {
+                        let owner = self
+                            .sm
+                            .stat_of(&format!("{}/{k}", r.path.trim_end_matches('/')))
+                            .map(|s| s.ephemeral_owner);
+                        owner.is_none_or(|o| o == 0 || o == me)
+                    });
+                }
                 self.maybe_watch(conn, r, true);
                 response::Body::Children(ChildrenResp { children, stat: Some(stat) })
             }),
@@ -725,7 +739,8 @@ impl Driver {
         self.deadlines.retain(|id, _| live.contains_key(id));
         self.expiring.retain(|id, _| live.contains_key(id));
         for (id, timeout) in &live {
-            self.deadlines.entry(*id).or_insert_with(|| now + Duration::from_millis(*timeout as u64));
+            let grace = if self.cfg.faults.expire_without_grace() { 0 } else { *timeout as u64 };
+            self.deadlines.entry(*id).or_insert_with(|| now + Duration::from_millis(grace));
         }
         let retry = self.cfg.request_timeout();
         let due: Vec<u64> = self
@@ -772,6 +787,9 @@ impl Driver {
         self.apply_entries(rd.take_committed_entries())?;
         if !rd.entries().is_empty() {
             self.raw.mut_store().append(rd.entries(), &mut batch)?;
+            if self.cfg.faults.ack_before_commit() {
+                self.ack_early(rd.entries());
+            }
         }
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().set_hard_state(hs.clone(), &mut batch)?;
@@ -935,6 +953,26 @@ impl Driver {
                     }
                     self.reply(p.conn, resp);
                 }
+            }
+        }
+    }
+
+    /// Fault `ack-before-commit`: answers this member's proposals as soon
+    /// as they are in its log, from a speculative copy of the state.
+    fn ack_early(&mut self, entries: &[Entry]) {
+        let mut spec = self.sm.clone();
+        for e in entries {
+            if e.entry_type != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            let Ok(cmd) = Command::decode(&e.data[..]) else { continue };
+            let applied = spec.apply(e.index, &cmd);
+            if cmd.origin != self.cfg.id {
+                continue;
+            }
+            if let (Some(p), Some(mut resp)) = (self.pending.remove(&cmd.request_id), applied.reply) {
+                resp.id = p.client_id;
+                self.reply(p.conn, resp);
             }
         }
     }

@@ -99,6 +99,7 @@ enum Undo {
 }
 
 /// The node tree, sessions and fences at `applied`.
+#[derive(Clone)]
 pub struct StateMachine {
     nodes: HashMap<String, Node>,
     /// parent path -> child names, sorted. Derived from `nodes`, not
@@ -112,6 +113,8 @@ pub struct StateMachine {
     dirty_fences: HashSet<String>,
     /// Set when the whole state was replaced (snapshot install).
     dirty_all: bool,
+    /// Deliberate bugs for harness tests; identical on every member.
+    faults: crate::faults::Faults,
 }
 
 impl Default for StateMachine {
@@ -133,9 +136,15 @@ impl StateMachine {
             dirty_sessions: HashSet::new(),
             dirty_fences: HashSet::new(),
             dirty_all: false,
+            faults: Default::default(),
         };
         sm.nodes.insert("/".into(), root_node());
         sm
+    }
+
+    /// Switches on deliberate bugs (harness tests only).
+    pub fn set_faults(&mut self, faults: crate::faults::Faults) {
+        self.faults = faults;
     }
 
     pub fn applied(&self) -> u64 {
@@ -476,6 +485,7 @@ impl StateMachine {
         }
         sm.rebuild_derived();
         sm.dirty_all = true;
+        sm.faults = self.faults;
         *self = sm;
         Ok(())
     }
@@ -712,7 +722,7 @@ impl Txn<'_> {
             return err(ErrorCode::BadRequest, "fence resource name must be 1..4096 bytes");
         }
         let prev = self.sm.fences.get(&f.resource).copied();
-        if let Some(seen) = prev {
+        if let Some(seen) = prev.filter(|_| !self.sm.faults.no_fence_check()) {
             if f.token < seen {
                 return err(
                     ErrorCode::FenceRejected,
