@@ -632,8 +632,15 @@ impl Actor {
         debug!(session = self.session_id, "{why}");
         let _ = self.state.send(SessionState::Expired);
         for (_, p) in std::mem::take(&mut self.pending) {
+            // A write already sent may have committed before the session
+            // ended: that is not a definite failure.
+            let err = if p.is_write && p.sent {
+                Error::Ambiguous(format!("session expired before the reply ({why})"))
+            } else {
+                Error::SessionExpired
+            };
             if let Some(tx) = p.reply {
-                let _ = tx.send(Err(Error::SessionExpired));
+                let _ = tx.send(Err(err));
             }
         }
         self.watches.clear();

@@ -1,0 +1,294 @@
+//! DB automation: real `batond` processes on free loopback ports, every
+//! link through the harness's proxies, logs collected into the run folder,
+//! and everything torn down on drop (so on error, Ctrl-C and panic too).
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use baton_client::member_status;
+
+use crate::proxy::{LinkId, Proxies};
+
+/// Session timeout the harness's clients ask for (ms): pauses of 3-8 s
+/// outlive it.
+pub const SESSION_MS: u64 = 2000;
+
+pub struct DbOpts {
+    pub nodes: u64,
+    /// Client slots (each gets its own proxied links).
+    pub slots: usize,
+    pub bin: PathBuf,
+    /// Run folder: member data dirs and logs go below it.
+    pub dir: PathBuf,
+    /// Deliberate server bugs (needs `batond-faulty`).
+    pub server_faults: Vec<String>,
+}
+
+struct Member {
+    id: u64,
+    client_addr: SocketAddr,
+    peer_addr: SocketAddr,
+    data_dir: PathBuf,
+    log: PathBuf,
+    peers_arg: String,
+    child: Option<Child>,
+    paused: bool,
+}
+
+pub struct Db {
+    pub nodes: u64,
+    pub slots: usize,
+    members: Vec<Member>,
+    pub proxies: Proxies,
+    bin: PathBuf,
+    server_faults: Vec<String>,
+}
+
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Finds `batond` (or `batond-faulty`) next to this executable, in the
+/// cargo target folder, or on PATH.
+pub fn locate_bin(faulty: bool) -> anyhow::Result<PathBuf> {
+    let name = if faulty { "batond-faulty" } else { "batond" };
+    if let Some(p) = std::env::var_os(if faulty { "BATOND_FAULTY_BIN" } else { "BATOND_BIN" }) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    for _ in 0..2 {
+        let cand = dir.join(name);
+        if cand.exists() {
+            return Ok(cand);
+        }
+        dir.pop(); // target/debug/deps -> target/debug
+    }
+    for d in std::env::var("PATH").unwrap_or_default().split(':') {
+        let cand = Path::new(d).join(name);
+        if cand.exists() {
+            return Ok(cand);
+        }
+    }
+    let hint = if faulty {
+        "cargo build -p baton-server --features fault-injection --bin batond-faulty"
+    } else {
+        "cargo build --bins"
+    };
+    anyhow::bail!("{name} not found next to {} nor on PATH (build it: {hint})", exe.display())
+}
+
+impl Db {
+    pub async fn start(o: DbOpts) -> anyhow::Result<Db> {
+        std::fs::create_dir_all(&o.dir)?;
+        // Fresh data dirs: a reused run folder must not leak old state.
+        for id in 1..=o.nodes {
+            let _ = std::fs::remove_dir_all(o.dir.join(format!("member-{id}")));
+            let _ = std::fs::remove_file(o.dir.join(format!("member-{id}.log")));
+        }
+        let mut proxies = Proxies::default();
+        let mut members = Vec::new();
+        for id in 1..=o.nodes {
+            members.push(Member {
+                id,
+                client_addr: free_addr()?,
+                peer_addr: free_addr()?,
+                data_dir: o.dir.join(format!("member-{id}")),
+                log: o.dir.join(format!("member-{id}.log")),
+                peers_arg: String::new(),
+                child: None,
+                paused: false,
+            });
+        }
+        // Peer links: member `from` reaches member `to` through a proxy.
+        let mut peer_proxy = BTreeMap::new();
+        for from in 1..=o.nodes {
+            for to in 1..=o.nodes {
+                if from != to {
+                    let target = members[(to - 1) as usize].peer_addr;
+                    peer_proxy.insert((from, to), proxies.add(LinkId::Peer { from, to }, target).await?);
+                }
+            }
+        }
+        for m in members.iter_mut() {
+            let parts: Vec<String> = (1..=o.nodes)
+                .map(|to| {
+                    let addr = if to == m.id { m.peer_addr } else { peer_proxy[&(m.id, to)] };
+                    format!("{to}={addr}")
+                })
+                .collect();
+            m.peers_arg = parts.join(",");
+        }
+        // Client links: per slot, and the storage links per home member.
+        for to in 1..=o.nodes {
+            let target = members[(to - 1) as usize].client_addr;
+            for slot in 0..o.slots {
+                let home = slot as u64 % o.nodes + 1;
+                proxies.add(LinkId::Client { slot, home, to }, target).await?;
+            }
+            for home in 1..=o.nodes {
+                proxies.add(LinkId::Storage { home, to }, target).await?;
+            }
+        }
+        let mut db =
+            Db { nodes: o.nodes, slots: o.slots, members, proxies, bin: o.bin, server_faults: o.server_faults };
+        for id in 1..=o.nodes {
+            db.start_member(id)?;
+        }
+        db.wait_leader(Duration::from_secs(30)).await.context("cluster did not elect a leader")?;
+        Ok(db)
+    }
+
+    fn start_member(&mut self, id: u64) -> anyhow::Result<()> {
+        let faults = self.server_faults.clone();
+        let bin = self.bin.clone();
+        let m = &mut self.members[(id - 1) as usize];
+        if m.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log)?;
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--id={id}"))
+            .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--client-addr={}", m.client_addr))
+            .arg(format!("--peer-addr={}", m.peer_addr))
+            .arg(format!("--peers={}", m.peers_arg))
+            .arg("--snapshot-entries=2000")
+            .env("RUST_LOG", "info,raft=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        for f in faults {
+            cmd.arg(format!("--server-fault={f}"));
+        }
+        m.child = Some(cmd.spawn().with_context(|| format!("starting member {id}"))?);
+        m.paused = false;
+        Ok(())
+    }
+
+    /// kill -9 member `id`.
+    pub fn kill(&mut self, id: u64) {
+        let m = &mut self.members[(id - 1) as usize];
+        if let Some(mut c) = m.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        m.paused = false;
+    }
+
+    /// Restarts member `id` (same data dir) if it is not running.
+    pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        self.start_member(id)
+    }
+
+    fn signal(&self, id: u64, sig: i32) {
+        if let Some(c) = &self.members[(id - 1) as usize].child {
+            // SAFETY: kill(2) on a child we spawned and have not reaped.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
+    /// SIGSTOP member `id`.
+    pub fn pause(&mut self, id: u64) {
+        self.signal(id, libc::SIGSTOP);
+        self.members[(id - 1) as usize].paused = true;
+    }
+
+    /// SIGCONT member `id`.
+    pub fn resume(&mut self, id: u64) {
+        self.signal(id, libc::SIGCONT);
+        self.members[(id - 1) as usize].paused = false;
+    }
+
+    pub fn is_up(&self, id: u64) -> bool {
+        let m = &self.members[(id - 1) as usize];
+        m.child.is_some() && !m.paused
+    }
+
+    /// Heals everything: links open, paused members resumed, killed ones
+    /// restarted.
+    pub fn heal_all(&mut self) -> anyhow::Result<()> {
+        self.proxies.heal();
+        for id in 1..=self.nodes {
+            if self.members[(id - 1) as usize].paused {
+                self.resume(id);
+            }
+            self.restart(id)?;
+        }
+        Ok(())
+    }
+
+    /// The current leader as the members report it (asked directly, not
+    /// through the proxies: the harness's control channel).
+    pub async fn leader(&self) -> Option<u64> {
+        for m in &self.members {
+            if !self.is_up(m.id) {
+                continue;
+            }
+            if let Ok(s) = member_status(&m.client_addr.to_string(), Duration::from_millis(300)).await {
+                if s.role == "leader" {
+                    return Some(s.id);
+                }
+            }
+        }
+        None
+    }
+
+    pub async fn wait_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.leader().await {
+                return Ok(l);
+            }
+            if Instant::now() >= deadline {
+                anyhow::bail!("no leader within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Endpoints for client slot `slot`: its own proxied links, its home
+    /// member first.
+    pub fn slot_endpoints(&self, slot: usize) -> Vec<String> {
+        let home = slot as u64 % self.nodes + 1;
+        self.rotate(home, |to| LinkId::Client { slot, home, to })
+    }
+
+    /// Endpoints for a storage client homed at member `home`.
+    pub fn storage_endpoints(&self, home: u64) -> Vec<String> {
+        self.rotate(home, |to| LinkId::Storage { home, to })
+    }
+
+    fn rotate(&self, home: u64, link: impl Fn(u64) -> LinkId) -> Vec<String> {
+        (0..self.nodes)
+            .map(|i| (home - 1 + i) % self.nodes + 1)
+            .filter_map(|to| self.proxies.addr(link(to)).map(|a| a.to_string()))
+            .collect()
+    }
+
+    /// Direct (unproxied) client endpoints, for setup and final reads.
+    pub fn direct_endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_addr.to_string()).collect()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                // SAFETY: resume a possibly stopped child so it can die.
+                unsafe {
+                    libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}

@@ -1,0 +1,1028 @@
+//! Linearizability checking in the style of Wing & Gong, as refined by Lowe
+//! ("Testing for linearizability", 2017) — the search Knossos calls "wgl"
+//! and Porcupine uses — with P-compositionality: every key is an
+//! independent object, so each key's sub-history is checked on its own
+//! (and keys are checked in parallel).
+//!
+//! # The search
+//!
+//! Every determinate operation contributes two entries, its call and its
+//! return, to a doubly linked list ordered by time (a call sorts before a
+//! return at the same instant, so touching operations count as concurrent).
+//! The search repeatedly looks at the calls that precede the first return in
+//! the list: those operations are "minimal" and may take effect next. Taking
+//! one ("lift") applies it to the model, removes its call and return from the
+//! list and pushes a frame on a stack; if nothing can be taken before the
+//! first return, the search backtracks ("unlift": pop, restore the model
+//! state, put the entries back) and tries the next candidate. A cache of
+//! (set of linearized operations, model state) prunes configurations already
+//! explored. The history is linearizable iff the list empties.
+//!
+//! Indeterminate operations (`info`, or never completed) have their return at
+//! infinity: they may take effect at any point after their call, or never.
+//! They are kept in a second list of calls only; they are offered as
+//! candidates after the determinate ones (so they are linearized lazily, when
+//! something needs them), they are never *required*, and the search succeeds
+//! as soon as every determinate operation is linearized. Two refinements keep
+//! many indeterminate operations from blowing the search up: among pending
+//! indeterminate operations with equal inputs only the earliest is tried (they
+//! are interchangeable), and [`Model::still_possible`] lets a model say that
+//! the operation blocking progress can never be linearized any more (e.g. a
+//! read of version 7 once the register is at version 8), which stops the
+//! search from stacking indeterminate writes in front of it.
+//!
+//! Definite failures (`fail`) had no effect and are excluded.
+//!
+//! # Budget
+//!
+//! The search is exponential in the worst case. [`CheckOptions::max_states`]
+//! bounds the number of distinct configurations cached per key; a key whose
+//! search exceeds it is reported as [`Validity::Unknown`].
+
+use crate::history::{History, OpType, Pair};
+use serde::{Serialize, Serializer};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::time::Instant;
+
+// ---------------------------------------------------------------------------
+// Generic model and checker
+// ---------------------------------------------------------------------------
+
+/// A sequential specification. Implementations must be deterministic: a
+/// state and an operation determine the next state.
+pub trait Model: Clone + Eq + Hash {
+    /// An operation's input (its arguments).
+    type In: Eq + Hash;
+    /// An operation's observed output.
+    type Out;
+
+    /// Applies an operation that returned `output`. `None` means that output
+    /// is impossible from this state.
+    fn step(&self, input: &Self::In, output: &Self::Out) -> Option<Self>;
+
+    /// Applies an operation whose output is unknown (indeterminate): the
+    /// state after it takes effect with whatever output the model produces.
+    /// `None` means it cannot take effect from this state.
+    fn step_unknown(&self, input: &Self::In) -> Option<Self>;
+
+    /// Pruning hint: may return `false` only if the operation can be
+    /// linearized neither from this state nor from any state reachable from
+    /// it (e.g. versions only grow). The default never prunes.
+    fn still_possible(&self, input: &Self::In, output: Option<&Self::Out>) -> bool {
+        let _ = (input, output);
+        true
+    }
+}
+
+/// One operation of a single object's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation<I, O> {
+    /// Caller's identifier (e.g. an index into the history); reported back.
+    pub id: usize,
+    /// Invocation time.
+    pub call: u64,
+    /// Completion time; `u64::MAX` for an indeterminate operation, which may
+    /// take effect at any time after `call`, or never.
+    pub ret: u64,
+    pub input: I,
+    /// The observed output; `None` = unknown (not checked, see
+    /// [`Model::step_unknown`]).
+    pub output: Option<O>,
+}
+
+/// The verdict for one object or a whole history. Serializes as Jepsen's
+/// `:valid?`: `true`, `false` or `"unknown"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    Valid,
+    Invalid,
+    /// The search exceeded its state budget, or the input could not be used.
+    Unknown,
+}
+
+impl Validity {
+    /// Invalid dominates Unknown, which dominates Valid.
+    pub fn merge(self, other: Validity) -> Validity {
+        use Validity::*;
+        match (self, other) {
+            (Invalid, _) | (_, Invalid) => Invalid,
+            (Unknown, _) | (_, Unknown) => Unknown,
+            _ => Valid,
+        }
+    }
+}
+
+impl Serialize for Validity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Validity::Valid => s.serialize_bool(true),
+            Validity::Invalid => s.serialize_bool(false),
+            Validity::Unknown => s.serialize_str("unknown"),
+        }
+    }
+}
+
+/// Search limits.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Maximum number of distinct (linearized set, state) configurations
+    /// explored per key before giving up with [`Validity::Unknown`]. Each
+    /// costs roughly 100-200 bytes of cache plus a few window words.
+    pub max_states: u64,
+    /// Worker threads for checking keys in parallel; 0 = available cores.
+    pub threads: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { max_states: 1_000_000, threads: 0 }
+    }
+}
+
+/// Why one object's history is not linearizable (or, for `Unknown`, how far
+/// the search got).
+#[derive(Debug, Clone)]
+pub struct Failure<M> {
+    /// The longest linearizable prefix found: operation ids in linearization
+    /// order.
+    pub prefix: Vec<usize>,
+    /// The model state after that prefix.
+    pub state: M,
+    /// The operation that returned without a possible linearization point
+    /// after that prefix.
+    pub op: usize,
+    /// Other operations that were pending (could have been linearized next)
+    /// at that point; at most 32 indeterminate ones are listed.
+    pub pending: Vec<usize>,
+}
+
+/// The result of checking one object.
+#[derive(Debug, Clone)]
+pub struct Outcome<M> {
+    pub validity: Validity,
+    /// Distinct configurations explored.
+    pub states: u64,
+    /// For `Valid`: a witness, the ids of the operations that took effect, in
+    /// linearization order (indeterminate operations that never took effect
+    /// are absent).
+    pub linearization: Vec<usize>,
+    /// For `Invalid` (and, as partial information, `Unknown`).
+    pub failure: Option<Failure<M>>,
+}
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+enum Cursor {
+    /// Next candidate: this node of the determinate list.
+    Det(u32),
+    /// Next candidate: this node of the indeterminate list, while its call
+    /// precedes the return node given second.
+    Opt(u32, u32),
+}
+
+struct Frame<M> {
+    cursor: Cursor,
+    op: u32,
+    prev: M,
+}
+
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(x as u64)
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64)
+    }
+    fn write_i32(&mut self, x: i32) {
+        self.write_u64(x as u32 as u64)
+    }
+    fn write_i64(&mut self, x: i64) {
+        self.write_u64(x as u64)
+    }
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(x as u64)
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// The set of linearized operations: determinate ops occupy the first
+/// `det_words` words (numbered in call order, so the set is mostly a prefix),
+/// indeterminate ops the rest.
+struct Bits {
+    words: Vec<u64>,
+    det_words: usize,
+    d: usize,
+}
+
+impl Bits {
+    fn new(d: usize, m: usize) -> Bits {
+        let det_words = d.div_ceil(64);
+        Bits { words: vec![0; det_words + m.div_ceil(64)], det_words, d }
+    }
+    #[inline]
+    fn slot(&self, i: u32) -> (usize, u64) {
+        let i = i as usize;
+        let b = if i < self.d { i } else { self.det_words * 64 + (i - self.d) };
+        (b / 64, 1u64 << (b % 64))
+    }
+    #[inline]
+    fn set(&mut self, i: u32) {
+        let (w, m) = self.slot(i);
+        self.words[w] |= m;
+    }
+    #[inline]
+    fn clear(&mut self, i: u32) {
+        let (w, m) = self.slot(i);
+        self.words[w] &= !m;
+    }
+    #[inline]
+    fn get(&self, i: u32) -> bool {
+        let (w, m) = self.slot(i);
+        self.words[w] & m != 0
+    }
+    /// A compact, exact encoding: the count of leading all-ones determinate
+    /// words, the determinate window up to its last non-zero word, and the
+    /// indeterminate words.
+    fn key(&self) -> Box<[u64]> {
+        let dw = &self.words[..self.det_words];
+        let lead = dw.iter().take_while(|&&w| w == u64::MAX).count();
+        let mut end = dw.len();
+        while end > lead && dw[end - 1] == 0 {
+            end -= 1;
+        }
+        let mut v = Vec::with_capacity(1 + end - lead + self.words.len() - self.det_words);
+        v.push(((lead as u64) << 32) | (end - lead) as u64);
+        v.extend_from_slice(&dw[lead..end]);
+        v.extend_from_slice(&self.words[self.det_words..]);
+        v.into_boxed_slice()
+    }
+}
+
+/// Whether every pending determinate operation in the window (the calls up
+/// to and including the first return, skipping op `skip`) may still be
+/// linearized from `s` according to [`Model::still_possible`].
+fn window_possible<M: Model>(
+    s: &M,
+    skip: u32,
+    next: &[u32],
+    node_op: &[u32],
+    node_call: &[bool],
+    ops: &[Operation<M::In, M::Out>],
+    orig: &[usize],
+) -> bool {
+    let mut c = next[0];
+    while c != NIL {
+        let i = node_op[c as usize];
+        if i == NIL {
+            break; // tail
+        }
+        if i != skip {
+            let o = &ops[orig[i as usize]];
+            if !s.still_possible(&o.input, o.output.as_ref()) {
+                return false;
+            }
+            if !node_call[c as usize] {
+                break;
+            }
+        }
+        c = next[c as usize];
+    }
+    true
+}
+
+/// Checks one object's operations for linearizability from `initial`
+/// (the WGL search described in the module documentation). Only
+/// `opts.max_states` is used here.
+pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>], opts: &CheckOptions) -> Outcome<M> {
+    // Internal numbering: determinate ops 0..d by call time, then
+    // indeterminate ones d..d+m by call time.
+    let mut det: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].ret != u64::MAX).collect();
+    let mut opt: Vec<usize> = (0..ops.len()).filter(|&i| ops[i].ret == u64::MAX).collect();
+    det.sort_by_key(|&i| (ops[i].call, i));
+    opt.sort_by_key(|&i| (ops[i].call, i));
+    let (d, m) = (det.len(), opt.len());
+    let orig: Vec<usize> = det.iter().chain(opt.iter()).copied().collect();
+    let op_of = |i: u32| &ops[orig[i as usize]];
+
+    // Global event order: (time, call=0 before return=1, internal op).
+    let mut events: Vec<(u64, u8, u32)> = Vec::with_capacity(2 * d + m);
+    for (k, &i) in det.iter().enumerate() {
+        events.push((ops[i].call, 0, k as u32));
+        events.push((ops[i].ret.max(ops[i].call), 1, k as u32));
+    }
+    for (k, &i) in opt.iter().enumerate() {
+        events.push((ops[i].call, 0, (d + k) as u32));
+    }
+    events.sort_unstable();
+
+    // Determinate list: node 0 = head, 1..=2d entries in time order, 2d+1 = tail.
+    let head = 0u32;
+    let tail = (2 * d + 1) as u32;
+    let nodes = 2 * d + 2;
+    let mut next: Vec<u32> = (1..=nodes as u32).collect();
+    let mut prev: Vec<u32> = (0..nodes as u32).map(|i| i.wrapping_sub(1)).collect();
+    next[tail as usize] = NIL;
+    prev[head as usize] = NIL;
+    let mut node_op = vec![NIL; nodes];
+    let mut node_call = vec![false; nodes];
+    let mut node_pos = vec![0u32; nodes];
+    let mut node_match = vec![NIL; nodes];
+    // Indeterminate list: node 0 = head, k+1 = op d+k, m+1 = tail.
+    let ihead = 0u32;
+    let itail = (m + 1) as u32;
+    let mut inext: Vec<u32> = (1..=(m + 2) as u32).collect();
+    let mut iprev: Vec<u32> = (0..(m + 2) as u32).map(|i| i.wrapping_sub(1)).collect();
+    inext[itail as usize] = NIL;
+    iprev[ihead as usize] = NIL;
+    let mut ipos = vec![0u32; m + 2];
+    {
+        let mut call_node = vec![NIL; d];
+        let mut node = 1usize;
+        for (pos, &(_, kind, i)) in events.iter().enumerate() {
+            if (i as usize) < d {
+                node_op[node] = i;
+                node_call[node] = kind == 0;
+                node_pos[node] = pos as u32;
+                if kind == 0 {
+                    call_node[i as usize] = node as u32;
+                } else {
+                    node_match[call_node[i as usize] as usize] = node as u32;
+                }
+                node += 1;
+            } else {
+                ipos[i as usize - d + 1] = pos as u32;
+            }
+        }
+    }
+    // Among indeterminate ops with equal inputs, the previous one in call order.
+    let mut prev_same = vec![NIL; m];
+    {
+        let mut last: HashMap<&M::In, u32> = HashMap::new();
+        for k in 0..m {
+            if let Some(p) = last.insert(&ops[opt[k]].input, (d + k) as u32) {
+                prev_same[k] = p;
+            }
+        }
+    }
+
+    let mut bits = Bits::new(d, m);
+    let mut cache: HashSet<(Box<[u64]>, M), FxBuild> = HashSet::default();
+    let mut stack: Vec<Frame<M>> = Vec::new();
+    let mut state = initial.clone();
+    // Deepest dead end seen, for the report.
+    let mut best: Option<Failure<M>> = None;
+    let mut best_prefix: Vec<u32> = Vec::new();
+    let mut stable = 0usize; // stack[..stable] == best_prefix[..stable]
+
+    let step = |s: &M, op: &Operation<M::In, M::Out>| match &op.output {
+        Some(o) => s.step(&op.input, o),
+        None => s.step_unknown(&op.input),
+    };
+
+    let mut cursor = Cursor::Det(next[head as usize]);
+    let validity = loop {
+        if next[head as usize] == tail {
+            break Validity::Valid;
+        }
+        // `dead` = the return node we could not get past.
+        let dead: u32;
+        match cursor {
+            Cursor::Det(e) => {
+                let eu = e as usize;
+                if node_call[eu] {
+                    let i = node_op[eu];
+                    if let Some(ns) = step(&state, op_of(i))
+                        .filter(|ns| window_possible(ns, i, &next, &node_op, &node_call, ops, &orig))
+                    {
+                        bits.set(i);
+                        if cache.insert((bits.key(), ns.clone())) {
+                            let prev_state = std::mem::replace(&mut state, ns);
+                            stack.push(Frame { cursor, op: i, prev: prev_state });
+                            // lift: unlink the call and its return
+                            let r = node_match[eu] as usize;
+                            next[prev[eu] as usize] = next[eu];
+                            prev[next[eu] as usize] = prev[eu];
+                            next[prev[r] as usize] = next[r];
+                            prev[next[r] as usize] = prev[r];
+                            if cache.len() as u64 > opts.max_states {
+                                break Validity::Unknown;
+                            }
+                            cursor = Cursor::Det(next[head as usize]);
+                            continue;
+                        }
+                        bits.clear(i);
+                    }
+                    cursor = Cursor::Det(next[eu]);
+                    continue;
+                }
+                // The first pending return: try indeterminate ops before it.
+                if m > 0 && window_possible(&state, NIL, &next, &node_op, &node_call, ops, &orig) {
+                    cursor = Cursor::Opt(inext[ihead as usize], e);
+                    continue;
+                }
+                dead = e;
+            }
+            Cursor::Opt(j, r) => {
+                if j == itail || ipos[j as usize] > node_pos[r as usize] {
+                    dead = r;
+                } else {
+                    let i = d as u32 + j - 1;
+                    let ps = prev_same[j as usize - 1];
+                    if ps == NIL || bits.get(ps) {
+                        // A lift that changes nothing is pointless: the op may
+                        // equally stay pending forever.
+                        if let Some(ns) = step(&state, op_of(i)).filter(|ns| {
+                            *ns != state && window_possible(ns, NIL, &next, &node_op, &node_call, ops, &orig)
+                        }) {
+                            bits.set(i);
+                            if cache.insert((bits.key(), ns.clone())) {
+                                let prev_state = std::mem::replace(&mut state, ns);
+                                stack.push(Frame { cursor, op: i, prev: prev_state });
+                                let ju = j as usize;
+                                inext[iprev[ju] as usize] = inext[ju];
+                                iprev[inext[ju] as usize] = iprev[ju];
+                                if cache.len() as u64 > opts.max_states {
+                                    break Validity::Unknown;
+                                }
+                                cursor = Cursor::Det(next[head as usize]);
+                                continue;
+                            }
+                            bits.clear(i);
+                        }
+                    }
+                    cursor = Cursor::Opt(inext[j as usize], r);
+                    continue;
+                }
+            }
+        }
+
+        // Dead end at return node `dead`: record it if it is the deepest yet.
+        if best.as_ref().is_none_or(|_| stack.len() > best_prefix.len()) {
+            best_prefix.truncate(stable);
+            best_prefix.extend(stack[stable..].iter().map(|f| f.op));
+            stable = stack.len();
+            let mut pending = Vec::new();
+            let mut c = next[head as usize];
+            while c != dead {
+                if node_call[c as usize] {
+                    pending.push(op_of(node_op[c as usize]).id);
+                }
+                c = next[c as usize];
+            }
+            let mut c = inext[ihead as usize];
+            let mut listed = 0;
+            while c != itail && ipos[c as usize] < node_pos[dead as usize] && listed < 32 {
+                pending.push(op_of(d as u32 + c - 1).id);
+                listed += 1;
+                c = inext[c as usize];
+            }
+            best = Some(Failure {
+                prefix: Vec::new(),
+                state: state.clone(),
+                op: op_of(node_op[dead as usize]).id,
+                pending,
+            });
+        }
+
+        // Backtrack.
+        let Some(frame) = stack.pop() else {
+            break Validity::Invalid;
+        };
+        stable = stable.min(stack.len());
+        state = frame.prev;
+        bits.clear(frame.op);
+        cursor = match frame.cursor {
+            Cursor::Det(e) => {
+                // unlift: relink the return, then the call
+                let eu = e as usize;
+                let r = node_match[eu] as usize;
+                next[prev[r] as usize] = r as u32;
+                prev[next[r] as usize] = r as u32;
+                next[prev[eu] as usize] = e;
+                prev[next[eu] as usize] = e;
+                Cursor::Det(next[eu])
+            }
+            Cursor::Opt(j, r) => {
+                let ju = j as usize;
+                inext[iprev[ju] as usize] = j;
+                iprev[inext[ju] as usize] = j;
+                Cursor::Opt(inext[ju], r)
+            }
+        };
+    };
+
+    let ids = |v: &mut dyn Iterator<Item = u32>| v.map(|i| op_of(i).id).collect::<Vec<_>>();
+    let linearization = if validity == Validity::Valid { ids(&mut stack.iter().map(|f| f.op)) } else { Vec::new() };
+    let failure = if validity == Validity::Valid {
+        None
+    } else {
+        best.map(|mut f| {
+            f.prefix = ids(&mut best_prefix.iter().copied());
+            f
+        })
+    };
+    Outcome { validity, states: cache.len() as u64, linearization, failure }
+}
+
+// ---------------------------------------------------------------------------
+// Register model (Baton nodes: value + version)
+// ---------------------------------------------------------------------------
+
+/// A Baton node's data as the register workload sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct RegisterState {
+    /// `None`: no value (node absent / never written).
+    pub value: Option<i64>,
+    /// Incremented by every successful write or cas.
+    pub version: i32,
+}
+
+/// Register operations (inputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum RegisterOp {
+    Read,
+    /// Unconditional write: always succeeds, version += 1.
+    Write(i64),
+    /// Succeeds iff the version equals `expected_version`; then sets the
+    /// value and version += 1. A cas that failed (BadVersion) is recorded as
+    /// `fail` and excluded, so an `ok` cas output means it succeeded.
+    Cas {
+        expected_version: i32,
+        new: i64,
+    },
+}
+
+/// Outputs of `ok` register operations. `version: None` = not reported,
+/// not checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum RegisterRet {
+    Read {
+        value: Option<i64>,
+        version: Option<i32>,
+    },
+    /// The new version after the write.
+    Write {
+        version: Option<i32>,
+    },
+    /// The new version after the cas.
+    Cas {
+        version: Option<i32>,
+    },
+}
+
+impl RegisterState {
+    fn written(&self, v: i64) -> Option<RegisterState> {
+        Some(RegisterState { value: Some(v), version: self.version.checked_add(1)? })
+    }
+}
+
+impl Model for RegisterState {
+    type In = RegisterOp;
+    type Out = RegisterRet;
+
+    fn step(&self, input: &RegisterOp, output: &RegisterRet) -> Option<Self> {
+        let version_ok = |s: &RegisterState, v: &Option<i32>| v.is_none_or(|v| v == s.version);
+        match (input, output) {
+            (RegisterOp::Read, RegisterRet::Read { value, version }) => {
+                (*value == self.value && version_ok(self, version)).then_some(*self)
+            }
+            (RegisterOp::Write(v), RegisterRet::Write { version }) => {
+                self.written(*v).filter(|n| version_ok(n, version))
+            }
+            (RegisterOp::Cas { expected_version, new }, RegisterRet::Cas { version }) => {
+                if self.version != *expected_version {
+                    return None;
+                }
+                self.written(*new).filter(|n| version_ok(n, version))
+            }
+            _ => None,
+        }
+    }
+
+    fn step_unknown(&self, input: &RegisterOp) -> Option<Self> {
+        match input {
+            RegisterOp::Read => Some(*self),
+            RegisterOp::Write(v) => self.written(*v),
+            // A cas with the wrong version fails without effect.
+            RegisterOp::Cas { expected_version, new } => {
+                if self.version == *expected_version {
+                    self.written(*new)
+                } else {
+                    Some(*self)
+                }
+            }
+        }
+    }
+
+    fn still_possible(&self, input: &RegisterOp, output: Option<&RegisterRet>) -> bool {
+        // Versions never decrease.
+        let by_input = match input {
+            RegisterOp::Cas { expected_version, .. } => self.version <= *expected_version,
+            _ => true,
+        };
+        let by_output = match output {
+            Some(RegisterRet::Read { version: Some(v), .. }) => self.version <= *v,
+            Some(RegisterRet::Write { version: Some(v) }) | Some(RegisterRet::Cas { version: Some(v) }) => {
+                self.version < *v
+            }
+            _ => true,
+        };
+        by_input && by_output
+    }
+}
+
+// ---------------------------------------------------------------------------
+// History adapter and report
+// ---------------------------------------------------------------------------
+
+/// The whole-history result, written into results.json.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// `true`, `false`, or `"unknown"` (some key exceeded the state budget or
+    /// had unparseable operations, and none is invalid).
+    pub valid: Validity,
+    pub checker: String,
+    pub model: String,
+    /// Operations (invoke/completion pairs) checked, over all keys.
+    pub op_count: usize,
+    pub key_count: usize,
+    pub invalid_keys: Vec<Option<String>>,
+    pub unknown_keys: Vec<Option<String>>,
+    pub max_states_per_key: u64,
+    pub elapsed_ms: f64,
+    /// One entry per key, in key order.
+    pub keys: Vec<KeyReport>,
+}
+
+impl Report {
+    /// True only if every key is linearizable.
+    pub fn is_valid(&self) -> bool {
+        self.valid == Validity::Valid
+    }
+    pub fn key(&self, key: Option<&str>) -> Option<&KeyReport> {
+        self.keys.iter().find(|k| k.key.as_deref() == key)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyReport {
+    pub key: Option<String>,
+    pub valid: Validity,
+    /// Operations checked (ok + indeterminate).
+    pub ops: usize,
+    /// Of which indeterminate (info or never completed).
+    pub indeterminate: usize,
+    /// Definite failures, excluded (no effect).
+    pub failed_excluded: usize,
+    /// Indeterminate reads, excluded (no effect, nothing observed).
+    pub info_reads_excluded: usize,
+    /// Distinct configurations the search explored.
+    pub states: u64,
+    pub elapsed_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anomaly: Option<Anomaly>,
+}
+
+/// Why a key is not linearizable, for humans.
+#[derive(Debug, Clone, Serialize)]
+pub struct Anomaly {
+    pub explanation: String,
+    /// The operation that completed with no possible linearization point
+    /// after the longest linearizable prefix found.
+    pub failed_op: OpInfo,
+    /// The register after that prefix.
+    pub state_after_prefix: serde_json::Value,
+    /// Other operations that could have taken effect at that point.
+    pub concurrent_ops: Vec<OpInfo>,
+    /// Length of the longest linearizable prefix found.
+    pub prefix_len: usize,
+    /// The last (up to 20) operations of that prefix, in linearization order.
+    pub prefix_tail: Vec<OpInfo>,
+    /// History indexes (of the invocations) of the whole prefix, in
+    /// linearization order.
+    pub prefix_indexes: Vec<usize>,
+}
+
+/// One operation as recorded, for reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpInfo {
+    /// History index of the invocation.
+    pub index: usize,
+    /// History index of the completion, if any.
+    pub completion_index: Option<usize>,
+    pub process: u64,
+    pub f: String,
+    pub outcome: OpType,
+    pub invoke_value: serde_json::Value,
+    pub completion_value: serde_json::Value,
+    pub invoke_time: u64,
+    pub completion_time: Option<u64>,
+}
+
+impl OpInfo {
+    fn from_pair(p: &Pair<'_>) -> OpInfo {
+        OpInfo {
+            index: p.invoke.index,
+            completion_index: p.complete.map(|c| c.index),
+            process: p.invoke.process,
+            f: p.invoke.f.clone(),
+            outcome: p.outcome(),
+            invoke_value: p.invoke.value.clone(),
+            completion_value: p.complete.map(|c| c.value.clone()).unwrap_or(serde_json::Value::Null),
+            invoke_time: p.invoke.time,
+            completion_time: p.complete.map(|c| c.time),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let args = if self.invoke_value.is_null() { String::new() } else { format!(" {}", self.invoke_value) };
+        let result = match self.outcome {
+            OpType::Ok => format!("ok {}", self.completion_value),
+            _ => "indeterminate".to_string(),
+        };
+        format!("op {} (process {}, t={}) {}{} -> {}", self.index, self.process, self.invoke_time, self.f, args, result)
+    }
+}
+
+/// Checks a register history (ops with `f` in read/write/cas) per key, from
+/// `initial`, with default options.
+pub fn check_register_history(h: &History, initial: RegisterState) -> Report {
+    check_register_history_with(h, initial, &CheckOptions::default())
+}
+
+/// Like [`check_register_history`], with explicit limits.
+///
+/// Expected values: write invoke `{"value": n}`; cas invoke
+/// `{"expected_version": v, "value": n}`; read invoke `null`. Ok
+/// completions: read `{"value": n|null, "version": v}`, write and cas
+/// `{"version": v}` (the new version; optional). `fail` ops are excluded;
+/// `info` / never-completed ops are indeterminate.
+pub fn check_register_history_with(h: &History, initial: RegisterState, opts: &CheckOptions) -> Report {
+    let start = Instant::now();
+    let mut groups: BTreeMap<Option<String>, KeyInput<'_>> = BTreeMap::new();
+    for p in h.pairs() {
+        if !matches!(p.invoke.f.as_str(), "read" | "write" | "cas") {
+            continue;
+        }
+        let g = groups.entry(p.invoke.key.clone()).or_default();
+        match p.outcome() {
+            OpType::Fail => g.failed += 1,
+            OpType::Info | OpType::Invoke if p.invoke.f == "read" => g.info_reads += 1,
+            _ => g.pairs.push(p),
+        }
+    }
+    let inputs: Vec<(Option<String>, KeyInput<'_>)> = groups.into_iter().collect();
+    let n_keys = inputs.len();
+    let threads = if opts.threads == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    } else {
+        opts.threads
+    }
+    .clamp(1, n_keys.max(1));
+
+    // Largest keys first, pulled from a shared counter.
+    let mut order: Vec<usize> = (0..n_keys).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].1.pairs.len()));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(usize, KeyReport)> = std::thread::scope(|s| {
+        let (inputs, order, next) = (&inputs, &order, &next);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = order.get(k) else { break };
+                        let (key, input) = &inputs[i];
+                        out.push((i, check_register_key(key.clone(), input, initial, opts)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("linearizability worker panicked")).collect()
+    });
+    let mut keys: Vec<Option<KeyReport>> = (0..n_keys).map(|_| None).collect();
+    for (i, r) in results {
+        keys[i] = Some(r);
+    }
+    let keys: Vec<KeyReport> = keys.into_iter().map(|k| k.expect("every key checked")).collect();
+    let valid = keys.iter().fold(Validity::Valid, |v, k| v.merge(k.valid));
+    Report {
+        valid,
+        checker: "linearizability (Wing-Gong-Lowe search, per key)".to_string(),
+        model: "register (value, version)".to_string(),
+        op_count: keys.iter().map(|k| k.ops).sum(),
+        key_count: keys.len(),
+        invalid_keys: keys.iter().filter(|k| k.valid == Validity::Invalid).map(|k| k.key.clone()).collect(),
+        unknown_keys: keys.iter().filter(|k| k.valid == Validity::Unknown).map(|k| k.key.clone()).collect(),
+        max_states_per_key: opts.max_states,
+        elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+        keys,
+    }
+}
+
+#[derive(Default)]
+struct KeyInput<'a> {
+    pairs: Vec<Pair<'a>>,
+    failed: usize,
+    info_reads: usize,
+}
+
+fn check_register_key(
+    key: Option<String>,
+    input: &KeyInput<'_>,
+    initial: RegisterState,
+    opts: &CheckOptions,
+) -> KeyReport {
+    let start = Instant::now();
+    let mut report = KeyReport {
+        key,
+        valid: Validity::Unknown,
+        ops: input.pairs.len(),
+        indeterminate: input.pairs.iter().filter(|p| p.outcome() != OpType::Ok).count(),
+        failed_excluded: input.failed,
+        info_reads_excluded: input.info_reads,
+        states: 0,
+        elapsed_ms: 0.0,
+        error: None,
+        anomaly: None,
+    };
+    let mut ops = Vec::with_capacity(input.pairs.len());
+    for (local, p) in input.pairs.iter().enumerate() {
+        match parse_register_op(p) {
+            Ok((inp, out)) => {
+                ops.push(Operation { id: local, call: p.invoke.time, ret: p.end(), input: inp, output: out })
+            }
+            Err(e) => {
+                report.error = Some(format!("op {}: {e}", p.invoke.index));
+                report.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+                return report;
+            }
+        }
+    }
+    // Values no read ever observes are indistinguishable from one another:
+    // give them all one value no read observes, so equivalent states (and
+    // interchangeable indeterminate writes) coincide.
+    let observed: HashSet<i64> = ops
+        .iter()
+        .filter_map(|o| match o.output {
+            Some(RegisterRet::Read { value, .. }) => value,
+            _ => None,
+        })
+        .collect();
+    let hidden = (i64::MIN..).find(|v| !observed.contains(v)).expect("some value is unobserved");
+    let original: Vec<RegisterOp> = ops.iter().map(|o| o.input).collect();
+    for o in &mut ops {
+        if let RegisterOp::Write(v) | RegisterOp::Cas { new: v, .. } = &mut o.input {
+            if !observed.contains(&*v) {
+                *v = hidden;
+            }
+        }
+    }
+
+    let outcome = check_operations(&initial, &ops, opts);
+    report.valid = outcome.validity;
+    report.states = outcome.states;
+    match outcome.validity {
+        Validity::Valid => {}
+        Validity::Unknown => {
+            report.error = Some(format!(
+                "search gave up after exploring {} states (max_states = {}); longest linearizable prefix found: {} ops",
+                outcome.states,
+                opts.max_states,
+                outcome.failure.as_ref().map_or(0, |f| f.prefix.len())
+            ))
+        }
+        Validity::Invalid => {
+            let f = outcome.failure.expect("an invalid outcome carries its failure");
+            let info = |id: usize| OpInfo::from_pair(&input.pairs[id]);
+            // Replay the prefix with the values as written (the search saw
+            // unobserved values merged into one).
+            let replayed = f.prefix.iter().try_fold(initial, |s, &id| match &ops[id].output {
+                Some(out) => s.step(&original[id], out),
+                None => s.step_unknown(&original[id]),
+            });
+            let state = match replayed {
+                Some(s) => serde_json::json!({ "value": s.value, "version": s.version }),
+                None => serde_json::json!({
+                    "value": match f.state.value {
+                        Some(v) if v == hidden => serde_json::json!("<a value no read observed>"),
+                        v => serde_json::json!(v),
+                    },
+                    "version": f.state.version,
+                }),
+            };
+            let failed_op = info(f.op);
+            let concurrent_ops: Vec<OpInfo> = f.pending.iter().filter(|&&id| id != f.op).map(|&id| info(id)).collect();
+            let prefix_tail: Vec<OpInfo> =
+                f.prefix[f.prefix.len().saturating_sub(20)..].iter().map(|&id| info(id)).collect();
+            let last = prefix_tail.last().map_or("the initial state".to_string(), |o| o.describe());
+            let mut explanation = format!(
+                "Not linearizable. The longest linearizable prefix found has {} operations (ending with {}) and leaves \
+                 the register at {}. {} completed at t={} but cannot take effect from that state",
+                f.prefix.len(),
+                last,
+                state,
+                failed_op.describe(),
+                failed_op.completion_time.unwrap_or(u64::MAX),
+            );
+            if concurrent_ops.is_empty() {
+                explanation.push_str(", and no other operation was pending.");
+            } else {
+                explanation.push_str(", nor after any of the concurrently pending operations: ");
+                let list: Vec<String> = concurrent_ops.iter().take(8).map(|o| o.describe()).collect();
+                explanation.push_str(&list.join("; "));
+                if concurrent_ops.len() > 8 {
+                    explanation.push_str(&format!("; and {} more", concurrent_ops.len() - 8));
+                }
+                explanation.push('.');
+            }
+            report.anomaly = Some(Anomaly {
+                explanation,
+                failed_op,
+                state_after_prefix: state,
+                concurrent_ops,
+                prefix_len: f.prefix.len(),
+                prefix_tail,
+                prefix_indexes: f.prefix.iter().map(|&id| input.pairs[id].invoke.index).collect(),
+            });
+        }
+    }
+    report.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    report
+}
+
+fn field_i64(v: &serde_json::Value, name: &str) -> Result<Option<i64>, String> {
+    match v.get(name) {
+        None => Err(format!("missing \"{name}\" in {v}")),
+        Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => x.as_i64().map(Some).ok_or_else(|| format!("\"{name}\" is not an integer in {v}")),
+    }
+}
+
+fn field_i32(v: &serde_json::Value, name: &str) -> Result<Option<i32>, String> {
+    match v.get(name) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => x
+            .as_i64()
+            .and_then(|x| i32::try_from(x).ok())
+            .map(Some)
+            .ok_or_else(|| format!("\"{name}\" is not a 32-bit integer in {v}")),
+    }
+}
+
+fn parse_register_op(p: &Pair<'_>) -> Result<(RegisterOp, Option<RegisterRet>), String> {
+    let iv = &p.invoke.value;
+    let input = match p.invoke.f.as_str() {
+        "read" => RegisterOp::Read,
+        "write" => {
+            let v = if let Some(n) = iv.as_i64() { Some(n) } else { field_i64(iv, "value")? };
+            RegisterOp::Write(v.ok_or_else(|| format!("write of null in {iv}"))?)
+        }
+        "cas" => {
+            let expected_version =
+                field_i32(iv, "expected_version")?.ok_or_else(|| format!("cas without expected_version in {iv}"))?;
+            let new = if iv.get("value").is_some() { field_i64(iv, "value")? } else { field_i64(iv, "new")? };
+            RegisterOp::Cas { expected_version, new: new.ok_or_else(|| format!("cas to null in {iv}"))? }
+        }
+        f => return Err(format!("unexpected f {f:?}")),
+    };
+    let output = match (p.outcome(), p.complete) {
+        (OpType::Ok, Some(c)) => {
+            let cv = &c.value;
+            Some(match input {
+                RegisterOp::Read => {
+                    RegisterRet::Read { value: field_i64(cv, "value")?, version: field_i32(cv, "version")? }
+                }
+                RegisterOp::Write(_) => RegisterRet::Write { version: field_i32(cv, "version")? },
+                RegisterOp::Cas { .. } => RegisterRet::Cas { version: field_i32(cv, "version")? },
+            })
+        }
+        _ => None,
+    };
+    Ok((input, output))
+}

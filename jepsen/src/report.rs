@@ -1,0 +1,1174 @@
+//! Report output of a test run: Jepsen-style latency and rate plots (PNG)
+//! and a per-process timeline (self-contained HTML).
+//!
+//! - [`latency_png`]: every operation as a point, x = invocation time since
+//!   the start of the test, y = latency (log scale); colour = outcome, marker
+//!   shape = function (`f`). Like Jepsen's `latency-raw.png`.
+//! - [`rate_png`]: completions per second (1 s buckets), one line per
+//!   function and outcome. Like Jepsen's `rate.png`.
+//! - [`timeline_html`]: one column per process, each operation a box from its
+//!   invocation to its completion, with a hover title. Like Jepsen's
+//!   `timeline.html`.
+//!
+//! All three shade the nemesis' fault windows (one colour per fault kind,
+//! labelled with the kind).
+//!
+//! # Font
+//! Text in the PNGs is rendered with plotters' `ab_glyph` backend, which has
+//! no built-in font: the first call to a PNG function reads a TrueType font at
+//! run time from [`FONT_PATH`] (Debian/Ubuntu package `fonts-dejavu-core`),
+//! or from the file named by the environment variable [`FONT_ENV`] if set,
+//! and registers it as plotters' `"sans-serif"` family for the whole process.
+//! If the font cannot be read, the PNG functions return an error saying so
+//! (the HTML timeline needs no font).
+//!
+//! # Colours
+//! ok = green, fail = red, info (completed as indeterminate) = purple,
+//! never completed (the test ended first; also indeterminate) = grey.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::history::{FaultWindow, History, OpType, Pair};
+
+/// Default location of the TrueType font used for text in the PNGs.
+pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// Environment variable that, if set, overrides [`FONT_PATH`].
+pub const FONT_ENV: &str = "BATON_JEPSEN_FONT";
+
+/// The timeline shows at most this many operations (the earliest invoked);
+/// the page says so when the history is longer.
+pub const TIMELINE_MAX_OPS: usize = 10_000;
+
+const NS_PER_S: f64 = 1e9;
+const NS_PER_MS: f64 = 1e6;
+
+// ---------------------------------------------------------------------------
+// Font
+// ---------------------------------------------------------------------------
+
+/// Registers the font once per process (plotters' font table is global).
+/// The outcome, including a failure, is remembered.
+fn ensure_font() -> Result<()> {
+    static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let path = std::env::var_os(FONT_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(FONT_PATH));
+        let bytes = std::fs::read(&path).map_err(|e| {
+            format!(
+                "cannot read the TrueType font {} needed to draw text in the PNG plots: {e} \
+                 (install the Debian/Ubuntu package fonts-dejavu-core, or set {FONT_ENV} to a .ttf file)",
+                path.display()
+            )
+        })?;
+        // plotters keeps a `&'static [u8]`; this happens once per process.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{} is not a valid TrueType/OpenType font", path.display()))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+// ---------------------------------------------------------------------------
+// Shared model
+// ---------------------------------------------------------------------------
+
+/// How an operation ended, for colouring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Outcome {
+    Ok,
+    Fail,
+    /// Completed with `info`: indeterminate.
+    Info,
+    /// Never completed: the test ended first (also indeterminate).
+    Pending,
+}
+
+impl Outcome {
+    fn of(p: &Pair<'_>) -> Outcome {
+        match p.complete.map(|c| c.ty) {
+            Some(OpType::Ok) => Outcome::Ok,
+            Some(OpType::Fail) => Outcome::Fail,
+            Some(OpType::Info) => Outcome::Info,
+            Some(OpType::Invoke) | None => Outcome::Pending,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "fail",
+            Outcome::Info => "info",
+            Outcome::Pending => "never completed",
+        }
+    }
+    fn css(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "fail",
+            Outcome::Info => "info",
+            Outcome::Pending => "pending",
+        }
+    }
+    fn color(self) -> RGBColor {
+        match self {
+            Outcome::Ok => RGBColor(0x2c, 0xa0, 0x2c),
+            Outcome::Fail => RGBColor(0xd6, 0x27, 0x28),
+            Outcome::Info => RGBColor(0x94, 0x67, 0xbd),
+            Outcome::Pending => RGBColor(0x7f, 0x7f, 0x7f),
+        }
+    }
+}
+
+/// Fault-band colours, one per fault kind (chosen to differ from the outcome
+/// colours).
+const FAULT_COLORS: [RGBColor; 6] = [
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+];
+
+const MARKER_NAMES: [&str; 8] =
+    ["circle", "triangle", "square", "diamond", "x", "plus", "hollow circle", "hollow square"];
+
+/// Line dash patterns per function in the rate plot: (dash, gap) in pixels,
+/// (0, 0) = solid.
+const DASHES: [(i32, i32); 5] = [(0, 0), (10, 5), (3, 3), (16, 4), (6, 2)];
+
+fn hex(c: RGBColor) -> String {
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
+/// A fault window resolved for drawing: seconds, end clamped to `x_end`.
+struct Band<'a> {
+    w: &'a FaultWindow,
+    kind_idx: usize,
+    start_s: f64,
+    end_s: f64,
+}
+
+/// Distinct fault kinds, sorted (index = colour).
+fn fault_kinds(faults: &[FaultWindow]) -> Vec<&str> {
+    faults.iter().map(|w| w.kind.as_str()).collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+/// A window whose `end` is before its `start` (or `u64::MAX`) is taken to be
+/// still open at the end of the test.
+fn window_end(w: &FaultWindow, open_end_ns: u64) -> u64 {
+    if w.end < w.start || w.end == u64::MAX {
+        open_end_ns.max(w.start)
+    } else {
+        w.end
+    }
+}
+
+/// Time of the last history entry, and of the last fault end (ns).
+fn extent_ns(h: &History, faults: &[FaultWindow]) -> u64 {
+    let ops = h.ops.iter().map(|o| o.time).max().unwrap_or(0);
+    let f = faults.iter().map(|w| if w.end == u64::MAX { w.start } else { w.end.max(w.start) }).max().unwrap_or(0);
+    ops.max(f)
+}
+
+fn bands<'a>(faults: &'a [FaultWindow], kinds: &[&str], x_end_ns: u64) -> Vec<Band<'a>> {
+    let mut out: Vec<Band<'a>> = faults
+        .iter()
+        .map(|w| Band {
+            w,
+            kind_idx: kinds.iter().position(|k| *k == w.kind).unwrap_or(0),
+            start_s: w.start as f64 / NS_PER_S,
+            end_s: window_end(w, x_end_ns) as f64 / NS_PER_S,
+        })
+        .collect();
+    out.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    out
+}
+
+/// Functions (`f`), sorted; index = marker / dash pattern.
+fn functions<'a>(pairs: &[Pair<'a>]) -> Vec<&'a str> {
+    pairs.iter().map(|p| p.invoke.f.as_str()).collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+// ---------------------------------------------------------------------------
+// PNG plumbing
+// ---------------------------------------------------------------------------
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+fn perr<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("plotting failed: {e:?}")
+}
+
+/// Renders into a temporary `.png` next to `path` (plotters picks the image
+/// format from the file extension, so this makes any `path` a PNG), then
+/// renames it over `path`.
+fn render_png(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area<'_>) -> Result<()>) -> Result<()> {
+    ensure_font()?;
+    let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file path", path.display()))?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(format!(".tmp-{}.png", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| -> Result<()> {
+        let root = BitMapBackend::new(&tmp, size).into_drawing_area();
+        root.fill(&WHITE).map_err(perr)?;
+        draw(&root)?;
+        root.present().map_err(perr).with_context(|| format!("writing {}", tmp.display()))?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e.context(format!("drawing {}", path.display())))
+        }
+    }
+}
+
+fn font(size: u32) -> TextStyle<'static> {
+    ("sans-serif", size).into_font().color(&BLACK)
+}
+
+/// Evaluates `$body` with `$mk` bound to a closure that makes, for a
+/// coordinate, a marker of the given shape (index into [`MARKER_NAMES`],
+/// cycling) and colour centred on it. (A macro rather than a function
+/// returning `DynElement`, whose lifetime bounds do not fit `draw_series`
+/// with a borrowed `BitMapBackend`.)
+macro_rules! with_marker {
+    ($shape:expr, $color:expr, |$mk:ident| $body:expr) => {{
+        let color: RGBColor = $color;
+        let r: i32 = 4;
+        let fill = color.mix(0.75).filled();
+        let line = ShapeStyle::from(color.mix(0.9)).stroke_width(2);
+        let hollow = ShapeStyle::from(color).stroke_width(2);
+        match $shape % MARKER_NAMES.len() {
+            0 => {
+                let $mk = |at| EmptyElement::at(at) + Circle::new((0, 0), r, fill);
+                $body
+            }
+            1 => {
+                let $mk = |at| EmptyElement::at(at) + Polygon::new(vec![(0, -r - 1), (r + 1, r), (-r - 1, r)], fill);
+                $body
+            }
+            2 => {
+                let $mk = |at| EmptyElement::at(at) + Rectangle::new([(-r + 1, -r + 1), (r - 1, r - 1)], fill);
+                $body
+            }
+            3 => {
+                let $mk = |at| {
+                    EmptyElement::at(at) + Polygon::new(vec![(0, -r - 1), (r + 1, 0), (0, r + 1), (-r - 1, 0)], fill)
+                };
+                $body
+            }
+            4 => {
+                let $mk = |at| {
+                    EmptyElement::at(at)
+                        + PathElement::new(vec![(-r, -r), (r, r)], line)
+                        + PathElement::new(vec![(-r, r), (r, -r)], line)
+                };
+                $body
+            }
+            5 => {
+                let $mk = |at| {
+                    EmptyElement::at(at)
+                        + PathElement::new(vec![(-r - 1, 0), (r + 1, 0)], line)
+                        + PathElement::new(vec![(0, -r - 1), (0, r + 1)], line)
+                };
+                $body
+            }
+            6 => {
+                let $mk = |at| EmptyElement::at(at) + Circle::new((0, 0), r, hollow);
+                $body
+            }
+            _ => {
+                let $mk = |at| EmptyElement::at(at) + Rectangle::new([(-r, -r), (r, r)], hollow);
+                $body
+            }
+        }
+    }};
+}
+
+/// Legend entries drawn in a side panel (outside the plot, so they never
+/// hide data).
+enum LegendItem {
+    Heading(String),
+    Marker { shape: usize, color: RGBColor, text: String },
+    Line { dash: (i32, i32), shape: usize, color: RGBColor, text: String },
+    Band { color: RGBColor, text: String },
+    Note(String),
+}
+
+fn draw_legend(area: &Area<'_>, items: &[LegendItem]) -> Result<()> {
+    let (_, h) = area.dim_in_pixel();
+    let row = 19;
+    let mut y = 50;
+    let max_rows = ((h as i32 - y - 10) / row).max(1) as usize;
+    let shown = if items.len() > max_rows { max_rows - 1 } else { items.len() };
+    for item in &items[..shown] {
+        match item {
+            LegendItem::Heading(t) => {
+                area.draw(&Text::new(t.clone(), (8, y - 6), font(15))).map_err(perr)?;
+            }
+            LegendItem::Marker { shape, color, text } => {
+                with_marker!(*shape, *color, |mk| area.draw(&mk((22, y))).map_err(perr))?;
+                area.draw(&Text::new(text.clone(), (40, y - 7), font(13))).map_err(perr)?;
+            }
+            LegendItem::Line { dash, shape, color, text } => {
+                let style = ShapeStyle::from(*color).stroke_width(2);
+                let (x0, x1) = (6, 38);
+                if dash.0 == 0 {
+                    area.draw(&PathElement::new(vec![(x0, y), (x1, y)], style)).map_err(perr)?;
+                } else {
+                    let mut x = x0;
+                    while x < x1 {
+                        area.draw(&PathElement::new(vec![(x, y), ((x + dash.0).min(x1), y)], style)).map_err(perr)?;
+                        x += dash.0 + dash.1;
+                    }
+                }
+                with_marker!(*shape, *color, |mk| area.draw(&mk((22, y))).map_err(perr))?;
+                area.draw(&Text::new(text.clone(), (46, y - 7), font(13))).map_err(perr)?;
+            }
+            LegendItem::Band { color, text } => {
+                area.draw(&Rectangle::new([(10, y - 7), (34, y + 7)], color.mix(0.25).filled())).map_err(perr)?;
+                area.draw(&Rectangle::new([(10, y - 7), (34, y + 7)], color.mix(0.8))).map_err(perr)?;
+                area.draw(&Text::new(text.clone(), (40, y - 7), font(13))).map_err(perr)?;
+            }
+            LegendItem::Note(t) => {
+                area.draw(&Text::new(t.clone(), (8, y - 7), font(12).color(&RGBColor(0x55, 0x55, 0x55))))
+                    .map_err(perr)?;
+            }
+        }
+        y += row;
+    }
+    if shown < items.len() {
+        let t = format!("... and {} more", items.len() - shown);
+        area.draw(&Text::new(t, (8, y - 7), font(12))).map_err(perr)?;
+    }
+    Ok(())
+}
+
+fn fault_legend(items: &mut Vec<LegendItem>, faults: &[FaultWindow], kinds: &[&str]) {
+    if kinds.is_empty() {
+        return;
+    }
+    items.push(LegendItem::Heading("faults".into()));
+    for (i, k) in kinds.iter().enumerate() {
+        let n = faults.iter().filter(|w| w.kind == *k).count();
+        items.push(LegendItem::Band { color: FAULT_COLORS[i % FAULT_COLORS.len()], text: format!("{k} ({n})") });
+    }
+}
+
+fn shorten(s: &str, max_chars: usize) -> String {
+    if s.chars().count() <= max_chars {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max_chars.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Shades the fault windows over the whole height of the plot, `y` spanning
+/// `y_lo..y_hi` in chart coordinates. Labels are drawn separately
+/// ([`draw_band_labels`]) so they stay on top of the data.
+fn draw_bands<Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<RangedCoordf64, Y>>,
+    bands: &[Band<'_>],
+    x_max: f64,
+    y_lo: f64,
+    y_hi: f64,
+) -> Result<()> {
+    // Keep instantaneous faults visible: at least 1/500 of the x axis.
+    let min_w = x_max / 500.0;
+    for b in bands {
+        let color = FAULT_COLORS[b.kind_idx % FAULT_COLORS.len()];
+        let (x0, x1) = (b.start_s.min(x_max), b.end_s.min(x_max).max(b.start_s.min(x_max) + min_w));
+        chart
+            .draw_series(std::iter::once(Rectangle::new([(x0, y_lo), (x1, y_hi)], color.mix(0.16).filled())))
+            .map_err(perr)?;
+        let edge = ShapeStyle::from(color.mix(0.6)).stroke_width(1);
+        chart.draw_series(std::iter::once(PathElement::new(vec![(x0, y_lo), (x0, y_hi)], edge))).map_err(perr)?;
+        chart.draw_series(std::iter::once(PathElement::new(vec![(x1, y_lo), (x1, y_hi)], edge))).map_err(perr)?;
+    }
+    Ok(())
+}
+
+/// Writes each band's kind at its top left, staggered over three rows so
+/// that neighbouring bands' labels do not overlap.
+fn draw_band_labels<Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<RangedCoordf64, Y>>,
+    bands: &[Band<'_>],
+    x_max: f64,
+    y_hi: f64,
+) -> Result<()> {
+    for (i, b) in bands.iter().enumerate() {
+        if b.start_s > x_max {
+            continue;
+        }
+        let color = FAULT_COLORS[b.kind_idx % FAULT_COLORS.len()];
+        let dark = RGBColor(color.0 / 2, color.1 / 2, color.2 / 2);
+        let label = shorten(&b.w.kind, 24);
+        let el =
+            EmptyElement::at((b.start_s, y_hi)) + Text::new(label, (3, 4 + (i % 3) as i32 * 15), font(13).color(&dark));
+        chart.draw_series(std::iter::once(el)).map_err(perr)?;
+    }
+    Ok(())
+}
+
+/// Draws a centred "no data" message on the plotting area.
+fn draw_no_data(area: &Area<'_>, msg: &str) -> Result<()> {
+    let (w, h) = area.dim_in_pixel();
+    let style = font(22).color(&RGBColor(0x66, 0x66, 0x66)).pos(plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Center,
+        plotters::style::text_anchor::VPos::Center,
+    ));
+    area.draw(&Text::new(msg.to_string(), (w as i32 / 2, h as i32 / 2), style)).map_err(perr)?;
+    Ok(())
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{}s", trim_num(v / 1000.0))
+    } else if v >= 1.0 {
+        format!("{}ms", trim_num(v))
+    } else {
+        format!("{}µs", trim_num(v * 1000.0))
+    }
+}
+
+fn trim_num(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+const PNG_SIZE: (u32, u32) = (1400, 760);
+const LEGEND_W: u32 = 270;
+
+// ---------------------------------------------------------------------------
+// Latency plot
+// ---------------------------------------------------------------------------
+
+/// Writes a Jepsen-style raw latency plot (PNG) to `path`.
+///
+/// One point per operation: x = invocation time in seconds since the start of
+/// the test, y = latency (completion time - invocation time) in ms on a log
+/// scale (latencies under 1 µs are drawn at 1 µs). Colour = outcome (ok
+/// green, fail red, info purple); marker shape = function `f` (legend on the
+/// right, with counts). Operations completed with `info` are drawn at their
+/// `info` latency (usually the client's timeout).
+///
+/// Operations that **never completed** (no completion entry in the history)
+/// are **drawn at the top edge** of the plot, at their invocation time, in
+/// grey with their function's marker: their latency is unbounded.
+///
+/// Fault windows are shaded vertical bands, one colour per kind, labelled with
+/// the kind at their top. An empty history gives a valid plot saying "no
+/// operations in history". `path` is written as a PNG whatever its extension
+/// (via a temporary file beside it, renamed into place).
+pub fn latency_png(h: &History, faults: &[FaultWindow], path: &Path) -> Result<()> {
+    let pairs = h.pairs();
+    let fs = functions(&pairs);
+    let kinds = fault_kinds(faults);
+    let x_end_ns = extent_ns(h, faults);
+    let x_max = (x_end_ns as f64 / NS_PER_S * 1.02).max(1.0);
+    let bands = bands(faults, &kinds, x_end_ns);
+
+    // (outcome, f index) -> points; drawn in outcome order so rarer outcomes
+    // land on top of the many oks.
+    let mut series: BTreeMap<(Outcome, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut pending: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
+    for p in &pairs {
+        let fi = fs.iter().position(|f| *f == p.invoke.f).unwrap_or(0);
+        let t = p.invoke.time as f64 / NS_PER_S;
+        match p.complete {
+            Some(c) if c.ty != OpType::Invoke => {
+                let lat = (c.time.saturating_sub(p.invoke.time) as f64 / NS_PER_MS).max(1e-3);
+                lo = lo.min(lat);
+                hi = hi.max(lat);
+                series.entry((Outcome::of(p), fi)).or_default().push((t, lat));
+            }
+            _ => pending.entry(fi).or_default().push(t),
+        }
+    }
+    if hi == 0.0 {
+        (lo, hi) = (1.0, 100.0);
+    }
+    let y_lo = 10f64.powf((lo * 0.8).log10().floor());
+    let mut y_hi = 10f64.powf((hi * 2.0).log10().ceil());
+    if y_hi / y_lo < 100.0 {
+        y_hi = y_lo * 100.0;
+    }
+    let y_pending = y_hi / 1.3;
+
+    let mut legend = vec![LegendItem::Heading("operations".into())];
+    for (fi, f) in fs.iter().enumerate() {
+        for o in [Outcome::Ok, Outcome::Fail, Outcome::Info] {
+            if let Some(pts) = series.get(&(o, fi)) {
+                let text = format!("{} {} ({})", shorten(f, 14), o.name(), pts.len());
+                legend.push(LegendItem::Marker { shape: fi, color: o.color(), text });
+            }
+        }
+        if let Some(ts) = pending.get(&fi) {
+            let text = format!("{} never completed ({})", shorten(f, 10), ts.len());
+            legend.push(LegendItem::Marker { shape: fi, color: Outcome::Pending.color(), text });
+        }
+    }
+    if !pending.is_empty() {
+        legend.push(LegendItem::Note("never completed: drawn at top edge".into()));
+    }
+    if pairs.is_empty() {
+        legend.push(LegendItem::Note("(no data)".into()));
+    }
+    fault_legend(&mut legend, faults, &kinds);
+
+    render_png(path, PNG_SIZE, |root| {
+        let (left, right) = root.split_horizontally(PNG_SIZE.0 - LEGEND_W);
+        let caption = format!("Latency (raw): {} operations", pairs.len());
+        let mut chart = ChartBuilder::on(&left)
+            .caption(caption, font(22))
+            .margin(12)
+            .x_label_area_size(48)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..x_max, (y_lo..y_hi).log_scale())
+            .map_err(perr)?;
+        chart
+            .configure_mesh()
+            .x_desc("time since start (s)")
+            .y_desc("latency (log scale)")
+            .axis_desc_style(font(15))
+            .label_style(font(13))
+            .x_label_formatter(&|v| trim_num(*v))
+            .y_label_formatter(&|v| fmt_ms(*v))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xcc, 0xcc, 0xcc))
+            .draw()
+            .map_err(perr)?;
+        draw_bands(&mut chart, &bands, x_max, y_lo, y_hi)?;
+        for (&(o, fi), pts) in &series {
+            with_marker!(fi, o.color(), |mk| chart.draw_series(pts.iter().map(|&p| mk(p))).map_err(perr))?;
+        }
+        for (&fi, ts) in &pending {
+            with_marker!(fi, Outcome::Pending.color(), |mk| {
+                chart.draw_series(ts.iter().map(|&t| mk((t, y_pending)))).map_err(perr)
+            })?;
+        }
+        draw_band_labels(&mut chart, &bands, x_max, y_hi)?;
+        if pairs.is_empty() {
+            draw_no_data(&chart.plotting_area().strip_coord_spec(), "no operations in history")?;
+        }
+        draw_legend(&right, &legend)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Rate plot
+// ---------------------------------------------------------------------------
+
+/// Writes a Jepsen-style throughput plot (PNG) to `path`.
+///
+/// Completions per second, counted in 1 s buckets by completion time, one
+/// line per function `f` and outcome (ok / fail / info): colour = outcome,
+/// dash pattern and marker = function (legend on the right, with totals).
+/// Each bucket is plotted at its midpoint, and empty buckets are plotted as
+/// 0, so outages show as drops to zero. The last bucket usually ends early,
+/// at the last history entry: its rate is divided by the time it covers, and
+/// it is left out of the lines (not the totals) if that is under 0.25 s.
+/// Operations that never completed are not counted (they have no
+/// completion). Fault windows are shaded bands as in [`latency_png`]. An
+/// empty history gives a valid plot saying so.
+pub fn rate_png(h: &History, faults: &[FaultWindow], path: &Path) -> Result<()> {
+    let pairs = h.pairs();
+    let fs = functions(&pairs);
+    let kinds = fault_kinds(faults);
+    let x_end_ns = extent_ns(h, faults);
+    let x_max = (x_end_ns as f64 / NS_PER_S * 1.02).max(1.0);
+    let bands = bands(faults, &kinds, x_end_ns);
+    // Buckets cover the history (not faults after it): [i, i + 1) s, the
+    // last one cut at the last entry.
+    let hist_end_s = h.ops.iter().map(|o| o.time).max().unwrap_or(0) as f64 / NS_PER_S;
+    let n_buckets = (hist_end_s.ceil() as usize).max(1);
+    let covered = |i: usize| (hist_end_s.min(i as f64 + 1.0) - i as f64).max(1e-3);
+
+    let mut counts: BTreeMap<(usize, Outcome), Vec<u32>> = BTreeMap::new();
+    let mut pending = 0usize;
+    for p in &pairs {
+        let o = Outcome::of(p);
+        let Some(c) = p.complete.filter(|_| o != Outcome::Pending) else {
+            pending += 1;
+            continue;
+        };
+        let fi = fs.iter().position(|f| *f == p.invoke.f).unwrap_or(0);
+        let b = ((c.time / 1_000_000_000) as usize).min(n_buckets - 1);
+        counts.entry((fi, o)).or_insert_with(|| vec![0; n_buckets])[b] += 1;
+    }
+    let rates: BTreeMap<(usize, Outcome), Vec<(f64, f64)>> = counts
+        .iter()
+        .map(|(k, v)| {
+            let pts = v
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i == 0 || covered(i) >= 0.25)
+                .map(|(i, &n)| (i as f64 + covered(i) / 2.0, n as f64 / covered(i)))
+                .collect();
+            (*k, pts)
+        })
+        .collect();
+    let y_max = rates.values().flatten().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    // Markers on at most ~60 points per line so long runs stay readable.
+    let marker_step = n_buckets.div_ceil(60).max(1);
+
+    let mut legend = vec![LegendItem::Heading("completions".into())];
+    for (&(fi, o), v) in &counts {
+        let total: u32 = v.iter().sum();
+        let text = format!("{} {} ({total})", shorten(fs[fi], 14), o.name());
+        legend.push(LegendItem::Line { dash: DASHES[fi % DASHES.len()], shape: fi, color: o.color(), text });
+    }
+    if pending > 0 {
+        legend.push(LegendItem::Note(format!("{pending} never completed: not counted")));
+    }
+    if pairs.is_empty() {
+        legend.push(LegendItem::Note("(no data)".into()));
+    }
+    legend.push(LegendItem::Note("1 s buckets, by completion time".into()));
+    fault_legend(&mut legend, faults, &kinds);
+
+    render_png(path, PNG_SIZE, |root| {
+        let (left, right) = root.split_horizontally(PNG_SIZE.0 - LEGEND_W);
+        let caption = format!("Throughput: {} operations", pairs.len());
+        let mut chart = ChartBuilder::on(&left)
+            .caption(caption, font(22))
+            .margin(12)
+            .x_label_area_size(48)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+            .map_err(perr)?;
+        chart
+            .configure_mesh()
+            .x_desc("time since start (s)")
+            .y_desc("completions per second")
+            .axis_desc_style(font(15))
+            .label_style(font(13))
+            .x_label_formatter(&|v| trim_num(*v))
+            .y_label_formatter(&|v| trim_num(*v))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xcc, 0xcc, 0xcc))
+            .draw()
+            .map_err(perr)?;
+        draw_bands(&mut chart, &bands, x_max, 0.0, y_max)?;
+        for (&(fi, o), pts) in &rates {
+            let style = ShapeStyle::from(o.color()).stroke_width(2);
+            let (dash, gap) = DASHES[fi % DASHES.len()];
+            if dash == 0 {
+                chart.draw_series(LineSeries::new(pts.iter().copied(), style)).map_err(perr)?;
+            } else {
+                chart.draw_series(DashedLineSeries::new(pts.iter().copied(), dash, gap, style)).map_err(perr)?;
+            }
+            with_marker!(fi, o.color(), |mk| {
+                chart.draw_series(pts.iter().step_by(marker_step).map(|&p| mk(p))).map_err(perr)
+            })?;
+        }
+        draw_band_labels(&mut chart, &bands, x_max, y_max)?;
+        if pairs.is_empty() {
+            draw_no_data(&chart.plotting_area().strip_coord_spec(), "no operations in history")?;
+        }
+        draw_legend(&right, &legend)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Timeline
+// ---------------------------------------------------------------------------
+
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\n' => out.push_str("&#10;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.6} s", ns as f64 / NS_PER_S)
+}
+
+fn json_short(v: &serde_json::Value) -> String {
+    shorten(&v.to_string(), 300)
+}
+
+/// A "nice" step (1, 2 or 5 times a power of ten) of at least `x`.
+fn nice_step(x: f64) -> f64 {
+    if !(x.is_finite() && x > 0.0) {
+        return 1.0;
+    }
+    let p = 10f64.powf(x.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|s| *s >= x).unwrap_or(10.0 * p)
+}
+
+const TIMELINE_CSS: &str = r#"
+body { font-family: sans-serif; font-size: 13px; margin: 16px; color: #222; }
+h1 { font-size: 20px; margin: 0 0 8px 0; }
+.note { background: #fff4d6; border: 1px solid #e0c060; padding: 6px 10px; display: inline-block; }
+.empty { font-size: 16px; color: #666; }
+.legend span.sw { display: inline-block; width: 14px; height: 14px; vertical-align: middle; margin: 0 4px 0 12px; border: 1px solid #0004; }
+table.faults { border-collapse: collapse; margin: 8px 0; }
+table.faults td, table.faults th { border: 1px solid #ccc; padding: 2px 8px; text-align: left; }
+.heads { position: sticky; top: 0; z-index: 10; background: #fff; height: 24px; border-bottom: 1px solid #999; }
+.lane-head { position: absolute; top: 4px; font-weight: bold; text-align: center; overflow: hidden; white-space: nowrap; }
+.timeline { position: relative; }
+.lane { position: absolute; top: 0; bottom: 0; background: #f6f6f6; border-right: 1px solid #e4e4e4; }
+.lane:nth-child(even) { background: #fbfbfb; }
+.tick { position: absolute; left: 0; border-top: 1px solid #ddd; font-size: 10px; color: #666; padding-left: 2px; z-index: 0; }
+.fault { position: absolute; z-index: 1; border-top: 1px dashed; border-bottom: 1px dashed; }
+.fault span { position: sticky; left: 0; font-size: 11px; font-weight: bold; padding: 0 3px; }
+.op { position: absolute; z-index: 2; box-sizing: border-box; min-height: 3px; border: 1px solid #0005; border-radius: 2px;
+      font-size: 10px; line-height: 11px; overflow: hidden; white-space: nowrap; padding: 0 2px; }
+.op:hover { outline: 2px solid #000; z-index: 3; }
+.ok { background: #8fd18f; }
+.fail { background: #f08a8a; }
+.info { background: #c3a8e0; }
+.pending { background: repeating-linear-gradient(45deg, #cfcfcf, #cfcfcf 4px, #e8e8e8 4px, #e8e8e8 8px); border-style: dashed; }
+"#;
+
+/// Writes a self-contained HTML timeline (no external scripts or CSS) to
+/// `path`.
+///
+/// One column ("lane") per process, ordered by process id; each operation is
+/// a box from its invocation to its completion (vertical axis = time since
+/// start, with a ruler on the left), coloured by outcome (ok green, fail red,
+/// info purple; never completed: grey hatched, reaching to the last history
+/// entry). Hovering a box shows process, f, key, invocation value, result
+/// value, error, and times. Fault windows are bands across all lanes,
+/// labelled with their kind, and listed in a table at the top.
+///
+/// Only the first [`TIMELINE_MAX_OPS`] operations (by invocation) are drawn;
+/// the page says so when it truncates. Boxes are at least 3 px tall, so very
+/// short operations are visible but their height then overstates latency.
+pub fn timeline_html(h: &History, faults: &[FaultWindow], path: &Path) -> Result<()> {
+    let all = h.pairs();
+    let total = all.len();
+    let truncated = total > TIMELINE_MAX_OPS;
+    let shown = &all[..total.min(TIMELINE_MAX_OPS)];
+    let kinds = fault_kinds(faults);
+
+    // Time span drawn, in ns.
+    let history_end = h.ops.iter().map(|o| o.time).max().unwrap_or(0);
+    let view_end = if truncated {
+        shown.iter().map(|p| p.complete.map(|c| c.time).unwrap_or(p.invoke.time)).max().unwrap_or(0)
+    } else {
+        extent_ns(h, faults)
+    };
+    let view_end = view_end.max(1);
+    let pending_end = history_end.min(view_end).max(1);
+
+    let procs: Vec<u64> = shown.iter().map(|p| p.invoke.process).collect::<BTreeSet<_>>().into_iter().collect();
+    let lane_of: HashMap<u64, usize> = procs.iter().enumerate().map(|(i, p)| (*p, i)).collect();
+    let mut per_lane = vec![0usize; procs.len()];
+    for p in shown {
+        per_lane[lane_of[&p.invoke.process]] += 1;
+    }
+    let busiest = per_lane.iter().copied().max().unwrap_or(0);
+
+    // Vertical scale: about 10 px per operation in the busiest lane, between
+    // 600 and 50,000 px in total.
+    let view_s = view_end as f64 / NS_PER_S;
+    let height_px = (busiest as f64 * 10.0).clamp(600.0, 50_000.0);
+    let px_per_s = height_px / view_s;
+    let y = |ns: u64| ns as f64 / NS_PER_S * px_per_s;
+    let ruler_w = 70.0;
+    let lane_w = if procs.len() <= 20 { 120.0 } else { 72.0 };
+    let width = ruler_w + lane_w * procs.len().max(4) as f64;
+
+    let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
+    for p in &all {
+        *counts.entry(Outcome::of(p)).or_default() += 1;
+    }
+
+    let mut s = String::with_capacity(1024 + shown.len() * 400);
+    s.push_str(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Baton Jepsen timeline</title>\n",
+    );
+    let _ = write!(s, "<style>{TIMELINE_CSS}</style>\n</head>\n<body>\n<h1>Timeline</h1>\n");
+    let _ = writeln!(
+        s,
+        "<p>{} operations by {} processes over {:.3} s: {} ok, {} fail, {} info, {} never completed.</p>",
+        total,
+        all.iter().map(|p| p.invoke.process).collect::<BTreeSet<_>>().len(),
+        history_end as f64 / NS_PER_S,
+        counts.get(&Outcome::Ok).unwrap_or(&0),
+        counts.get(&Outcome::Fail).unwrap_or(&0),
+        counts.get(&Outcome::Info).unwrap_or(&0),
+        counts.get(&Outcome::Pending).unwrap_or(&0),
+    );
+    if truncated {
+        let _ = writeln!(
+            s,
+            "<p class=\"note\">Showing only the first {} of {} operations (those invoked up to {}); \
+             the rest are in the history file and in the plots.</p>",
+            shown.len(),
+            total,
+            secs(shown.last().map(|p| p.invoke.time).unwrap_or(0)),
+        );
+    }
+    s.push_str("<p class=\"legend\">Outcome:");
+    for o in [Outcome::Ok, Outcome::Fail, Outcome::Info, Outcome::Pending] {
+        let _ = write!(s, "<span class=\"sw {}\"></span>{}", o.css(), o.name());
+    }
+    s.push_str(". Hover over a box for details. Time runs downwards.</p>\n");
+
+    if !faults.is_empty() {
+        s.push_str(
+            "<table class=\"faults\">\n<tr><th></th><th>fault</th><th>detail</th><th>start</th><th>end</th></tr>\n",
+        );
+        let mut sorted: Vec<&FaultWindow> = faults.iter().collect();
+        sorted.sort_by_key(|w| w.start);
+        for w in sorted {
+            let ki = kinds.iter().position(|k| *k == w.kind).unwrap_or(0);
+            let end = if w.end < w.start || w.end == u64::MAX { "open".to_string() } else { secs(w.end) };
+            let _ = writeln!(
+                s,
+                "<tr><td><span class=\"sw\" style=\"display:inline-block;width:14px;height:14px;background:{}\"></span></td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                hex(FAULT_COLORS[ki % FAULT_COLORS.len()]),
+                esc(&w.kind),
+                esc(&w.detail),
+                secs(w.start),
+                end
+            );
+        }
+        s.push_str("</table>\n");
+    }
+
+    if shown.is_empty() {
+        s.push_str("<p class=\"empty\">No operations in history: nothing to draw.</p>\n");
+    }
+
+    // Lane headers (sticky while scrolling).
+    let _ = writeln!(s, "<div class=\"heads\" style=\"width:{width:.0}px\">");
+    for (i, p) in procs.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "<div class=\"lane-head\" style=\"left:{:.0}px;width:{:.0}px\">process {p}</div>",
+            ruler_w + lane_w * i as f64,
+            lane_w
+        );
+    }
+    s.push_str("</div>\n");
+
+    let _ = writeln!(s, "<div class=\"timeline\" style=\"width:{width:.0}px;height:{:.0}px\">", y(view_end) + 20.0);
+    for (i, p) in procs.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "<div class=\"lane\" data-process=\"{p}\" style=\"left:{:.0}px;width:{:.0}px\"></div>",
+            ruler_w + lane_w * i as f64,
+            lane_w
+        );
+    }
+    // Ruler: a tick about every 80 px.
+    let step = nice_step(80.0 / px_per_s);
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    let mut k = 0u64;
+    while k as f64 * step <= view_s + step * 1e-6 {
+        let t = k as f64 * step;
+        let _ = writeln!(
+            s,
+            "<div class=\"tick\" style=\"top:{:.1}px;width:{width:.0}px\">{t:.decimals$} s</div>",
+            t * px_per_s
+        );
+        k += 1;
+    }
+    // Fault bands, across all lanes.
+    for w in faults {
+        if w.start > view_end {
+            continue;
+        }
+        let ki = kinds.iter().position(|k| *k == w.kind).unwrap_or(0);
+        let c = FAULT_COLORS[ki % FAULT_COLORS.len()];
+        let end = window_end(w, view_end).min(view_end);
+        let top = y(w.start);
+        let hgt = (y(end) - top).max(2.0);
+        let title = format!("{}: {}\nfrom {} to {}", w.kind, w.detail, secs(w.start), secs(window_end(w, history_end)));
+        let _ = writeln!(
+            s,
+            "<div class=\"fault\" data-kind=\"{}\" style=\"top:{top:.1}px;height:{hgt:.1}px;left:{ruler_w:.0}px;width:{:.0}px;\
+             background:rgba({},{},{},0.16);border-color:{}\" title=\"{}\"><span style=\"color:{}\">{}</span></div>",
+            esc(&w.kind),
+            width - ruler_w,
+            c.0,
+            c.1,
+            c.2,
+            hex(c),
+            esc(&title),
+            hex(RGBColor(c.0 / 2, c.1 / 2, c.2 / 2)),
+            esc(&w.kind),
+        );
+    }
+    // Operations.
+    for p in shown {
+        let o = Outcome::of(p);
+        let inv = p.invoke;
+        let end = match p.complete {
+            Some(c) if o != Outcome::Pending => c.time,
+            _ => pending_end.max(inv.time),
+        };
+        let top = y(inv.time);
+        let hgt = (y(end) - top).max(3.0);
+        let left = ruler_w + lane_w * lane_of[&inv.process] as f64 + 3.0;
+
+        let mut title = format!("process {}\n{}", inv.process, inv.f);
+        if let Some(k) = &inv.key {
+            let _ = write!(title, " key={k}");
+        }
+        let _ = write!(title, "\ninvoke value: {}", json_short(&inv.value));
+        match p.complete {
+            Some(c) if o != Outcome::Pending => {
+                let _ = write!(title, "\n{}: {}", o.name(), json_short(&c.value));
+                if let Some(e) = &c.error {
+                    let _ = write!(title, "\nerror: {}", shorten(e, 300));
+                }
+                let _ = write!(
+                    title,
+                    "\ninvoked {}, completed {} ({:.3} ms)\nhistory index {}..{}",
+                    secs(inv.time),
+                    secs(c.time),
+                    c.time.saturating_sub(inv.time) as f64 / NS_PER_MS,
+                    inv.index,
+                    c.index
+                );
+            }
+            _ => {
+                let _ = write!(
+                    title,
+                    "\nnever completed (indeterminate)\ninvoked {}\nhistory index {}",
+                    secs(inv.time),
+                    inv.index
+                );
+            }
+        }
+        let label = if hgt >= 12.0 {
+            let mut l = inv.f.clone();
+            if let Some(k) = &inv.key {
+                l.push(' ');
+                l.push_str(k);
+            }
+            esc(&shorten(&l, 30))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "<div class=\"op {}\" style=\"left:{left:.0}px;top:{top:.1}px;height:{hgt:.1}px;width:{:.0}px\" title=\"{}\">{label}</div>",
+            o.css(),
+            lane_w - 6.0,
+            esc(&title),
+        );
+    }
+    s.push_str("</div>\n</body>\n</html>\n");
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Op;
+    use serde_json::json;
+
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    fn op(process: u64, ty: OpType, f: &str, key: &str, value: serde_json::Value, time: u64) -> Op {
+        Op {
+            index: 0,
+            process,
+            ty,
+            f: f.into(),
+            key: Some(key.into()),
+            value,
+            time,
+            error: if matches!(ty, OpType::Fail | OpType::Info) { Some("timeout <&>".into()) } else { None },
+        }
+    }
+
+    /// Four client lanes over ~12 s doing reads and writes; a partition from
+    /// 3 s to 6 s makes operations slow, fail or time out (`info`); a kill at
+    /// 8-9 s. A process that gets an `info` is replaced by a fresh one (id +
+    /// 10), as Jepsen does; process 99's write never completes.
+    fn sample() -> (History, Vec<FaultWindow>) {
+        let mut events: Vec<Op> = Vec::new();
+        let mut i: u64 = 0;
+        for lane in 0..4u64 {
+            let mut process = lane;
+            let mut t = lane * 7 * MS;
+            while t < 12 * S {
+                i += 1;
+                let f = if i.is_multiple_of(3) { "write" } else { "read" };
+                let key = if i.is_multiple_of(2) { "x" } else { "y" };
+                let in_partition = (3 * S..6 * S).contains(&t);
+                let (ty, lat) = match (in_partition, i % 4) {
+                    (true, 0) => (OpType::Fail, 20 * MS + (i % 7) * MS),
+                    (true, 1) => (OpType::Info, 500 * MS),
+                    (true, _) => (OpType::Ok, 50 * MS + (i % 11) * 10 * MS),
+                    (false, _) => (OpType::Ok, MS / 2 + (i % 13) * MS / 3),
+                };
+                let v = if f == "write" { json!(i) } else { json!(null) };
+                events.push(op(process, OpType::Invoke, f, key, v, t));
+                let result = if f == "read" && ty == OpType::Ok { json!(i % 5) } else { json!(null) };
+                events.push(op(process, ty, f, key, result, t + lat));
+                t += lat + 40 * MS;
+                if ty == OpType::Info {
+                    process += 10;
+                }
+            }
+        }
+        events.push(op(99, OpType::Invoke, "write", "x", json!(99), 12 * S + 5 * MS));
+        events.sort_by_key(|o| o.time);
+        let mut h = History::default();
+        for e in events {
+            h.push(e);
+        }
+        let faults = vec![
+            FaultWindow { kind: "partition".into(), detail: "n1 | n2 n3".into(), start: 3 * S, end: 6 * S },
+            FaultWindow { kind: "kill".into(), detail: "n2".into(), start: 8 * S, end: 9 * S },
+        ];
+        (h, faults)
+    }
+
+    fn sample_dir() -> Option<PathBuf> {
+        // Keep copies to look at by hand when asked to.
+        std::env::var_os("BATON_REPORT_SAMPLE_DIR").map(PathBuf::from)
+    }
+
+    fn assert_png(path: &Path) {
+        let bytes = std::fs::read(path).unwrap();
+        assert!(bytes.len() > 5_000, "{} is only {} bytes", path.display(), bytes.len());
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", path.display());
+    }
+
+    #[test]
+    fn report_writes_all_outputs() {
+        let (h, faults) = sample();
+        assert!(h.pairs().iter().any(|p| p.complete.is_none()));
+        let dir = tempfile::tempdir().unwrap();
+        let lat = dir.path().join("latency-raw.png");
+        let rate = dir.path().join("rate.png");
+        let html = dir.path().join("timeline.html");
+        latency_png(&h, &faults, &lat).unwrap();
+        rate_png(&h, &faults, &rate).unwrap();
+        timeline_html(&h, &faults, &html).unwrap();
+        assert_png(&lat);
+        assert_png(&rate);
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.len() > 10_000);
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert!(!page.contains("<script src") && !page.contains("<link"), "must be self-contained");
+        for p in h.ops.iter().map(|o| o.process).collect::<BTreeSet<_>>() {
+            assert!(page.contains(&format!("data-process=\"{p}\"")), "lane for process {p} missing");
+            assert!(page.contains(&format!(">process {p}</div>")), "header for process {p} missing");
+        }
+        assert!(page.contains("class=\"fault\" data-kind=\"partition\""));
+        assert!(page.contains("class=\"fault\" data-kind=\"kill\""));
+        assert!(page.contains("class=\"op ok\""));
+        assert!(page.contains("class=\"op fail\""));
+        assert!(page.contains("class=\"op info\""));
+        assert!(page.contains("class=\"op pending\""));
+        assert!(page.contains("timeout &lt;&amp;&gt;"), "errors are shown, escaped");
+        assert!(!page.contains("Showing only"));
+        // No temporary files left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+        if let Some(d) = sample_dir() {
+            std::fs::create_dir_all(&d).unwrap();
+            for f in [&lat, &rate, &html] {
+                std::fs::copy(f, d.join(f.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn report_empty_history() {
+        let h = History::default();
+        let dir = tempfile::tempdir().unwrap();
+        let lat = dir.path().join("latency-raw.png");
+        let rate = dir.path().join("rate.png");
+        let html = dir.path().join("timeline.html");
+        latency_png(&h, &[], &lat).unwrap();
+        rate_png(&h, &[], &rate).unwrap();
+        timeline_html(&h, &[], &html).unwrap();
+        assert_png(&lat);
+        assert_png(&rate);
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains("No operations in history"));
+        assert!(page.ends_with("</html>\n"));
+        // Faults without operations are fine too.
+        let faults = [FaultWindow { kind: "pause".into(), detail: "n1".into(), start: S, end: 2 * S }];
+        latency_png(&h, &faults, &lat).unwrap();
+        rate_png(&h, &faults, &rate).unwrap();
+        timeline_html(&h, &faults, &html).unwrap();
+        assert_png(&lat);
+        assert!(std::fs::read_to_string(&html).unwrap().contains("data-kind=\"pause\""));
+        if let Some(d) = sample_dir() {
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::copy(&lat, d.join("empty-latency-raw.png")).unwrap();
+            std::fs::copy(&rate, d.join("empty-rate.png")).unwrap();
+            std::fs::copy(&html, d.join("empty-timeline.html")).unwrap();
+        }
+    }
+
+    #[test]
+    fn report_timeline_is_capped() {
+        let mut h = History::default();
+        for i in 0..(TIMELINE_MAX_OPS as u64 + 50) {
+            let p = i % 4;
+            h.push(op(p, OpType::Invoke, "read", "x", json!(null), i * MS));
+            h.push(op(p, OpType::Ok, "read", "x", json!(1), i * MS + MS / 2));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let html = dir.path().join("timeline.html");
+        timeline_html(&h, &[], &html).unwrap();
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains("Showing only the first 10000 of 10050 operations"));
+        assert_eq!(page.matches("<div class=\"op ").count(), TIMELINE_MAX_OPS);
+    }
+
+    #[test]
+    fn report_png_any_extension() {
+        let (h, faults) = sample();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("latency");
+        latency_png(&h, &faults, &p).unwrap();
+        assert_png(&p);
+    }
+
+    #[test]
+    fn report_helpers() {
+        assert_eq!(fmt_ms(0.5), "500µs");
+        assert_eq!(fmt_ms(10.0), "10ms");
+        assert_eq!(fmt_ms(1500.0), "1.5s");
+        assert_eq!(nice_step(0.3), 0.5);
+        assert_eq!(nice_step(7.0), 10.0);
+        assert_eq!(esc("a<b>\"c\"&'"), "a&lt;b&gt;&quot;c&quot;&amp;&#39;");
+        assert_eq!(shorten("abcdef", 4), "abc…");
+    }
+}

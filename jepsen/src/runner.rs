@@ -1,0 +1,169 @@
+//! One test run: start the cluster, run the workloads' clients and the
+//! nemesis for the time limit, heal, take final readings, check, report.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_client::{Client, ClientConfig};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::db::{locate_bin, Db, DbOpts};
+use crate::nemesis::{self, NemesisKind};
+use crate::record::Run;
+use crate::workloads::{self, CheckResult, Validity, Workload};
+
+pub struct TestOpts {
+    pub workload: Workload,
+    pub nemesis: NemesisKind,
+    pub time_limit: Duration,
+    pub nodes: u64,
+    pub concurrency: usize,
+    pub seed: u64,
+    pub out: PathBuf,
+    pub server_faults: Vec<String>,
+}
+
+pub struct Outcome {
+    pub valid: Validity,
+    pub results: Vec<CheckResult>,
+}
+
+pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
+    let workloads = o.workload.expand();
+    let per = o.concurrency.max(2);
+    let slots = per * workloads.len();
+    let bin = locate_bin(!o.server_faults.is_empty())?;
+    println!(
+        "baton-jepsen: workload {} nemesis {:?} time {}s nodes {} concurrency {} seed {} out {}",
+        o.workload.name(),
+        o.nemesis,
+        o.time_limit.as_secs(),
+        o.nodes,
+        per,
+        o.seed,
+        o.out.display()
+    );
+    if !o.server_faults.is_empty() {
+        println!("baton-jepsen: server faults ON: {}", o.server_faults.join(","));
+    }
+    println!("[phase] setup: starting {} members ({})", o.nodes, bin.display());
+    let db =
+        Db::start(DbOpts { nodes: o.nodes, slots, bin, dir: o.out.clone(), server_faults: o.server_faults.clone() })
+            .await?;
+    let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();
+    let storage_eps: Vec<Vec<String>> = (1..=o.nodes).map(|h| db.storage_endpoints(h)).collect();
+    let direct = db.direct_endpoints();
+    let admin = Client::connect_with(ClientConfig::new(direct.clone())).await?;
+    for w in &workloads {
+        workloads::setup(&admin, *w).await?;
+    }
+    let db = Arc::new(Mutex::new(db));
+    let run = Run::new(slot_eps, storage_eps);
+
+    println!("[phase] run: {} clients", slots);
+    let mut tasks = Vec::new();
+    for (wi, w) in workloads.iter().enumerate() {
+        for i in 0..per {
+            let slot = wi * per + i;
+            tasks.push(tokio::spawn(workloads::worker(run.clone(), *w, slot, i, o.seed)));
+        }
+    }
+    // Client pauses make sense for holders of locks and leadership.
+    let pausable: Vec<usize> = workloads
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| matches!(w, Workload::Lock | Workload::Election))
+        .flat_map(|(wi, _)| (wi * per + 1..(wi + 1) * per).chain(std::iter::once(wi * per)))
+        .collect();
+    let nem = tokio::spawn(nemesis::run(run.clone(), db.clone(), o.nemesis, StdRng::seed_from_u64(o.seed), pausable));
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    while started.elapsed() < o.time_limit {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if last_report.elapsed() >= Duration::from_secs(5) {
+            last_report = Instant::now();
+            println!(
+                "[{:>5.1}s] ops {} faults {}",
+                started.elapsed().as_secs_f64(),
+                run.ops_done.load(Ordering::Relaxed),
+                run.fault_windows().len()
+            );
+        }
+    }
+    run.stop.store(true, Ordering::SeqCst);
+    println!("[phase] stop: healing, waiting for clients");
+    let _ = nem.await;
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+    }
+    {
+        let mut db = db.lock().await;
+        db.heal_all()?;
+        db.wait_leader(Duration::from_secs(30)).await?;
+    }
+    // Final readings through a fresh, unproxied client, after every
+    // session of the run has ended or timed out.
+    println!("[phase] final reads");
+    tokio::time::sleep(Duration::from_millis(crate::db::SESSION_MS + 3000)).await;
+    let final_counter = if workloads.contains(&Workload::Lock) { read_counter(&admin).await } else { None };
+    let leftover =
+        if workloads.contains(&Workload::Session) { admin.children("/jepsen/sessions").await.ok() } else { None };
+    let history = run.take_history();
+    let faults = run.fault_windows();
+    history.write_jsonl(&o.out.join("history.jsonl"))?;
+    println!("[phase] check: {} history entries", history.ops.len());
+
+    let mut results = Vec::new();
+    for w in &workloads {
+        let r = match w {
+            Workload::Register => crate::checks::register(&history),
+            Workload::Lock => workloads::check_lock(&history, &faults, final_counter),
+            Workload::Election => workloads::check_election(&history, &faults),
+            Workload::Session => workloads::check_session(&history, leftover.clone()),
+            Workload::All => continue,
+        };
+        println!("  {:<10} valid: {}  {}", r.checker, r.valid.as_str(), r.stats);
+        for a in r.anomalies.iter().take(3) {
+            println!("    anomaly: {}", a.get("anomaly").and_then(|x| x.as_str()).unwrap_or("?"));
+        }
+        results.push(r);
+    }
+    let valid = results.iter().fold(Validity::True, |v, r| v.and(r.valid));
+    let doc = json!({
+        "valid": valid,
+        "workload": o.workload.name(),
+        "nemesis": format!("{:?}", o.nemesis).to_lowercase(),
+        "seed": o.seed,
+        "time_limit_s": o.time_limit.as_secs(),
+        "server_faults": o.server_faults,
+        "faults": faults,
+        "checkers": results,
+    });
+    std::fs::write(o.out.join("results.json"), serde_json::to_vec_pretty(&doc)?)?;
+    let report = |what: &str, r: anyhow::Result<()>| {
+        if let Err(e) = r {
+            println!("  (no {what}: {e:#})");
+        }
+    };
+    report("latency.png", crate::report::latency_png(&history, &faults, &o.out.join("latency.png")));
+    report("rate.png", crate::report::rate_png(&history, &faults, &o.out.join("rate.png")));
+    report("timeline.html", crate::report::timeline_html(&history, &faults, &o.out.join("timeline.html")));
+    let _ = tokio::time::timeout(Duration::from_secs(3), admin.close()).await;
+    drop(db);
+    Ok(Outcome { valid, results })
+}
+
+async fn read_counter(c: &Client) -> Option<i64> {
+    for _ in 0..20 {
+        if let Ok((d, _)) = c.get("/jepsen/counter").await {
+            return std::str::from_utf8(&d).ok().and_then(|s| s.parse().ok());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
