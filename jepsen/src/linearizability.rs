@@ -55,7 +55,7 @@ pub trait Model: Clone + Eq + Hash {
     /// An operation's input (its arguments).
     type In: Eq + Hash;
     /// An operation's observed output.
-    type Out;
+    type Out: Eq + Hash;
 
     /// Applies an operation that returned `output`. `None` means that output
     /// is impossible from this state.
@@ -279,10 +279,10 @@ impl Bits {
     }
 }
 
-/// Whether every pending determinate operation in the window (the calls up
-/// to and including the first return, skipping op `skip`) may still be
-/// linearized from `s` according to [`Model::still_possible`].
-fn window_possible<M: Model>(
+/// The first pending determinate operation in the window (the calls up to
+/// and including the first return, skipping op `skip`) that can no longer
+/// be linearized from `s` according to [`Model::still_possible`].
+fn window_blocker<M: Model>(
     s: &M,
     skip: u32,
     next: &[u32],
@@ -290,25 +290,69 @@ fn window_possible<M: Model>(
     node_call: &[bool],
     ops: &[Operation<M::In, M::Out>],
     orig: &[usize],
-) -> bool {
+) -> Option<u32> {
     let mut c = next[0];
-    while c != NIL {
+    loop {
         let i = node_op[c as usize];
         if i == NIL {
-            break; // tail
+            return None; // tail
         }
         if i != skip {
             let o = &ops[orig[i as usize]];
             if !s.still_possible(&o.input, o.output.as_ref()) {
-                return false;
+                return Some(i);
             }
             if !node_call[c as usize] {
-                break;
+                return None;
             }
         }
         c = next[c as usize];
     }
-    true
+}
+
+/// The operations called before the first return (of an op other than
+/// `skip`), excluding `skip`, and that return node.
+fn window_calls(skip: u32, next: &[u32], node_op: &[u32], node_call: &[bool]) -> (Vec<u32>, u32) {
+    let mut calls = Vec::new();
+    let mut c = next[0];
+    loop {
+        let i = node_op[c as usize];
+        if i == NIL || (!node_call[c as usize] && i != skip) {
+            return (calls, c);
+        }
+        if node_call[c as usize] && i != skip {
+            calls.push(i);
+        }
+        c = next[c as usize];
+    }
+}
+
+/// The deepest dead end found, for the report. `prefix[..stable]` always
+/// equals the ops of `stack[..stable]`, so recording copies only what changed.
+struct Best<M> {
+    depth: Option<usize>,
+    prefix: Vec<u32>,
+    stable: usize,
+    extra: Option<u32>,
+    state: Option<M>,
+    culprit: u32,
+    pending: Vec<u32>,
+}
+
+impl<M: Clone> Best<M> {
+    fn wants(&self, depth: usize) -> bool {
+        self.depth.is_none_or(|d| depth > d)
+    }
+    fn record(&mut self, stack: &[Frame<M>], extra: Option<u32>, state: &M, culprit: u32, pending: Vec<u32>) {
+        self.prefix.truncate(self.stable);
+        self.prefix.extend(stack[self.stable..].iter().map(|f| f.op));
+        self.stable = stack.len();
+        self.depth = Some(stack.len() + extra.is_some() as usize);
+        self.extra = extra;
+        self.state = Some(state.clone());
+        self.culprit = culprit;
+        self.pending = pending;
+    }
 }
 
 /// Checks one object's operations for linearizability from `initial`
@@ -356,8 +400,8 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
     inext[itail as usize] = NIL;
     iprev[ihead as usize] = NIL;
     let mut ipos = vec![0u32; m + 2];
+    let mut call_node = vec![NIL; d];
     {
-        let mut call_node = vec![NIL; d];
         let mut node = 1usize;
         for (pos, &(_, kind, i)) in events.iter().enumerate() {
             if (i as usize) < d {
@@ -386,15 +430,57 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
         }
     }
 
+    // Determinate ops with equal input and output are interchangeable: of
+    // two such pending candidates, the one returning first can always take
+    // effect first (swap them in any linearization), so only it is tried.
+    // Classes of at least two members, each sorted by return.
+    let mut class_of = vec![NIL; d];
+    let mut class_members: Vec<Vec<u32>> = Vec::new();
+    {
+        let mut classes: HashMap<(&M::In, &Option<M::Out>), Vec<u32>> = HashMap::new();
+        for (k, &i) in det.iter().enumerate() {
+            classes.entry((&ops[i].input, &ops[i].output)).or_default().push(k as u32);
+        }
+        for (_, mut members) in classes.into_iter().filter(|(_, v)| v.len() > 1) {
+            members.sort_by_key(|&k| node_pos[node_match[call_node[k as usize] as usize] as usize]);
+            for &k in &members {
+                class_of[k as usize] = class_members.len() as u32;
+            }
+            class_members.push(members);
+        }
+    }
+    let mut member_idx = vec![0u32; d];
+    for members in &class_members {
+        for (x, &k) in members.iter().enumerate() {
+            member_idx[k as usize] = x as u32;
+        }
+    }
+    // class_members[c][..class_start[c]] are all linearized.
+    let mut class_start = vec![0u32; class_members.len()];
+
     let mut bits = Bits::new(d, m);
     let mut cache: HashSet<(Box<[u64]>, M), FxBuild> = HashSet::default();
     let mut stack: Vec<Frame<M>> = Vec::new();
     let mut state = initial.clone();
-    // Deepest dead end seen, for the report.
-    let mut best: Option<Failure<M>> = None;
-    let mut best_prefix: Vec<u32> = Vec::new();
-    let mut stable = 0usize; // stack[..stable] == best_prefix[..stable]
-
+    let mut best: Best<M> = Best {
+        depth: None,
+        prefix: Vec::new(),
+        stable: 0,
+        extra: None,
+        state: None,
+        culprit: NIL,
+        pending: Vec::new(),
+    };
+    // Indeterminate ops called before return node `r` (at most 32), for reports.
+    let eligible_opt = |inext: &[u32], r: u32| {
+        let mut v = Vec::new();
+        let mut c = inext[ihead as usize];
+        while c != itail && ipos[c as usize] < node_pos[r as usize] && v.len() < 32 {
+            v.push(d as u32 + c - 1);
+            c = inext[c as usize];
+        }
+        v
+    };
     let step = |s: &M, op: &Operation<M::In, M::Out>| match &op.output {
         Some(o) => s.step(&op.input, o),
         None => s.step_unknown(&op.input),
@@ -412,32 +498,69 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
                 let eu = e as usize;
                 if node_call[eu] {
                     let i = node_op[eu];
-                    if let Some(ns) = step(&state, op_of(i))
-                        .filter(|ns| window_possible(ns, i, &next, &node_op, &node_call, ops, &orig))
-                    {
-                        bits.set(i);
-                        if cache.insert((bits.key(), ns.clone())) {
-                            let prev_state = std::mem::replace(&mut state, ns);
-                            stack.push(Frame { cursor, op: i, prev: prev_state });
-                            // lift: unlink the call and its return
-                            let r = node_match[eu] as usize;
-                            next[prev[eu] as usize] = next[eu];
-                            prev[next[eu] as usize] = prev[eu];
-                            next[prev[r] as usize] = next[r];
-                            prev[next[r] as usize] = prev[r];
-                            if cache.len() as u64 > opts.max_states {
-                                break Validity::Unknown;
-                            }
-                            cursor = Cursor::Det(next[head as usize]);
-                            continue;
+                    let c = class_of[i as usize];
+                    if c != NIL {
+                        // Skip i if an equal op returning earlier is also a candidate.
+                        let members = &class_members[c as usize];
+                        let mut x = class_start[c as usize] as usize;
+                        while bits.get(members[x]) {
+                            x += 1;
                         }
-                        bits.clear(i);
+                        class_start[c as usize] = x as u32;
+                        let h = members[x];
+                        if h != i {
+                            let hc = call_node[h as usize];
+                            let mut in_window = node_pos[hc as usize] < node_pos[eu];
+                            if !in_window {
+                                let mut n = next[eu];
+                                while node_call[n as usize] && n != hc {
+                                    n = next[n as usize];
+                                }
+                                in_window = n == hc;
+                            }
+                            if in_window {
+                                cursor = Cursor::Det(next[eu]);
+                                continue;
+                            }
+                        }
+                    }
+                    if let Some(ns) = step(&state, op_of(i)) {
+                        match window_blocker(&ns, i, &next, &node_op, &node_call, ops, &orig) {
+                            Some(x) => {
+                                // Taking i would strand x: i is linearizable
+                                // here, x is the op that cannot follow.
+                                if best.wants(stack.len() + 1) {
+                                    let (mut pending, end) = window_calls(i, &next, &node_op, &node_call);
+                                    pending.extend(eligible_opt(&inext, end));
+                                    best.record(&stack, Some(i), &ns, x, pending);
+                                }
+                            }
+                            None => {
+                                bits.set(i);
+                                if cache.insert((bits.key(), ns.clone())) {
+                                    let prev_state = std::mem::replace(&mut state, ns);
+                                    stack.push(Frame { cursor, op: i, prev: prev_state });
+                                    // lift: unlink the call and its return
+                                    let r = node_match[eu] as usize;
+                                    next[prev[eu] as usize] = next[eu];
+                                    prev[next[eu] as usize] = prev[eu];
+                                    next[prev[r] as usize] = next[r];
+                                    prev[next[r] as usize] = prev[r];
+                                    if cache.len() as u64 > opts.max_states {
+                                        break Validity::Unknown;
+                                    }
+                                    cursor = Cursor::Det(next[head as usize]);
+                                    continue;
+                                }
+                                bits.clear(i);
+                            }
+                        }
                     }
                     cursor = Cursor::Det(next[eu]);
                     continue;
                 }
                 // The first pending return: try indeterminate ops before it.
-                if m > 0 && window_possible(&state, NIL, &next, &node_op, &node_call, ops, &orig) {
+                if m > 0 && window_blocker(&state, NIL, &next, &node_op, &node_call, ops, &orig).is_none() {
                     cursor = Cursor::Opt(inext[ihead as usize], e);
                     continue;
                 }
@@ -449,26 +572,35 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
                 } else {
                     let i = d as u32 + j - 1;
                     let ps = prev_same[j as usize - 1];
-                    if ps == NIL || bits.get(ps) {
-                        // A lift that changes nothing is pointless: the op may
-                        // equally stay pending forever.
-                        if let Some(ns) = step(&state, op_of(i)).filter(|ns| {
-                            *ns != state && window_possible(ns, NIL, &next, &node_op, &node_call, ops, &orig)
-                        }) {
-                            bits.set(i);
-                            if cache.insert((bits.key(), ns.clone())) {
-                                let prev_state = std::mem::replace(&mut state, ns);
-                                stack.push(Frame { cursor, op: i, prev: prev_state });
-                                let ju = j as usize;
-                                inext[iprev[ju] as usize] = inext[ju];
-                                iprev[inext[ju] as usize] = iprev[ju];
-                                if cache.len() as u64 > opts.max_states {
-                                    break Validity::Unknown;
+                    // A lift that changes nothing is pointless: the op may
+                    // equally stay pending forever.
+                    let ns =
+                        if ps == NIL || bits.get(ps) { step(&state, op_of(i)).filter(|ns| *ns != state) } else { None };
+                    if let Some(ns) = ns {
+                        match window_blocker(&ns, NIL, &next, &node_op, &node_call, ops, &orig) {
+                            Some(x) => {
+                                if best.wants(stack.len() + 1) {
+                                    let (mut pending, end) = window_calls(NIL, &next, &node_op, &node_call);
+                                    pending.extend(eligible_opt(&inext, end).into_iter().filter(|&o| o != i));
+                                    best.record(&stack, Some(i), &ns, x, pending);
                                 }
-                                cursor = Cursor::Det(next[head as usize]);
-                                continue;
                             }
-                            bits.clear(i);
+                            None => {
+                                bits.set(i);
+                                if cache.insert((bits.key(), ns.clone())) {
+                                    let prev_state = std::mem::replace(&mut state, ns);
+                                    stack.push(Frame { cursor, op: i, prev: prev_state });
+                                    let ju = j as usize;
+                                    inext[iprev[ju] as usize] = inext[ju];
+                                    iprev[inext[ju] as usize] = iprev[ju];
+                                    if cache.len() as u64 > opts.max_states {
+                                        break Validity::Unknown;
+                                    }
+                                    cursor = Cursor::Det(next[head as usize]);
+                                    continue;
+                                }
+                                bits.clear(i);
+                            }
                         }
                     }
                     cursor = Cursor::Opt(inext[j as usize], r);
@@ -478,44 +610,29 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
         }
 
         // Dead end at return node `dead`: record it if it is the deepest yet.
-        if best.as_ref().is_none_or(|_| stack.len() > best_prefix.len()) {
-            best_prefix.truncate(stable);
-            best_prefix.extend(stack[stable..].iter().map(|f| f.op));
-            stable = stack.len();
-            let mut pending = Vec::new();
-            let mut c = next[head as usize];
-            while c != dead {
-                if node_call[c as usize] {
-                    pending.push(op_of(node_op[c as usize]).id);
-                }
-                c = next[c as usize];
-            }
-            let mut c = inext[ihead as usize];
-            let mut listed = 0;
-            while c != itail && ipos[c as usize] < node_pos[dead as usize] && listed < 32 {
-                pending.push(op_of(d as u32 + c - 1).id);
-                listed += 1;
-                c = inext[c as usize];
-            }
-            best = Some(Failure {
-                prefix: Vec::new(),
-                state: state.clone(),
-                op: op_of(node_op[dead as usize]).id,
-                pending,
-            });
+        if best.wants(stack.len()) {
+            let (mut pending, end) = window_calls(NIL, &next, &node_op, &node_call);
+            debug_assert_eq!(end, dead);
+            pending.extend(eligible_opt(&inext, dead));
+            best.record(&stack, None, &state, node_op[dead as usize], pending);
         }
 
         // Backtrack.
         let Some(frame) = stack.pop() else {
             break Validity::Invalid;
         };
-        stable = stable.min(stack.len());
+        best.stable = best.stable.min(stack.len());
         state = frame.prev;
         bits.clear(frame.op);
         cursor = match frame.cursor {
             Cursor::Det(e) => {
                 // unlift: relink the return, then the call
                 let eu = e as usize;
+                let c = class_of[frame.op as usize];
+                if c != NIL {
+                    let c = c as usize;
+                    class_start[c] = class_start[c].min(member_idx[frame.op as usize]);
+                }
                 let r = node_match[eu] as usize;
                 next[prev[r] as usize] = r as u32;
                 prev[next[r] as usize] = r as u32;
@@ -532,15 +649,16 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
         };
     };
 
-    let ids = |v: &mut dyn Iterator<Item = u32>| v.map(|i| op_of(i).id).collect::<Vec<_>>();
-    let linearization = if validity == Validity::Valid { ids(&mut stack.iter().map(|f| f.op)) } else { Vec::new() };
-    let failure = if validity == Validity::Valid {
-        None
-    } else {
-        best.map(|mut f| {
-            f.prefix = ids(&mut best_prefix.iter().copied());
-            f
-        })
+    let id = |i: u32| op_of(i).id;
+    let linearization = if validity == Validity::Valid { stack.iter().map(|f| id(f.op)).collect() } else { Vec::new() };
+    let failure = match (validity, best.state) {
+        (Validity::Valid, _) | (_, None) => None,
+        (_, Some(state)) => Some(Failure {
+            prefix: best.prefix.iter().chain(best.extra.iter()).map(|&i| id(i)).collect(),
+            state,
+            op: id(best.culprit),
+            pending: best.pending.iter().filter(|&&i| i != best.culprit).map(|&i| id(i)).collect(),
+        }),
     };
     Outcome { validity, states: cache.len() as u64, linearization, failure }
 }
@@ -910,11 +1028,16 @@ fn check_register_key(
     match outcome.validity {
         Validity::Valid => {}
         Validity::Unknown => {
+            let deepest = outcome.failure.as_ref().map_or(String::new(), |f| {
+                format!(
+                    "; longest linearizable prefix found: {} ops, after which {} could not be linearized",
+                    f.prefix.len(),
+                    OpInfo::from_pair(&input.pairs[f.op]).describe()
+                )
+            });
             report.error = Some(format!(
-                "search gave up after exploring {} states (max_states = {}); longest linearizable prefix found: {} ops",
-                outcome.states,
-                opts.max_states,
-                outcome.failure.as_ref().map_or(0, |f| f.prefix.len())
+                "search gave up after exploring {} states (max_states = {}){deepest}",
+                outcome.states, opts.max_states
             ))
         }
         Validity::Invalid => {

@@ -70,7 +70,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     for (wi, w) in workloads.iter().enumerate() {
         for i in 0..per {
             let slot = wi * per + i;
-            tasks.push(tokio::spawn(workloads::worker(run.clone(), *w, slot, i, o.seed)));
+            tasks.push(tokio::spawn(workloads::worker(run.clone(), *w, slot, i, per, o.seed)));
         }
     }
     // Client pauses make sense for holders of locks and leadership.

@@ -123,10 +123,12 @@ pub async fn setup(c: &Client, w: Workload) -> anyhow::Result<()> {
 }
 
 /// Runs one client slot of workload `w` until the run stops.
-pub async fn worker(run: Arc<Run>, w: Workload, slot: usize, idx: usize, seed: u64) {
+pub async fn worker(run: Arc<Run>, w: Workload, slot: usize, idx: usize, conc: usize, seed: u64) {
     let rng = StdRng::seed_from_u64(seed ^ (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     match w {
-        Workload::Register => register_worker(run, slot, rng).await,
+        // Half the slots mostly read: a reader next to a cut-off member is
+        // what exposes stale reads (a writer there just waits for commits).
+        Workload::Register => register_worker(run, slot, idx >= conc / 2, rng).await,
         Workload::Lock => lock_worker(run, slot, rng).await,
         Workload::Election if idx == 0 => observer_worker(run, slot).await,
         Workload::Election => election_worker(run, slot, rng).await,
@@ -139,7 +141,7 @@ static NEXT_VALUE: AtomicI64 = AtomicI64::new(1);
 
 // ---------------------------------------------------------------- register
 
-async fn register_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
+async fn register_worker(run: Arc<Run>, slot: usize, reader: bool, mut rng: StdRng) {
     let Some(mut c) = run.connect_slot(slot).await else { return };
     let mut p = run.new_process();
     let mut versions: HashMap<String, i32> = HashMap::new();
@@ -147,7 +149,7 @@ async fn register_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
         run.checkpoint(slot).await;
         let k = format!("k{}", rng.gen_range(0..REGISTER_KEYS));
         let path = key_path(&k);
-        let roll = rng.gen_range(0..10);
+        let roll = if reader && rng.gen_bool(0.9) { 0 } else { rng.gen_range(0..10) };
         let info = if roll < 5 {
             run.invoke(p, "read", Some(&k), Value::Null);
             match c.get(&path).await {
@@ -211,18 +213,18 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                 // Pause points sit between the steps, where a real process
                 // could be stopped while it believes it holds the lock.
                 run.checkpoint(slot).await;
-                run.invoke(p, "read", Some("counter"), json!({"token": t}));
+                run.invoke(p, "read-counter", Some("counter"), json!({"token": t}));
                 let n = match sc.get(COUNTER).await {
                     Ok((d, _)) => {
                         let n: i64 = std::str::from_utf8(&d).ok().and_then(|s| s.parse().ok()).unwrap_or(-1);
-                        run.complete(p, OpType::Ok, "read", Some("counter"), json!({"token": t, "value": n}), None);
+                        run.complete(p, OpType::Ok, "read-counter", Some("counter"), json!({"token": t, "value": n}), None);
                         Some(n)
                     }
                     Err(e) => {
                         run.complete(
                             p,
                             OpType::Fail,
-                            "read",
+                            "read-counter",
                             Some("counter"),
                             json!({"token": t}),
                             Some(e.to_string()),

@@ -967,7 +967,8 @@ impl Driver {
             }
             let Ok(cmd) = Command::decode(&e.data[..]) else { continue };
             let applied = spec.apply(e.index, &cmd);
-            if cmd.origin != self.cfg.id {
+            // Only client writes are acked early (sessions must exist first).
+            if cmd.origin != self.cfg.id || !matches!(cmd.body, Some(command::Body::Write(_))) {
                 continue;
             }
             if let (Some(p), Some(mut resp)) = (self.pending.remove(&cmd.request_id), applied.reply) {
