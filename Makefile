@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps build release demo test lint unit cluster-test bench clean
+.PHONY: deps build release demo test lint jepsen-smoke bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -23,9 +23,21 @@ lint: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p baton-server --all-targets --features fault-injection -- -D warnings
 
-# The whole suite: lint, unit and golden tests, then real 3-member clusters.
+# The whole suite: lint, unit and golden tests, real 3-member clusters, the
+# harness's fault-catching tests, and a short Jepsen run of every workload.
 test: lint build
 	$(CARGO) test --workspace -- --test-threads=2
+	$(MAKE) jepsen-smoke
+
+# Each workload ~30 s under a random mix of faults (kill, pause, partition,
+# leader-targeted); any invalid result fails the build.
+JEPSEN_SECS ?= 30
+jepsen-smoke: build
+	@set -eo pipefail; out=$$(mktemp -d /tmp/baton-jepsen-smoke.XXXXXX); \
+	for w in register lock election session; do \
+	  $(CARGO) run -q -p baton-jepsen -- test --workload $$w --nemesis all \
+	    --time-limit $(JEPSEN_SECS) --out $$out/$$w | tail -n 12; \
+	done; rm -rf $$out
 
 # Throughput and latency on a fresh local cluster (release build).
 bench: release

@@ -19,9 +19,9 @@ pub fn register(h: &History) -> CheckResult {
         .keys
         .iter()
         .filter_map(|k| {
-            k.anomaly.as_ref().map(|a| {
-                json!({"anomaly": "not-linearizable", "key": k.key, "explain": a.explanation, "detail": a})
-            })
+            k.anomaly
+                .as_ref()
+                .map(|a| json!({"anomaly": "not-linearizable", "key": k.key, "explain": a.explanation, "detail": a}))
         })
         .collect();
     CheckResult {

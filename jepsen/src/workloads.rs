@@ -217,7 +217,14 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                 let n = match sc.get(COUNTER).await {
                     Ok((d, _)) => {
                         let n: i64 = std::str::from_utf8(&d).ok().and_then(|s| s.parse().ok()).unwrap_or(-1);
-                        run.complete(p, OpType::Ok, "read-counter", Some("counter"), json!({"token": t, "value": n}), None);
+                        run.complete(
+                            p,
+                            OpType::Ok,
+                            "read-counter",
+                            Some("counter"),
+                            json!({"token": t, "value": n}),
+                            None,
+                        );
                         Some(n)
                     }
                     Err(e) => {
