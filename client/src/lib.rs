@@ -419,7 +419,12 @@ impl Client {
     }
 
     pub async fn children_stat(&self, path: &str) -> Result<(Vec<String>, Stat)> {
-        let resp = self.call(request::Body::Children(Self::read(path, false, None))).await?;
+        self.children_opts(path, false).await
+    }
+
+    /// Children and stat; with `stale`, from the member's local state.
+    pub async fn children_opts(&self, path: &str, stale: bool) -> Result<(Vec<String>, Stat)> {
+        let resp = self.call(request::Body::Children(Self::read(path, stale, None))).await?;
         children_body(resp)
     }
 
@@ -446,8 +451,14 @@ impl Client {
     /// Checks a node and sets a one-shot exists watch (fires on create,
     /// change or delete).
     pub async fn exists_watch(&self, path: &str) -> Result<(Option<Stat>, Watcher)> {
+        self.exists_watch_opts(path, false).await
+    }
+
+    /// [`Client::exists_watch`]; with `stale`, registered against the
+    /// member's local state without a ReadIndex round.
+    pub async fn exists_watch_opts(&self, path: &str, stale: bool) -> Result<(Option<Stat>, Watcher)> {
         let (spec, w) = self.new_watch(path, WatchKind::Exists, false).await?;
-        let resp = self.call(request::Body::Exists(Self::read(path, false, Some(spec.clone())))).await?;
+        let resp = self.call(request::Body::Exists(Self::read(path, stale, Some(spec.clone())))).await?;
         let stat = match resp.body {
             Some(response::Body::Exists(e)) => e.stat,
             _ => return Err(unexpected()),

@@ -23,13 +23,23 @@
 //! They are kept in a second list of calls only; they are offered as
 //! candidates after the determinate ones (so they are linearized lazily, when
 //! something needs them), they are never *required*, and the search succeeds
-//! as soon as every determinate operation is linearized. Two refinements keep
-//! many indeterminate operations from blowing the search up: among pending
-//! indeterminate operations with equal inputs only the earliest is tried (they
-//! are interchangeable), and [`Model::still_possible`] lets a model say that
-//! the operation blocking progress can never be linearized any more (e.g. a
-//! read of version 7 once the register is at version 8), which stops the
-//! search from stacking indeterminate writes in front of it.
+//! as soon as every determinate operation is linearized.
+//!
+//! Refinements over the plain search, each of which keeps every verdict
+//! (they are cross-checked against brute force in the tests):
+//! - Candidates are tried in order of return time, so short operations go
+//!   before long ones that span many others.
+//! - An operation that leaves the state unchanged (a read of the current
+//!   value) is lifted at once without trying alternatives: moving it to the
+//!   front of any valid completion keeps it valid.
+//! - Interchangeable operations are tried once: of pending determinate
+//!   operations with equal input and output only the one returning first, of
+//!   pending indeterminate operations with equal inputs only the earliest.
+//! - [`Model::still_possible`] lets a model declare a pending operation
+//!   impossible from here on (a read of version 7 once the register is at
+//!   version 8); a lift that would strand a pending operation is pruned.
+//! - The register adapter gives every written value that no read observes
+//!   one common value, so states that no read can tell apart coincide.
 //!
 //! Definite failures (`fail`) had no effect and are excluded.
 //!
@@ -128,7 +138,9 @@ impl Serialize for Validity {
 pub struct CheckOptions {
     /// Maximum number of distinct (linearized set, state) configurations
     /// explored per key before giving up with [`Validity::Unknown`]. Each
-    /// costs roughly 100-200 bytes of cache plus a few window words.
+    /// costs about 130 bytes of cache (for ~10k-operation keys) and about
+    /// 2 µs, so the default of 1,000,000 bounds a key at roughly 130 MB and
+    /// 2-3 s; memory is per concurrently checked key (see `threads`).
     pub max_states: u64,
     /// Worker threads for checking keys in parallel; 0 = available cores.
     pub threads: usize,
@@ -173,18 +185,25 @@ pub struct Outcome<M> {
 
 const NIL: u32 = u32::MAX;
 
+/// Where the scan of a configuration stands.
 #[derive(Clone, Copy)]
 enum Cursor {
-    /// Next candidate: this node of the determinate list.
-    Det(u32),
-    /// Next candidate: this node of the indeterminate list, while its call
-    /// precedes the return node given second.
+    /// Next determinate candidate: this index into `cands` (the current
+    /// level's candidates, ordered by return).
+    Det(usize),
+    /// Next indeterminate candidate: this node of the indeterminate list,
+    /// while its call precedes the return node given second.
     Opt(u32, u32),
+    /// Lifted without alternatives (it left the state unchanged).
+    Forced,
 }
 
 struct Frame<M> {
+    /// How to resume the parent configuration's scan.
     cursor: Cursor,
     op: u32,
+    /// The lifted op's call node (determinate) or indeterminate-list node.
+    node: u32,
     prev: M,
 }
 
@@ -277,6 +296,16 @@ impl Bits {
         v.extend_from_slice(&self.words[self.det_words..]);
         v.into_boxed_slice()
     }
+}
+
+/// Unlinks a determinate call node and its return from the list.
+fn lift_det(next: &mut [u32], prev: &mut [u32], node_match: &[u32], e: u32) {
+    let e = e as usize;
+    let r = node_match[e] as usize;
+    next[prev[e] as usize] = next[e];
+    prev[next[e] as usize] = prev[e];
+    next[prev[r] as usize] = next[r];
+    prev[next[r] as usize] = prev[r];
 }
 
 /// The first pending determinate operation in the window (the calls up to
@@ -437,7 +466,8 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
     let mut class_of = vec![NIL; d];
     let mut class_members: Vec<Vec<u32>> = Vec::new();
     {
-        let mut classes: HashMap<(&M::In, &Option<M::Out>), Vec<u32>> = HashMap::new();
+        type ClassKey<'a, M> = (&'a <M as Model>::In, &'a Option<<M as Model>::Out>);
+        let mut classes: HashMap<ClassKey<'_, M>, Vec<u32>> = HashMap::new();
         for (k, &i) in det.iter().enumerate() {
             classes.entry((&ops[i].input, &ops[i].output)).or_default().push(k as u32);
         }
@@ -486,18 +516,63 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
         None => s.step_unknown(&op.input),
     };
 
-    let mut cursor = Cursor::Det(next[head as usize]);
-    let validity = loop {
+    // Per configuration on the path ("level"): its determinate candidates
+    // (the calls before the first return, ordered by return so that short
+    // operations are tried before long ones) and that first return node.
+    let mut cands: Vec<u32> = Vec::new();
+    let mut level_start: Vec<usize> = Vec::new();
+    let mut level_ret: Vec<u32> = Vec::new();
+
+    let mut cursor = Cursor::Det(0);
+    // A new configuration, not yet scanned.
+    let mut fresh = true;
+    let validity = 'search: loop {
         if next[head as usize] == tail {
-            break Validity::Valid;
+            break 'search Validity::Valid;
         }
-        // `dead` = the return node we could not get past.
-        let dead: u32;
-        match cursor {
-            Cursor::Det(e) => {
-                let eu = e as usize;
-                if node_call[eu] {
-                    let i = node_op[eu];
+        // `dead` = the return node we could not get past (NIL: nothing to
+        // report, the configuration was explored before).
+        let dead: u32 = 'scan: {
+            if fresh {
+                fresh = false;
+                let start = cands.len();
+                level_start.push(start);
+                let mut c = next[head as usize];
+                while node_call[c as usize] {
+                    cands.push(c);
+                    c = next[c as usize];
+                }
+                level_ret.push(c);
+                // An operation that leaves the state unchanged (a read that
+                // sees the current value) can be linearized right away:
+                // moving it to the front of any completion keeps the
+                // completion valid. So it is lifted without alternatives.
+                for &e in &cands[start..] {
+                    let i = node_op[e as usize];
+                    if step(&state, op_of(i)).is_some_and(|ns| ns == state) {
+                        bits.set(i);
+                        if !cache.insert((bits.key(), state.clone())) {
+                            bits.clear(i);
+                            break 'scan NIL;
+                        }
+                        stack.push(Frame { cursor: Cursor::Forced, op: i, node: e, prev: state.clone() });
+                        lift_det(&mut next, &mut prev, &node_match, e);
+                        if cache.len() as u64 > opts.max_states {
+                            break 'search Validity::Unknown;
+                        }
+                        fresh = true;
+                        continue 'search;
+                    }
+                }
+                cands[start..].sort_unstable_by_key(|&c| node_pos[node_match[c as usize] as usize]);
+                cursor = Cursor::Det(start);
+            }
+            let first_ret = *level_ret.last().expect("a level per configuration");
+            match cursor {
+                Cursor::Det(k) if k < cands.len() => {
+                    cursor = Cursor::Det(k + 1);
+                    let e = cands[k];
+                    let i = node_op[e as usize];
                     let c = class_of[i as usize];
                     if c != NIL {
                         // Skip i if an equal op returning earlier is also a candidate.
@@ -508,145 +583,128 @@ pub fn check_operations<M: Model>(initial: &M, ops: &[Operation<M::In, M::Out>],
                         }
                         class_start[c as usize] = x as u32;
                         let h = members[x];
-                        if h != i {
-                            let hc = call_node[h as usize];
-                            let mut in_window = node_pos[hc as usize] < node_pos[eu];
-                            if !in_window {
-                                let mut n = next[eu];
-                                while node_call[n as usize] && n != hc {
-                                    n = next[n as usize];
-                                }
-                                in_window = n == hc;
-                            }
-                            if in_window {
-                                cursor = Cursor::Det(next[eu]);
-                                continue;
-                            }
+                        if h != i && node_pos[call_node[h as usize] as usize] < node_pos[first_ret as usize] {
+                            continue 'search;
                         }
                     }
-                    if let Some(ns) = step(&state, op_of(i)) {
-                        match window_blocker(&ns, i, &next, &node_op, &node_call, ops, &orig) {
-                            Some(x) => {
-                                // Taking i would strand x: i is linearizable
-                                // here, x is the op that cannot follow.
-                                if best.wants(stack.len() + 1) {
-                                    let (mut pending, end) = window_calls(i, &next, &node_op, &node_call);
-                                    pending.extend(eligible_opt(&inext, end));
-                                    best.record(&stack, Some(i), &ns, x, pending);
-                                }
-                            }
-                            None => {
-                                bits.set(i);
-                                if cache.insert((bits.key(), ns.clone())) {
-                                    let prev_state = std::mem::replace(&mut state, ns);
-                                    stack.push(Frame { cursor, op: i, prev: prev_state });
-                                    // lift: unlink the call and its return
-                                    let r = node_match[eu] as usize;
-                                    next[prev[eu] as usize] = next[eu];
-                                    prev[next[eu] as usize] = prev[eu];
-                                    next[prev[r] as usize] = next[r];
-                                    prev[next[r] as usize] = prev[r];
-                                    if cache.len() as u64 > opts.max_states {
-                                        break Validity::Unknown;
-                                    }
-                                    cursor = Cursor::Det(next[head as usize]);
-                                    continue;
-                                }
-                                bits.clear(i);
-                            }
+                    let Some(ns) = step(&state, op_of(i)) else { continue 'search };
+                    if let Some(x) = window_blocker(&ns, i, &next, &node_op, &node_call, ops, &orig) {
+                        // Taking i would strand x: i is linearizable here, x is
+                        // the op that cannot follow.
+                        if best.wants(stack.len() + 1) {
+                            let (mut pending, end) = window_calls(i, &next, &node_op, &node_call);
+                            pending.extend(eligible_opt(&inext, end));
+                            best.record(&stack, Some(i), &ns, x, pending);
                         }
+                        continue 'search;
                     }
-                    cursor = Cursor::Det(next[eu]);
-                    continue;
+                    bits.set(i);
+                    if !cache.insert((bits.key(), ns.clone())) {
+                        bits.clear(i);
+                        continue 'search;
+                    }
+                    let prev_state = std::mem::replace(&mut state, ns);
+                    stack.push(Frame { cursor: Cursor::Det(k), op: i, node: e, prev: prev_state });
+                    lift_det(&mut next, &mut prev, &node_match, e);
+                    if cache.len() as u64 > opts.max_states {
+                        break 'search Validity::Unknown;
+                    }
+                    fresh = true;
+                    continue 'search;
                 }
-                // The first pending return: try indeterminate ops before it.
-                if m > 0 && window_blocker(&state, NIL, &next, &node_op, &node_call, ops, &orig).is_none() {
-                    cursor = Cursor::Opt(inext[ihead as usize], e);
-                    continue;
+                Cursor::Det(_) => {
+                    // Determinate candidates exhausted: try indeterminate ops
+                    // called before the first return.
+                    if m > 0 && window_blocker(&state, NIL, &next, &node_op, &node_call, ops, &orig).is_none() {
+                        cursor = Cursor::Opt(inext[ihead as usize], first_ret);
+                        continue 'search;
+                    }
+                    first_ret
                 }
-                dead = e;
-            }
-            Cursor::Opt(j, r) => {
-                if j == itail || ipos[j as usize] > node_pos[r as usize] {
-                    dead = r;
-                } else {
-                    let i = d as u32 + j - 1;
-                    let ps = prev_same[j as usize - 1];
-                    // A lift that changes nothing is pointless: the op may
-                    // equally stay pending forever.
-                    let ns =
-                        if ps == NIL || bits.get(ps) { step(&state, op_of(i)).filter(|ns| *ns != state) } else { None };
-                    if let Some(ns) = ns {
-                        match window_blocker(&ns, NIL, &next, &node_op, &node_call, ops, &orig) {
-                            Some(x) => {
-                                if best.wants(stack.len() + 1) {
-                                    let (mut pending, end) = window_calls(NIL, &next, &node_op, &node_call);
-                                    pending.extend(eligible_opt(&inext, end).into_iter().filter(|&o| o != i));
-                                    best.record(&stack, Some(i), &ns, x, pending);
-                                }
-                            }
-                            None => {
-                                bits.set(i);
-                                if cache.insert((bits.key(), ns.clone())) {
-                                    let prev_state = std::mem::replace(&mut state, ns);
-                                    stack.push(Frame { cursor, op: i, prev: prev_state });
-                                    let ju = j as usize;
-                                    inext[iprev[ju] as usize] = inext[ju];
-                                    iprev[inext[ju] as usize] = iprev[ju];
-                                    if cache.len() as u64 > opts.max_states {
-                                        break Validity::Unknown;
-                                    }
-                                    cursor = Cursor::Det(next[head as usize]);
-                                    continue;
-                                }
-                                bits.clear(i);
-                            }
-                        }
+                Cursor::Opt(j, r) => {
+                    if j == itail || ipos[j as usize] > node_pos[r as usize] {
+                        break 'scan r;
                     }
                     cursor = Cursor::Opt(inext[j as usize], r);
-                    continue;
+                    let i = d as u32 + j - 1;
+                    let ps = prev_same[j as usize - 1];
+                    if ps != NIL && !bits.get(ps) {
+                        continue 'search; // an equal, earlier op is pending
+                    }
+                    // A lift that changes nothing is pointless: the op may
+                    // equally stay pending forever.
+                    let Some(ns) = step(&state, op_of(i)).filter(|ns| *ns != state) else { continue 'search };
+                    if let Some(x) = window_blocker(&ns, NIL, &next, &node_op, &node_call, ops, &orig) {
+                        if best.wants(stack.len() + 1) {
+                            let (mut pending, end) = window_calls(NIL, &next, &node_op, &node_call);
+                            pending.extend(eligible_opt(&inext, end).into_iter().filter(|&o| o != i));
+                            best.record(&stack, Some(i), &ns, x, pending);
+                        }
+                        continue 'search;
+                    }
+                    bits.set(i);
+                    if !cache.insert((bits.key(), ns.clone())) {
+                        bits.clear(i);
+                        continue 'search;
+                    }
+                    let prev_state = std::mem::replace(&mut state, ns);
+                    stack.push(Frame { cursor: Cursor::Opt(j, r), op: i, node: j, prev: prev_state });
+                    let ju = j as usize;
+                    inext[iprev[ju] as usize] = inext[ju];
+                    iprev[inext[ju] as usize] = iprev[ju];
+                    if cache.len() as u64 > opts.max_states {
+                        break 'search Validity::Unknown;
+                    }
+                    fresh = true;
+                    continue 'search;
                 }
+                Cursor::Forced => unreachable!("forced frames are never resumed"),
             }
-        }
+        };
 
         // Dead end at return node `dead`: record it if it is the deepest yet.
-        if best.wants(stack.len()) {
+        if dead != NIL && best.wants(stack.len()) {
             let (mut pending, end) = window_calls(NIL, &next, &node_op, &node_call);
             debug_assert_eq!(end, dead);
             pending.extend(eligible_opt(&inext, dead));
             best.record(&stack, None, &state, node_op[dead as usize], pending);
         }
 
-        // Backtrack.
-        let Some(frame) = stack.pop() else {
-            break Validity::Invalid;
-        };
-        best.stable = best.stable.min(stack.len());
-        state = frame.prev;
-        bits.clear(frame.op);
-        cursor = match frame.cursor {
-            Cursor::Det(e) => {
-                // unlift: relink the return, then the call
-                let eu = e as usize;
+        // Backtrack (past forced frames: they had no alternatives).
+        loop {
+            cands.truncate(level_start.pop().expect("a level per configuration"));
+            level_ret.pop();
+            let Some(frame) = stack.pop() else {
+                break 'search Validity::Invalid;
+            };
+            best.stable = best.stable.min(stack.len());
+            state = frame.prev;
+            bits.clear(frame.op);
+            if (frame.op as usize) < d {
                 let c = class_of[frame.op as usize];
                 if c != NIL {
                     let c = c as usize;
                     class_start[c] = class_start[c].min(member_idx[frame.op as usize]);
                 }
-                let r = node_match[eu] as usize;
+                // unlift: relink the return, then the call
+                let e = frame.node as usize;
+                let r = node_match[e] as usize;
                 next[prev[r] as usize] = r as u32;
                 prev[next[r] as usize] = r as u32;
-                next[prev[eu] as usize] = e;
-                prev[next[eu] as usize] = e;
-                Cursor::Det(next[eu])
+                next[prev[e] as usize] = e as u32;
+                prev[next[e] as usize] = e as u32;
+            } else {
+                let j = frame.node as usize;
+                inext[iprev[j] as usize] = j as u32;
+                iprev[inext[j] as usize] = j as u32;
             }
-            Cursor::Opt(j, r) => {
-                let ju = j as usize;
-                inext[iprev[ju] as usize] = j;
-                iprev[inext[ju] as usize] = j;
-                Cursor::Opt(inext[ju], r)
+            match frame.cursor {
+                Cursor::Forced => continue,
+                Cursor::Det(k) => cursor = Cursor::Det(k + 1),
+                Cursor::Opt(j, r) => cursor = Cursor::Opt(inext[j as usize], r),
             }
-        };
+            break;
+        }
     };
 
     let id = |i: u32| op_of(i).id;
@@ -1013,13 +1071,30 @@ fn check_register_key(
         })
         .collect();
     let hidden = (i64::MIN..).find(|v| !observed.contains(v)).expect("some value is unobserved");
-    let original: Vec<RegisterOp> = ops.iter().map(|o| o.input).collect();
+    // By local id, before rewriting, for replaying a reported prefix.
+    let original: Vec<(RegisterOp, Option<RegisterRet>)> = ops.iter().map(|o| (o.input, o.output)).collect();
     for o in &mut ops {
         if let RegisterOp::Write(v) | RegisterOp::Cas { new: v, .. } = &mut o.input {
             if !observed.contains(&*v) {
                 *v = hidden;
             }
         }
+    }
+
+    // If nothing on this key observes versions, an indeterminate write no
+    // read observes can only have overwritten the value with one never read:
+    // dropping it ("it never took effect") changes no verdict.
+    let versions_observed = ops.iter().any(|o| {
+        matches!(o.input, RegisterOp::Cas { .. })
+            || matches!(
+                o.output,
+                Some(RegisterRet::Read { version: Some(_), .. })
+                    | Some(RegisterRet::Write { version: Some(_) })
+                    | Some(RegisterRet::Cas { version: Some(_) })
+            )
+    });
+    if !versions_observed {
+        ops.retain(|o| !(o.output.is_none() && o.ret == u64::MAX && o.input == RegisterOp::Write(hidden)));
     }
 
     let outcome = check_operations(&initial, &ops, opts);
@@ -1045,9 +1120,9 @@ fn check_register_key(
             let info = |id: usize| OpInfo::from_pair(&input.pairs[id]);
             // Replay the prefix with the values as written (the search saw
             // unobserved values merged into one).
-            let replayed = f.prefix.iter().try_fold(initial, |s, &id| match &ops[id].output {
-                Some(out) => s.step(&original[id], out),
-                None => s.step_unknown(&original[id]),
+            let replayed = f.prefix.iter().try_fold(initial, |s, &id| match &original[id] {
+                (input, Some(out)) => s.step(input, out),
+                (input, None) => s.step_unknown(input),
             });
             let state = match replayed {
                 Some(s) => serde_json::json!({ "value": s.value, "version": s.version }),

@@ -70,6 +70,7 @@ impl Hb {
     fn read(&mut self, p: u64, t0: u64, t1: u64, value: Option<i64>, version: i32) -> &mut Hb {
         self.op(p, "read", Value::Null, t0, Some(t1), OpType::Ok, json!({ "value": value, "version": version }))
     }
+    #[allow(clippy::too_many_arguments)]
     fn cas(&mut self, p: u64, ev: i32, v: i64, t0: u64, t1: u64, ty: OpType, version: Option<i32>) -> &mut Hb {
         let out = match (ty, version) {
             (OpType::Ok, Some(v)) => json!({ "version": v }),
@@ -504,6 +505,67 @@ fn verify_witness_prefix(init: RegisterState, ops: &[RegOp], prefix: &[usize], s
     }
 }
 
+/// The same random small histories, through the JSON history adapter (which
+/// merges unobserved values and may drop unobserved indeterminate writes),
+/// must get the brute-force verdict computed on the original values.
+#[test]
+fn history_adapter_agrees_with_brute_force() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (mut valid, mut invalid) = (0, 0);
+    for case in 0..20_000 {
+        let mut ops = random_small_ops(&mut rng);
+        // Half the cases observe no versions at all.
+        if rng.gen_bool(0.5) {
+            ops.retain(|o| !matches!(o.input, RegisterOp::Cas { .. }));
+            for o in &mut ops {
+                o.output = match o.output {
+                    Some(RegisterRet::Read { value, .. }) => Some(RegisterRet::Read { value, version: None }),
+                    Some(RegisterRet::Write { .. }) => Some(RegisterRet::Write { version: None }),
+                    other => other,
+                };
+            }
+        }
+        let mut h = Hb::new();
+        for (p, o) in ops.iter().enumerate() {
+            let (f, inv) = match o.input {
+                RegisterOp::Read => ("read", Value::Null),
+                RegisterOp::Write(v) => ("write", json!({ "value": v })),
+                RegisterOp::Cas { expected_version, new } => {
+                    ("cas", json!({ "expected_version": expected_version, "value": new }))
+                }
+            };
+            let out = match o.output {
+                None => Value::Null,
+                Some(RegisterRet::Read { value, version }) => match version {
+                    Some(v) => json!({ "value": value, "version": v }),
+                    None => json!({ "value": value }),
+                },
+                Some(RegisterRet::Write { version }) | Some(RegisterRet::Cas { version }) => {
+                    version.map_or(Value::Null, |v| json!({ "version": v }))
+                }
+            };
+            let (t1, ty) = if o.ret == u64::MAX {
+                (if p % 2 == 0 { Some(o.call + 1) } else { None }, OpType::Info)
+            } else {
+                (Some(o.ret), OpType::Ok)
+            };
+            h.op(p as u64, f, inv, o.call, t1, ty, out);
+        }
+        let init = RegisterState::default();
+        let expect = brute_force(init, &ops, &mut vec![false; ops.len()]);
+        let r = check_register_history(&h.history(), init);
+        assert_eq!(r.is_valid(), expect, "case {case}: ops {ops:#?}, report {}", serde_json::to_string(&r).unwrap());
+        if expect {
+            valid += 1;
+        } else {
+            invalid += 1;
+            assert!(r.keys[0].anomaly.is_some());
+        }
+    }
+    println!("adapter brute force agreement: {valid} valid, {invalid} invalid");
+    assert!(valid > 3_000 && invalid > 3_000, "{valid} valid / {invalid} invalid: poor mix");
+}
+
 // ---------------------------------------------------------------------------
 // Random histories from a simulated linearizable register
 // ---------------------------------------------------------------------------
@@ -519,6 +581,8 @@ struct GenConfig {
     read_versions: bool,
     /// Scale of operation durations (1.0 = mostly 0.1-2 ms, some up to 20 ms).
     dur_scale: f64,
+    /// Generate cas operations (else only reads and writes).
+    cas: bool,
 }
 
 struct Generated {
@@ -583,7 +647,7 @@ fn generate(seed: u64, cfg: &GenConfig) -> Generated {
                         continue;
                     }
                     started += 1;
-                    let (f, input, inv) = match rng.gen_range(0..10) {
+                    let (f, input, inv) = match rng.gen_range(0..if cfg.cas { 10 } else { 8 }) {
                         0..=4 => ("read", RegisterOp::Read, Value::Null),
                         5..=7 => {
                             counter += 1;
@@ -770,21 +834,21 @@ fn corrupt(g: &Generated, rng: &mut StdRng, stale: bool) -> Option<(History, Str
     None
 }
 
-fn small_config() -> GenConfig {
+fn small_config(versions: bool) -> GenConfig {
     GenConfig {
         keys: 3,
         procs_per_key: 6,
         ops_per_key: 400,
         p_info: 0.03,
-        write_versions: true,
-        read_versions: true,
+        write_versions: versions,
+        read_versions: versions,
         dur_scale: 1.0,
+        cas: versions,
     }
 }
 
-#[test]
-fn random_valid_histories_are_valid() {
-    let cfg = small_config();
+fn check_random_valid(versions: bool) {
+    let cfg = small_config(versions);
     let mut infos = 0;
     for seed in 0..60 {
         let g = generate(seed, &cfg);
@@ -798,13 +862,23 @@ fn random_valid_histories_are_valid() {
 }
 
 #[test]
-fn corrupted_histories_are_invalid() {
-    let cfg = small_config();
+fn random_valid_histories_are_valid() {
+    check_random_valid(true);
+}
+
+#[test]
+fn random_valid_histories_without_versions_are_valid() {
+    check_random_valid(false);
+}
+
+fn check_corrupted(versions: bool) {
+    let cfg = small_config(versions);
     let mut rng = StdRng::seed_from_u64(99);
     let mut checked = 0;
     for seed in 0..60 {
         let g = generate(seed, &cfg);
-        for stale in [false, true] {
+        // A stale read can only be proven with write versions.
+        for stale in [false, versions] {
             let Some((h, key)) = corrupt(&g, &mut rng, stale) else { continue };
             let r = check_register_history(&h, RegisterState::default());
             assert_invalid(&r);
@@ -812,7 +886,17 @@ fn corrupted_histories_are_invalid() {
             checked += 1;
         }
     }
-    assert!(checked >= 100, "only {checked} corrupted histories");
+    assert!(checked >= 60, "only {checked} corrupted histories");
+}
+
+#[test]
+fn corrupted_histories_are_invalid() {
+    check_corrupted(true);
+}
+
+#[test]
+fn corrupted_histories_without_versions_are_invalid() {
+    check_corrupted(false);
 }
 
 // ---------------------------------------------------------------------------
@@ -829,22 +913,24 @@ fn hundred_thousand_ops_check_under_60s() {
         write_versions: true,
         read_versions: true,
         dur_scale: 1.0,
+        cas: true,
     };
     time_100k(&cfg);
 }
 
+/// The same size with no versions recorded anywhere and no cas: a plain
+/// read/write register, where the search has much less to go on.
 #[test]
-#[ignore]
-fn experiment() {
-    let env = |k: &str, d: f64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+fn hundred_thousand_ops_without_versions_check_under_60s() {
     let cfg = GenConfig {
-        keys: env("KEYS", 10.0) as usize,
-        procs_per_key: env("PROCS", 10.0) as usize,
-        ops_per_key: env("OPS", 10_000.0) as usize,
-        p_info: env("PINFO", 0.01),
-        write_versions: env("WV", 1.0) > 0.0,
-        read_versions: env("RV", 1.0) > 0.0,
-        dur_scale: env("DUR", 1.0),
+        keys: 10,
+        procs_per_key: 10,
+        ops_per_key: 10_000,
+        p_info: 0.01,
+        write_versions: false,
+        read_versions: false,
+        dur_scale: 1.0,
+        cas: false,
     };
     time_100k(&cfg);
 }
@@ -882,62 +968,4 @@ fn time_100k(cfg: &GenConfig) {
     assert_invalid(&r);
     assert_eq!(r.invalid_keys, vec![Some(key)]);
     assert!(elapsed.as_secs() < 60, "took {elapsed:?}");
-}
-
-#[test]
-#[ignore]
-fn experiment_stuck() {
-    let env = |k: &str, d: f64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-    let cfg = GenConfig {
-        keys: 1,
-        procs_per_key: env("PROCS", 10.0) as usize,
-        ops_per_key: env("OPS", 10_000.0) as usize,
-        p_info: env("PINFO", 0.01),
-        write_versions: env("WV", 1.0) > 0.0,
-        read_versions: env("RV", 1.0) > 0.0,
-        dur_scale: env("DUR", 1.0),
-    };
-    let g = generate(env("SEED", 2024.0) as u64, &cfg);
-    let opts = CheckOptions { max_states: env("MAX", 1e6) as u64, threads: 1 };
-    let r = check_register_history_with(&g.history, RegisterState::default(), &opts);
-    println!("{:?} states {} err {:?}", r.valid, r.keys[0].states, r.keys[0].error);
-}
-
-#[test]
-#[ignore]
-fn experiment_dump() {
-    let env = |k: &str, d: f64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-    let cfg = GenConfig {
-        keys: 1,
-        procs_per_key: env("PROCS", 10.0) as usize,
-        ops_per_key: env("OPS", 10_000.0) as usize,
-        p_info: env("PINFO", 0.01),
-        write_versions: env("WV", 1.0) > 0.0,
-        read_versions: env("RV", 1.0) > 0.0,
-        dur_scale: env("DUR", 1.0),
-    };
-    let g = generate(env("SEED", 2024.0) as u64, &cfg);
-    let t0 = env("T0", 0.0) as u64;
-    let t1 = env("T1", 0.0) as u64;
-    for p in g.history.pairs() {
-        let end = p.complete.map(|c| c.time).unwrap_or(u64::MAX);
-        if p.outcome() == OpType::Fail {
-            continue;
-        }
-        if (p.invoke.time <= t1 && end >= t0)
-            || (p.outcome() == OpType::Info && p.invoke.f != "read" && p.invoke.time < t1)
-        {
-            println!(
-                "{:>6} {:>5} {:>10} {:>10} {:?} {} {} -> {}",
-                p.invoke.index,
-                p.invoke.process,
-                p.invoke.time / 1000,
-                if end == u64::MAX { 0 } else { end / 1000 },
-                p.outcome(),
-                p.invoke.f,
-                p.invoke.value,
-                p.complete.map(|c| c.value.clone()).unwrap_or(Value::Null)
-            );
-        }
-    }
 }

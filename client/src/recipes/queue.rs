@@ -105,9 +105,18 @@ async fn create_or_find(c: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> R
 }
 
 /// Children of `dir` sorted by sequence number.
+///
+/// Read from the member's local state, without a ReadIndex round: that is
+/// safe for a queue. A state that already shows the caller's own node holds
+/// every node created before it (sequence numbers only grow, so no lower
+/// one can appear later), and nodes only ever leave. A lagging state can
+/// only show *more* nodes ahead, which makes the caller wait again, never
+/// go early. The caller's node is always visible: the member that answered
+/// its create had applied it, and a member it moves to first catches up to
+/// the last index the client saw.
 pub(crate) async fn sorted_children(c: &Client, dir: &str) -> Result<Vec<String>> {
-    let mut kids = match c.children(dir).await {
-        Ok(k) => k,
+    let mut kids = match c.children_opts(dir, true).await {
+        Ok((k, _)) => k,
         Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => Vec::new(),
         Err(e) => return Err(e),
     };
@@ -118,7 +127,10 @@ pub(crate) async fn sorted_children(c: &Client, dir: &str) -> Result<Vec<String>
 /// Waits until `path` is deleted or changes (returns at once if it does
 /// not exist). Fails if the session expires meanwhile.
 pub(crate) async fn wait_gone(c: &Client, path: &str) -> Result<()> {
-    let (stat, mut w) = c.exists_watch(path).await?;
+    // Local state is enough (see `sorted_children`): if the node is gone
+    // there it is gone for good, and if not, the watch fires when this
+    // member applies its deletion.
+    let (stat, mut w) = c.exists_watch_opts(path, true).await?;
     if stat.is_none() {
         return Ok(());
     }
