@@ -308,6 +308,13 @@ impl Driver {
         }
     }
 
+    /// An empty success at the current applied index.
+    fn reply_ok(&self, conn: ConnId, id: u64) {
+        let r =
+            Response { id, zxid: self.sm.applied(), body: Some(response::Body::Empty(Empty {})), ..Default::default() };
+        self.reply(conn, r);
+    }
+
     fn reply_err(&self, conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) {
         let mut r = error_response(self.sm.applied(), code, msg);
         r.id = id;
@@ -358,15 +365,7 @@ impl Driver {
                 Some(_) if !self.leader_alive() => {
                     self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader")
                 }
-                Some(sid) if self.sm.session_exists(sid) => self.reply(
-                    conn,
-                    Response {
-                        id,
-                        zxid: self.sm.applied(),
-                        body: Some(response::Body::Empty(Empty {})),
-                        ..Default::default()
-                    },
-                ),
+                Some(sid) if self.sm.session_exists(sid) => self.reply_ok(conn, id),
                 Some(sid) => self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired")),
                 None => self.reply_err(conn, id, ErrorCode::BadRequest, "no session attached to this connection"),
             },
@@ -388,29 +387,13 @@ impl Driver {
                     return self.reply_err(conn, id, code, msg);
                 }
                 self.add_watch(conn, &spec);
-                self.reply(
-                    conn,
-                    Response {
-                        id,
-                        zxid: self.sm.applied(),
-                        body: Some(response::Body::Empty(Empty {})),
-                        ..Default::default()
-                    },
-                );
+                self.reply_ok(conn, id);
             }
             Some(B::RemoveWatch(rw)) => {
                 for list in self.watches.values_mut() {
                     list.retain(|w| !(w.conn == conn && w.id == rw.watch_id));
                 }
-                self.reply(
-                    conn,
-                    Response {
-                        id,
-                        zxid: self.sm.applied(),
-                        body: Some(response::Body::Empty(Empty {})),
-                        ..Default::default()
-                    },
-                );
+                self.reply_ok(conn, id);
             }
             Some(B::CloseSession(_))
             | Some(B::Create(_))

@@ -215,13 +215,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let token = guard.fencing_token();
             eprintln!("baton: holding lock {name} (token {token})");
             let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", name.clone())];
-            let mut code = supervise(&command, &env, &endpoints, guard.lost(), grace, &format!("lock {name}")).await?;
-            if code != EXIT_LOST
-                && !tokio::time::timeout(Duration::from_secs(5), guard.verify()).await.is_ok_and(|r| r.unwrap_or(false))
-            {
-                eprintln!("baton: lock {name} was lost while the command ran (its session expired)");
-                code = EXIT_LOST;
-            }
+            let what = format!("lock {name}");
+            let code = supervise(&command, &env, &endpoints, guard.lost(), guard.verify(), grace, &what).await?;
             // After a loss the session may be gone: bounded, best-effort cleanup.
             let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
@@ -235,13 +230,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("baton: leader of {name} (token {token})");
             let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_ELECTION_NAME", name.clone())];
             let what = format!("leadership of {name}");
-            let mut code = supervise(&command, &env, &endpoints, lead.lost(), grace, &what).await?;
-            if code != EXIT_LOST
-                && !tokio::time::timeout(Duration::from_secs(5), lead.verify()).await.is_ok_and(|r| r.unwrap_or(false))
-            {
-                eprintln!("baton: {what} was lost while the command ran (its session expired)");
-                code = EXIT_LOST;
-            }
+            let code = supervise(&command, &env, &endpoints, lead.lost(), lead.verify(), grace, &what).await?;
             let _ = tokio::time::timeout(Duration::from_secs(2), lead.resign()).await;
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
             std::process::exit(code);
@@ -381,8 +370,29 @@ fn hostname() -> String {
 const EXIT_LOST: i32 = 75;
 
 /// Runs `command` in its own process group; stops it (SIGTERM, then SIGKILL
-/// after `grace`) if `lost` resolves first. Returns the exit code to use.
+/// after `grace`) if `lost` resolves first. After the command ends on its
+/// own, `verify` asks the cluster whether the hold survived; if not, the
+/// command may have run on past it (e.g. paused), and the exit code says so.
 async fn supervise(
+    command: &[String],
+    env: &[(&str, String)],
+    endpoints: &[String],
+    lost: impl std::future::Future<Output = baton_client::SessionState>,
+    verify: impl std::future::Future<Output = baton_client::Result<bool>>,
+    grace: Duration,
+    what: &str,
+) -> anyhow::Result<i32> {
+    let code = run_until_lost(command, env, endpoints, lost, grace, what).await?;
+    if code != EXIT_LOST
+        && !tokio::time::timeout(Duration::from_secs(5), verify).await.is_ok_and(|r| r.unwrap_or(false))
+    {
+        eprintln!("baton: {what} was lost while the command ran (its session expired)");
+        return Ok(EXIT_LOST);
+    }
+    Ok(code)
+}
+
+async fn run_until_lost(
     command: &[String],
     env: &[(&str, String)],
     endpoints: &[String],
