@@ -274,6 +274,13 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                         }
                     }
                 }
+                // The storage session can expire on its own (its member was
+                // paused): replace it, as a real client would reconnect.
+                if *sc.state().borrow() == SessionState::Expired {
+                    retire(sc);
+                    let Some(n2) = run.connect_storage(slot).await else { return };
+                    sc = n2;
+                }
                 let lost = *lc.state().borrow() != SessionState::Connected;
                 run.invoke(p, "release", Some(LOCK), json!({"token": t}));
                 run.set_holder(slot, false);

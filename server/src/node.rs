@@ -68,7 +68,15 @@ pub enum Input {
         req: Request,
     },
     Peer(Box<Message>),
-    Touch(Vec<u64>),
+    Touch {
+        from: u64,
+        ids: Vec<u64>,
+        batch: u64,
+    },
+    TouchAck {
+        from: u64,
+        batch: u64,
+    },
     /// The transport could not deliver to this peer.
     Unreachable(u64),
     SnapshotSent {
@@ -124,6 +132,9 @@ struct ReadBatch {
 /// How long an unanswered ReadIndex waits before it is asked again (raft-rs
 /// drops it silently while the leader has not committed in its term).
 const READ_INDEX_RETRY: Duration = Duration::from_millis(300);
+/// Touch forwards a keepalive may wait for its acknowledgement before it is
+/// dropped unanswered.
+const KEEPALIVE_ACK_BATCHES: u64 = 20;
 /// How many queued inputs one loop turn takes at most before handling a Ready.
 const MAX_INPUTS_PER_TURN: usize = 8192;
 
@@ -155,6 +166,11 @@ pub struct Driver {
     next_touch_forward: Instant,
     /// Last time a message from the current leader arrived (followers).
     leader_contact: Instant,
+    /// Follower: number of the next touch forward to the leader.
+    touch_batch: u64,
+    /// Follower: keepalives waiting for the leader to acknowledge the
+    /// forward (by batch number) that carries their session.
+    keepalives: Vec<(u64, ConnId, u64)>,
 }
 
 impl Driver {
@@ -212,6 +228,8 @@ impl Driver {
             touched: HashSet::new(),
             next_touch_forward: Instant::now(),
             leader_contact: Instant::now(),
+            touch_batch: 1,
+            keepalives: Vec::new(),
             cfg,
         })
     }
@@ -288,9 +306,18 @@ impl Driver {
                     debug!("step: {e}");
                 }
             }
-            Input::Touch(ids) => {
+            Input::Touch { from, ids, batch } => {
                 for id in ids {
                     self.touch(id);
+                }
+                // Only a leader refreshes deadlines; only then is it an ack.
+                if self.role == StateRole::Leader {
+                    self.peers.send(from, PeerOut::TouchAck(batch));
+                }
+            }
+            Input::TouchAck { from, batch } => {
+                if from == self.leader {
+                    self.answer_keepalives(batch);
                 }
             }
             Input::Unreachable(to) => self.raw.report_unreachable(to),
@@ -365,7 +392,16 @@ impl Driver {
                 Some(_) if !self.leader_alive() => {
                     self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader")
                 }
-                Some(sid) if self.sm.session_exists(sid) => self.reply_ok(conn, id),
+                Some(sid) if self.sm.session_exists(sid) && self.role == StateRole::Leader => self.reply_ok(conn, id),
+                // A follower answers once the leader has acknowledged the
+                // touch forward that carries this session: a member whose
+                // messages do not reach the leader (a one-way partition, a
+                // broken link) must not keep a client believing its session
+                // is alive while the leader expires it.
+                Some(sid) if self.sm.session_exists(sid) => {
+                    self.touched.insert(sid);
+                    self.keepalives.push((self.touch_batch, conn, id));
+                }
                 Some(sid) => self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired")),
                 None => self.reply_err(conn, id, ErrorCode::BadRequest, "no session attached to this connection"),
             },
@@ -710,10 +746,33 @@ impl Driver {
 
         if self.role == StateRole::Leader {
             self.expire_sessions(now);
-        } else if now >= self.next_touch_forward && !self.touched.is_empty() && self.leader != 0 {
-            let ids: Vec<u64> = self.touched.drain().collect();
-            self.peers.send(self.leader, PeerOut::Touch(ids));
-            self.next_touch_forward = now + Duration::from_millis(self.cfg.tick_ms * 2);
+        } else {
+            // Keepalives whose forward was never acknowledged go unanswered;
+            // the client's own timer then moves it elsewhere.
+            let stale = self.touch_batch.saturating_sub(KEEPALIVE_ACK_BATCHES);
+            self.keepalives.retain(|(b, _, _)| *b >= stale);
+            let due = now >= self.next_touch_forward || !self.keepalives.is_empty();
+            if due && !self.touched.is_empty() && self.leader != 0 {
+                let ids: Vec<u64> = self.touched.drain().collect();
+                self.peers.send(self.leader, PeerOut::Touch { ids, batch: self.touch_batch });
+                self.touch_batch += 1;
+                self.next_touch_forward = now + Duration::from_millis(self.cfg.tick_ms * 2);
+            }
+        }
+    }
+
+    /// The leader acknowledged touch forwards up to `batch`: answer the
+    /// keepalives they carried.
+    fn answer_keepalives(&mut self, batch: u64) {
+        let (done, wait): (Vec<_>, Vec<_>) = self.keepalives.drain(..).partition(|(b, _, _)| *b <= batch);
+        self.keepalives = wait;
+        for (_, conn, id) in done {
+            let sid = self.conns.get(&conn).and_then(|c| c.session);
+            match sid {
+                Some(s) if self.sm.session_exists(s) => self.reply_ok(conn, id),
+                Some(s) => self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {s:#x} expired")),
+                None => {}
+            }
         }
     }
 

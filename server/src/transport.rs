@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use baton_proto::{peer_frame, PeerFrame, PeerHello, SessionTouch, MAX_PEER_FRAME};
+use baton_proto::{peer_frame, PeerFrame, PeerHello, SessionTouch, TouchAck, MAX_PEER_FRAME};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use protobuf::Message as _;
@@ -31,7 +31,8 @@ use crate::node::{Input, PeerSink};
 /// What the driver sends to a peer.
 pub enum PeerOut {
     Raft(Box<Message>),
-    Touch(Vec<u64>),
+    Touch { ids: Vec<u64>, batch: u64 },
+    TouchAck(u64),
 }
 
 /// Messages written per flush at most.
@@ -80,7 +81,8 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
                 }
             }
         }
-        PeerOut::Touch(ids) => (peer_frame::Frame::Touch(SessionTouch { session_ids: ids }), false),
+        PeerOut::Touch { ids, batch } => (peer_frame::Frame::Touch(SessionTouch { session_ids: ids, batch }), false),
+        PeerOut::TouchAck(batch) => (peer_frame::Frame::TouchAck(TouchAck { batch }), false),
     };
     Some((PeerFrame { frame: Some(frame) }.encode_to_vec().into(), snap))
 }
@@ -103,7 +105,7 @@ async fn sender(me: u64, to: u64, addr: SocketAddr, mut rx: UnboundedReceiver<Pe
                                 let _ = input.send(Input::SnapshotSent { to, ok: false });
                             }
                         }
-                        Ok(PeerOut::Touch(_)) => {}
+                        Ok(PeerOut::Touch { .. }) | Ok(PeerOut::TouchAck(_)) => {}
                         Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
                         Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return,
                     }
@@ -197,7 +199,10 @@ async fn receive(stream: TcpStream, me: u64, input: Sender<Input>) -> anyhow::Re
                 }
             }
             Some(peer_frame::Frame::Touch(t)) => {
-                let _ = input.send(Input::Touch(t.session_ids));
+                let _ = input.send(Input::Touch { from: peer, ids: t.session_ids, batch: t.batch });
+            }
+            Some(peer_frame::Frame::TouchAck(a)) => {
+                let _ = input.send(Input::TouchAck { from: peer, batch: a.batch });
             }
             Some(peer_frame::Frame::Hello(_)) | None => anyhow::bail!("unexpected peer frame"),
         }
