@@ -92,11 +92,22 @@ impl Db {
         }
         let mut proxies = Proxies::default();
         let mut members = Vec::new();
+        // Distinct free ports (a released port can be handed out again).
+        let mut taken = std::collections::HashSet::new();
+        let mut fresh = || -> anyhow::Result<SocketAddr> {
+            for _ in 0..100 {
+                let a = free_addr()?;
+                if taken.insert(a) {
+                    return Ok(a);
+                }
+            }
+            anyhow::bail!("no free loopback port")
+        };
         for id in 1..=o.nodes {
             members.push(Member {
                 id,
-                client_addr: free_addr()?,
-                peer_addr: free_addr()?,
+                client_addr: fresh()?,
+                peer_addr: fresh()?,
                 data_dir: o.dir.join(format!("member-{id}")),
                 log: o.dir.join(format!("member-{id}.log")),
                 peers_arg: String::new(),

@@ -435,10 +435,13 @@ async fn session_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
             run.checkpoint(slot).await;
             run.sleep(Duration::from_millis(rng.gen_range(50..250))).await;
             checks += 1;
-            let was_disturbed = disturbed.load(Ordering::SeqCst);
             run.invoke(p, "check", Some(&path), Value::Null);
             match c.exists(&path).await {
                 Ok(s) => {
+                    // Sampled when the answer is in: a read that waited out a
+                    // partition may return after the session was (rightly)
+                    // expired, and the client was Suspended meanwhile.
+                    let was_disturbed = disturbed.load(Ordering::SeqCst);
                     let v = json!({"exists": s.is_some(), "disturbed": was_disturbed});
                     run.complete(p, OpType::Ok, "check", Some(&path), v, None);
                 }

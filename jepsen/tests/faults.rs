@@ -11,6 +11,23 @@ use baton_jepsen::runner::{run_test, Outcome, TestOpts};
 use baton_jepsen::workloads::{Validity, Workload};
 
 async fn run(workload: Workload, nemesis: NemesisKind, secs: u64, fault: Option<&str>, seed: u64) -> Outcome {
+    // A harness error (not a verdict) gets one more try, with its reason shown.
+    match try_run(workload, nemesis, secs, fault, seed).await {
+        Ok(o) => o,
+        Err(e) => {
+            println!("harness error (retrying once): {e:#}");
+            try_run(workload, nemesis, secs, fault, seed + 100).await.unwrap_or_else(|e| panic!("harness error: {e:#}"))
+        }
+    }
+}
+
+async fn try_run(
+    workload: Workload,
+    nemesis: NemesisKind,
+    secs: u64,
+    fault: Option<&str>,
+    seed: u64,
+) -> anyhow::Result<Outcome> {
     let dir = tempfile::Builder::new().prefix("baton-jepsen-").tempdir().expect("tempdir");
     let opts = TestOpts {
         workload,
@@ -22,7 +39,7 @@ async fn run(workload: Workload, nemesis: NemesisKind, secs: u64, fault: Option<
         out: dir.path().to_path_buf(),
         server_faults: fault.map(|f| vec![f.to_string()]).unwrap_or_default(),
     };
-    let o = run_test(opts).await.expect("harness ran");
+    let o = run_test(opts).await;
     if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {
         let kept = dir.keep();
         println!("kept {}", kept.display());
