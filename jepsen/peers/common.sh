@@ -177,3 +177,33 @@ apt_install() {
     fi
     rm -f -- "$log"
 }
+
+# Shared by the peer scripts: `endpoints` and the subcommand dispatch. Each
+# script defines cmd_install, cmd_start, cmd_stop, cmd_status, endpoints_csv
+# and read_base, sets PROG and SCRIPT, then calls `peer_main "$@"`.
+cmd_endpoints() {
+    [ $# -ge 1 ] || die "usage: $PROG endpoints DIR"
+    local dir
+    dir=$(existing_dir "$1")
+    echo "endpoints: $(endpoints_csv "$(read_base "$dir")")"
+}
+
+usage() {
+    sed -n '2,11p' "$SCRIPT" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+peer_main() {
+    [ $# -ge 1 ] || usage
+    local cmd=$1
+    shift
+    case "$cmd" in
+        install) cmd_install "$@" ;;
+        start) cmd_start "$@" ;;
+        stop) cmd_stop "$@" ;;
+        status) cmd_status "$@" ;;
+        endpoints) cmd_endpoints "$@" ;;
+        -h | --help | help) usage ;;
+        *) note "unknown command '$cmd'"; usage ;;
+    esac
+}

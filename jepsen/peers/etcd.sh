@@ -30,6 +30,7 @@ set -euo pipefail
 
 PROG=etcd.sh
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+SCRIPT="${BASH_SOURCE[0]}"
 # shellcheck source=common.sh
 . "$HERE/common.sh"
 
@@ -199,31 +200,4 @@ cmd_status() {
     return "$rc"
 }
 
-cmd_endpoints() {
-    [ $# -ge 1 ] || die "usage: $PROG endpoints DIR"
-    local dir
-    dir=$(existing_dir "$1")
-    echo "endpoints: $(endpoints_csv "$(read_base "$dir")")"
-}
-
-usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-    exit 2
-}
-
-main() {
-    [ $# -ge 1 ] || usage
-    local cmd=$1
-    shift
-    case "$cmd" in
-        install) cmd_install "$@" ;;
-        start) cmd_start "$@" ;;
-        stop) cmd_stop "$@" ;;
-        status) cmd_status "$@" ;;
-        endpoints) cmd_endpoints "$@" ;;
-        -h | --help | help) usage ;;
-        *) note "unknown command '$cmd'"; usage ;;
-    esac
-}
-
-main "$@"
+peer_main "$@"

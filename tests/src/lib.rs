@@ -274,7 +274,7 @@ where
 /// A raw protocol connection, for tests that need to misbehave (drop a
 /// reply, stop keepalives, send garbage).
 pub mod raw {
-    use baton_proto::{server_frame, ClientFrame, Request, Response, ServerFrame};
+    use baton_proto::{request, server_frame, ClientFrame, Request, Response, ServerFrame};
     use bytes::Bytes;
     use futures::{SinkExt, StreamExt};
     use prost::Message as _;
@@ -313,6 +313,22 @@ pub mod raw {
         pub async fn call(&mut self, req: Request) -> Response {
             self.send(req).await;
             self.recv().await.expect("response")
+        }
+
+        /// Creates a session on this connection (bound to it) and returns it.
+        pub async fn create_session(&mut self, id: u64, timeout_ms: u32) -> baton_proto::CreateSessionResp {
+            let body = request::Body::CreateSession(baton_proto::CreateSessionReq { timeout_ms });
+            let r = self.call(Request { id, body: Some(body), ..Default::default() }).await;
+            match r.body {
+                Some(baton_proto::response::Body::CreateSession(cs)) => cs,
+                _ => panic!("no session: {r:?}"),
+            }
+        }
+
+        /// Attaches this connection to a session; returns the response.
+        pub async fn attach(&mut self, id: u64, session_id: u64, secret: Bytes) -> Response {
+            let body = request::Body::Attach(baton_proto::AttachReq { session_id, secret, ..Default::default() });
+            self.call(Request { id, body: Some(body), ..Default::default() }).await
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use baton_client::{ClientConfig, CreateOptions, Error, ErrorCode, EventType, SessionState};
-use baton_proto::{request, response, AttachReq, CreateOp, CreateSessionReq, Request};
+use baton_proto::{request, response, AttachReq, CreateOp, Request};
 use baton_tests::raw::RawConn;
 use baton_tests::Cluster;
 
@@ -137,14 +137,7 @@ async fn t50_session_expiry_deletes_ephemerals_and_fires_watches() {
     let watcher = c.client().await;
     // A client that dies: a raw session whose keepalives just stop.
     let mut raw = RawConn::connect(&c.endpoint(1)).await;
-    let r = raw
-        .call(Request {
-            id: 1,
-            body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 2000 })),
-            ..Default::default()
-        })
-        .await;
-    let Some(response::Body::CreateSession(cs)) = r.body else { panic!("no session: {r:?}") };
+    let cs = raw.create_session(1, 2000).await;
     assert_eq!(cs.timeout_ms, 2000);
     let r = raw
         .call(Request {
@@ -172,17 +165,7 @@ async fn t50_session_expiry_deletes_ephemerals_and_fires_watches() {
     assert!(w.next().await.is_none());
     // The dead session is gone for good.
     let mut raw = RawConn::connect(&c.endpoint(2)).await;
-    let r = raw
-        .call(Request {
-            id: 1,
-            body: Some(request::Body::Attach(AttachReq {
-                session_id: cs.session_id,
-                secret: cs.secret.clone(),
-                ..Default::default()
-            })),
-            ..Default::default()
-        })
-        .await;
+    let r = raw.attach(1, cs.session_id, cs.secret.clone()).await;
     assert_eq!(r.error, ErrorCode::SessionExpired as i32);
 }
 
@@ -262,14 +245,7 @@ async fn t70_concurrent_sequential_creates_are_unique_and_increasing() {
 async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
     let c = Cluster::start(3, &[]).await;
     let mut raw = RawConn::connect(&c.endpoint(1)).await;
-    let r = raw
-        .call(Request {
-            id: 1,
-            body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 10_000 })),
-            ..Default::default()
-        })
-        .await;
-    let Some(response::Body::CreateSession(cs)) = r.body else { panic!("{r:?}") };
+    let cs = raw.create_session(1, 10_000).await;
     let create = |id| Request {
         id,
         seq: 1,
@@ -282,17 +258,7 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
     drop(raw);
     // Resume the session elsewhere and retry with the same sequence number.
     let mut raw = RawConn::connect(&c.endpoint(2)).await;
-    let r = raw
-        .call(Request {
-            id: 1,
-            body: Some(request::Body::Attach(AttachReq {
-                session_id: cs.session_id,
-                secret: cs.secret.clone(),
-                ..Default::default()
-            })),
-            ..Default::default()
-        })
-        .await;
+    let r = raw.attach(1, cs.session_id, cs.secret.clone()).await;
     assert_eq!(r.error, 0, "{r:?}");
     let r1 = raw.call(create(2)).await;
     let r2 = raw.call(create(3)).await;
@@ -381,13 +347,7 @@ async fn t90_bad_input_gets_typed_errors_and_the_cluster_stays_up() {
 
     // Unknown session and wrong secret.
     let mut raw = RawConn::connect(&c.endpoint(3)).await;
-    let r = raw
-        .call(Request {
-            id: 1,
-            body: Some(request::Body::Attach(AttachReq { session_id: 999_999, ..Default::default() })),
-            ..Default::default()
-        })
-        .await;
+    let r = raw.attach(1, 999_999, Default::default()).await;
     assert_eq!(r.error, ErrorCode::SessionExpired as i32);
     let r = raw
         .call(Request {
