@@ -2,10 +2,11 @@
 # Installs the system packages Baton builds against, only if missing:
 # clang + libclang-dev (bindgen for the rocksdb crate) and librocksdb-dev
 # (Debian's RocksDB, linked instead of a 16-minute C++ build; see
-# .cargo/config.toml), and fonts-dejavu-core (text in the harness's plots).
+# .cargo/config.toml), fonts-dejavu-core (text in the harness's plots) and
+# protobuf-compiler (protoc, for the etcd-client crate the side-by-side uses).
 set -euo pipefail
 need=()
-for pkg in clang libclang-dev librocksdb-dev fonts-dejavu-core; do
+for pkg in clang libclang-dev librocksdb-dev fonts-dejavu-core protobuf-compiler; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ! command -v cargo >/dev/null 2>&1; then

@@ -26,6 +26,9 @@ pub struct DbOpts {
     pub dir: PathBuf,
     /// Deliberate server bugs (needs `batond-faulty`).
     pub server_faults: Vec<String>,
+    /// Members talk to each other directly, with no proxies on any link
+    /// (for benchmarks: a proxy hop would be counted against Baton).
+    pub direct: bool,
 }
 
 struct Member {
@@ -46,6 +49,7 @@ pub struct Db {
     pub proxies: Proxies,
     bin: PathBuf,
     server_faults: Vec<String>,
+    direct: bool,
 }
 
 fn free_addr() -> anyhow::Result<SocketAddr> {
@@ -119,23 +123,27 @@ impl Db {
         let mut peer_proxy = BTreeMap::new();
         for from in 1..=o.nodes {
             for to in 1..=o.nodes {
-                if from != to {
+                if from != to && !o.direct {
                     let target = members[(to - 1) as usize].peer_addr;
                     peer_proxy.insert((from, to), proxies.add(LinkId::Peer { from, to }, target).await?);
                 }
             }
         }
+        let members_peer: Vec<SocketAddr> = members.iter().map(|m| m.peer_addr).collect();
         for m in members.iter_mut() {
             let parts: Vec<String> = (1..=o.nodes)
                 .map(|to| {
-                    let addr = if to == m.id { m.peer_addr } else { peer_proxy[&(m.id, to)] };
+                    let addr = match peer_proxy.get(&(m.id, to)) {
+                        Some(p) if to != m.id => *p,
+                        _ => members_peer[(to - 1) as usize],
+                    };
                     format!("{to}={addr}")
                 })
                 .collect();
             m.peers_arg = parts.join(",");
         }
         // Client links: per slot, and the storage links per home member.
-        for to in 1..=o.nodes {
+        for to in (1..=o.nodes).filter(|_| !o.direct) {
             let target = members[(to - 1) as usize].client_addr;
             for slot in 0..o.slots {
                 let home = slot as u64 % o.nodes + 1;
@@ -145,8 +153,15 @@ impl Db {
                 proxies.add(LinkId::Storage { home, to }, target).await?;
             }
         }
-        let mut db =
-            Db { nodes: o.nodes, slots: o.slots, members, proxies, bin: o.bin, server_faults: o.server_faults };
+        let mut db = Db {
+            nodes: o.nodes,
+            slots: o.slots,
+            members,
+            proxies,
+            bin: o.bin,
+            server_faults: o.server_faults,
+            direct: o.direct,
+        };
         for id in 1..=o.nodes {
             db.start_member(id)?;
         }
@@ -156,6 +171,7 @@ impl Db {
 
     fn start_member(&mut self, id: u64) -> anyhow::Result<()> {
         let faults = self.server_faults.clone();
+        let direct = self.direct;
         let bin = self.bin.clone();
         let m = &mut self.members[(id - 1) as usize];
         if m.child.is_some() {
@@ -168,7 +184,9 @@ impl Db {
             .arg(format!("--client-addr={}", m.client_addr))
             .arg(format!("--peer-addr={}", m.peer_addr))
             .arg(format!("--peers={}", m.peers_arg))
-            .arg("--snapshot-entries=2000")
+            // Small snapshots exercise installation under faults; a
+            // benchmark runs with the server's defaults.
+            .args((!direct).then_some("--snapshot-entries=2000"))
             .env("RUST_LOG", "info,raft=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -289,8 +307,9 @@ impl Db {
     }
 }
 
-impl Drop for Db {
-    fn drop(&mut self) {
+impl Db {
+    /// Kills every member (also done on drop).
+    pub fn stop_all(&mut self) {
         for m in &mut self.members {
             if let Some(mut c) = m.child.take() {
                 // SAFETY: resume a possibly stopped child so it can die.
@@ -301,5 +320,11 @@ impl Drop for Db {
                 let _ = c.wait();
             }
         }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop_all();
     }
 }

@@ -9,13 +9,17 @@
 //! - [`record`]: shared run state; [`workloads`]: clients and checkers;
 //!   [`runner`]: one test run end to end.
 
+pub mod bench;
 pub mod checks;
+pub mod compare;
 pub mod db;
 pub mod history;
 pub mod linearizability;
 pub mod nemesis;
+pub mod peer_lock;
 pub mod proxy;
 pub mod record;
 pub mod report;
 pub mod runner;
+pub mod targets;
 pub mod workloads;

@@ -3,8 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use baton_jepsen::bench::{AnyTarget, BenchWorkload};
+use baton_jepsen::compare::{compare, runs_of, CompareOpts};
 use baton_jepsen::nemesis::NemesisKind;
+use baton_jepsen::peer_lock::{self, PeerLockOpts};
 use baton_jepsen::runner::{run_test, TestOpts};
+use baton_jepsen::targets::{hold, Kind};
 use baton_jepsen::workloads::{Validity, Workload};
 use clap::{Parser, Subcommand};
 
@@ -19,6 +23,10 @@ struct Cli {
 enum Cmd {
     /// Run a test: workload + nemesis for a time limit, then check the history.
     Test {
+        /// baton, or etcd (workload lock only: the lock-safety test of
+        /// etcd's lock with and without a fence).
+        #[arg(long, value_enum, default_value = "baton")]
+        target: Kind,
         #[arg(long, value_enum)]
         workload: Workload,
         #[arg(long, value_enum, default_value = "none")]
@@ -42,6 +50,75 @@ enum Cmd {
         #[arg(long = "server-fault")]
         server_fault: Vec<String>,
     },
+    /// Benchmark one workload on one target (starts its cluster; median of --runs runs).
+    Bench {
+        #[arg(long, value_enum, default_value = "baton")]
+        target: Kind,
+        #[arg(long, value_enum)]
+        workload: BenchWorkload,
+        /// Default: 1 (lock-uncontended), 16 (lock-contended, failover), 64 (others).
+        #[arg(long)]
+        clients: Option<usize>,
+        /// Measured seconds per run.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Unmeasured seconds at the start of each run.
+        #[arg(long, default_value_t = 5)]
+        warmup: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Write the summary (a one-element JSON array, as in compare.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Folder for cluster data and logs (default jepsen/store/bench-<ts>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Every workload on every target, one cluster at a time: compare.md,
+    /// compare.json, compare.png.
+    Compare {
+        /// Comma-separated: baton, etcd, zookeeper.
+        #[arg(long, default_value = "baton,etcd,zookeeper")]
+        targets: String,
+        /// Comma-separated subset of lock-uncontended, lock-contended,
+        /// lock-independent, write, read, failover (default all).
+        #[arg(long)]
+        workloads: Option<String>,
+        /// Measured seconds per run.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Unmeasured load once per cluster (ZooKeeper needs ~30 s).
+        #[arg(long, default_value_t = 30)]
+        warmup: u64,
+        /// Unmeasured seconds at the start of every run.
+        #[arg(long, default_value_t = 2)]
+        run_warmup: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Output folder (default jepsen/store/compare-<ts>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// (Used by the failover workload.) Hold a lock until killed.
+    #[command(hide = true)]
+    Hold {
+        #[arg(long, value_enum)]
+        target: Kind,
+        #[arg(long)]
+        endpoints: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value_t = 5000)]
+        ttl_ms: u64,
+    },
+}
+
+fn stamp() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn list<T>(s: &str, parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
+    s.split(',').filter(|p| !p.trim().is_empty()).map(parse).collect()
 }
 
 fn main() {
@@ -59,8 +136,160 @@ fn main() {
     };
     let code = rt.block_on(async {
         match cli.cmd {
-            Cmd::Test { workload, nemesis, time_limit, nodes, concurrency, seed, out, server_fault } => {
+            Cmd::Bench { target, workload, clients, duration, warmup, runs, json, out } => {
+                let out = out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/bench-{}", stamp())));
+                let o = CompareOpts {
+                    targets: vec![target],
+                    workloads: vec![workload],
+                    duration: Duration::from_secs(duration),
+                    warmup: Duration::ZERO,
+                    run_warmup: Duration::from_secs(warmup),
+                    runs,
+                    out: out.clone(),
+                };
+                let clients = clients.unwrap_or(workload.default_clients());
+                eprintln!(
+                    "bench: {} {} with {clients} clients, {runs} run(s) of {duration} s after {warmup} s warm-up",
+                    target.name(),
+                    workload.name()
+                );
+                let r = async {
+                    std::fs::create_dir_all(&out)?;
+                    if workload == BenchWorkload::Failover {
+                        return runs_of(target, workload, clients, &o, None).await;
+                    }
+                    let t = AnyTarget::start(target, &out.join("cluster")).await?;
+                    let s = runs_of(target, workload, clients, &o, Some(&t)).await;
+                    t.stop();
+                    s
+                };
+                let r = tokio::select! {
+                    r = r => r,
+                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                };
+                match r {
+                    Ok(s) => {
+                        println!(
+                            "{} {}: {:.0} ops/s (median of {}, spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{}",
+                            target.name(),
+                            workload.name(),
+                            s.ops_per_sec,
+                            s.runs,
+                            s.ops_per_sec_min,
+                            s.ops_per_sec_max,
+                            s.p50_ms,
+                            s.p99_ms,
+                            match (s.gap_ms, s.takeover_ms) {
+                                (Some(g), t) => format!(
+                                    ", gap {g:.0} ms, takeover {}",
+                                    t.map(|t| format!("{t:.0} ms")).unwrap_or_else(|| "n/a".into())
+                                ),
+                                _ => String::new(),
+                            }
+                        );
+                        if let Some(j) = json {
+                            match serde_json::to_string_pretty(&[&s]).map(|t| std::fs::write(&j, t)) {
+                                Ok(Ok(())) => {}
+                                Ok(Err(e)) => eprintln!("baton-jepsen: writing {}: {e}", j.display()),
+                                Err(e) => eprintln!("baton-jepsen: {e}"),
+                            }
+                        }
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("baton-jepsen: bench failed: {e:#}");
+                        2
+                    }
+                }
+            }
+            Cmd::Compare { targets, workloads, duration, warmup, run_warmup, runs, out } => {
+                let parsed = list(&targets, Kind::parse).and_then(|t| {
+                    let w = match &workloads {
+                        Some(w) => list(w, BenchWorkload::parse)?,
+                        None => BenchWorkload::ALL.to_vec(),
+                    };
+                    Ok((t, w))
+                });
+                let (targets, workloads) = match parsed {
+                    Ok(x) => x,
+                    Err(e) => {
+                        eprintln!("baton-jepsen: {e:#}");
+                        return 2;
+                    }
+                };
+                let out = out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/compare-{}", stamp())));
+                let o = CompareOpts {
+                    targets,
+                    workloads,
+                    duration: Duration::from_secs(duration),
+                    warmup: Duration::from_secs(warmup),
+                    run_warmup: Duration::from_secs(run_warmup),
+                    runs,
+                    out: out.clone(),
+                };
+                let r = tokio::select! {
+                    r = compare(&o) => r,
+                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                };
+                match r {
+                    Ok(_) => {
+                        println!("{}", std::fs::read_to_string(out.join("compare.md")).unwrap_or_default());
+                        println!("results in {}", out.display());
+                        0
+                    }
+                    Err(e) => {
+                        eprintln!("baton-jepsen: compare failed: {e:#}");
+                        2
+                    }
+                }
+            }
+            Cmd::Hold { target, endpoints, name, ttl_ms } => {
+                let eps = baton_client::parse_endpoints(&endpoints);
+                match hold(target, eps, &name, Duration::from_millis(ttl_ms)).await {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("baton-jepsen hold: {e:#}");
+                        2
+                    }
+                }
+            }
+            Cmd::Test { target, workload, nemesis, time_limit, nodes, concurrency, seed, out, server_fault } => {
                 let seed = seed.unwrap_or_else(rand::random);
+                if target != Kind::Baton {
+                    if target != Kind::Etcd || workload != Workload::Lock {
+                        eprintln!("baton-jepsen: only --workload lock runs against a peer, and only against etcd");
+                        return 2;
+                    }
+                    let out =
+                        out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-etcd-lock-{seed}", stamp())));
+                    let o = PeerLockOpts {
+                        nemesis,
+                        time_limit: Duration::from_secs(time_limit),
+                        concurrency,
+                        seed,
+                        out: out.clone(),
+                    };
+                    let r = tokio::select! {
+                        r = peer_lock::run(o) => r,
+                        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                    };
+                    return match r {
+                        Ok((v, _)) => {
+                            println!("results in {}", out.display());
+                            println!("valid: {}", v.as_str());
+                            match v {
+                                Validity::True => 0,
+                                Validity::False => 1,
+                                Validity::Unknown => 2,
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("baton-jepsen: harness error: {e:#}");
+                            println!("valid: unknown");
+                            2
+                        }
+                    };
+                }
                 let out = out.unwrap_or_else(|| {
                     let ts = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

@@ -52,9 +52,15 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         println!("baton-jepsen: server faults ON: {}", o.server_faults.join(","));
     }
     println!("[phase] setup: starting {} members ({})", o.nodes, bin.display());
-    let db =
-        Db::start(DbOpts { nodes: o.nodes, slots, bin, dir: o.out.clone(), server_faults: o.server_faults.clone() })
-            .await?;
+    let db = Db::start(DbOpts {
+        nodes: o.nodes,
+        slots,
+        bin,
+        dir: o.out.clone(),
+        server_faults: o.server_faults.clone(),
+        direct: false,
+    })
+    .await?;
     let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();
     let storage_eps: Vec<Vec<String>> = (1..=o.nodes).map(|h| db.storage_endpoints(h)).collect();
     let direct = db.direct_endpoints();

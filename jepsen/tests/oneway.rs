@@ -18,6 +18,7 @@ async fn t10_one_way_partition_never_leaves_a_client_connected_to_a_dead_session
         bin: locate_bin(false).expect("batond built"),
         dir: dir.path().to_path_buf(),
         server_faults: vec![],
+        direct: false,
     })
     .await
     .expect("cluster");

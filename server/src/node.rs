@@ -79,6 +79,9 @@ pub enum Input {
     },
     /// The transport could not deliver to this peer.
     Unreachable(u64),
+    /// The connection this peer dialled to us closed (EOF or error): the
+    /// peer process may have died.
+    PeerGone(u64),
     SnapshotSent {
         to: u64,
         ok: bool,
@@ -321,12 +324,32 @@ impl Driver {
                 }
             }
             Input::Unreachable(to) => self.raw.report_unreachable(to),
+            Input::PeerGone(from) => self.leader_gone(from),
             Input::SnapshotSent { to, ok } => {
                 let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
                 self.raw.report_snapshot(to, status);
             }
             Input::Shutdown => {}
         }
+    }
+
+    /// Fast failure detection: when the leader's connection to us closes
+    /// (a killed process's sockets close at once), leave the leader's lease
+    /// and hold an election within 1-3 ticks instead of a full randomized
+    /// election timeout. Only liveness depends on this: if the leader is
+    /// alive, its next heartbeat (every `heartbeat_ticks`) resets the timer
+    /// before anything happens, and the other followers still refuse
+    /// (pre-)votes while they hear from it.
+    fn leader_gone(&mut self, from: u64) {
+        let r = &mut self.raw.raft;
+        if r.state != raft::StateRole::Follower || r.leader_id != from {
+            return;
+        }
+        let base = self.cfg.election_ticks;
+        let extra = 1 + (rand::random::<u64>() % 3) as usize;
+        r.set_randomized_election_timeout(base + extra);
+        r.election_elapsed = r.election_elapsed.max(base);
+        info!(leader = from, ticks = extra, "leader's connection closed: election soon");
     }
 
     fn reply(&self, conn: ConnId, resp: Response) {

@@ -171,21 +171,43 @@ pub async fn serve(listener: TcpListener, me: u64, input: Sender<Input>) {
         };
         let input = input.clone();
         tokio::spawn(async move {
-            if let Err(e) = receive(stream, me, input).await {
+            let (peer, r) = receive(stream, me, &input).await;
+            if let Err(e) = r {
                 debug!(%from, "peer connection closed: {e}");
+            }
+            if let Some(p) = peer {
+                let _ = input.send(Input::PeerGone(p));
             }
         });
     }
 }
 
-async fn receive(stream: TcpStream, me: u64, input: Sender<Input>) -> anyhow::Result<()> {
+/// Reads one peer's connection until it closes; returns who it was (once
+/// the hello said so) and why it ended.
+async fn receive(stream: TcpStream, me: u64, input: &Sender<Input>) -> (Option<u64>, anyhow::Result<()>) {
     let _ = stream.set_nodelay(true);
     let mut r = FramedRead::new(stream, baton_proto::codec(MAX_PEER_FRAME));
-    let first = r.next().await.ok_or_else(|| anyhow::anyhow!("closed before hello"))??;
-    let peer = match PeerFrame::decode(first)?.frame {
-        Some(peer_frame::Frame::Hello(h)) => h.from,
-        _ => anyhow::bail!("first peer frame is not a hello"),
+    let peer = match hello(&mut r).await {
+        Ok(p) => p,
+        Err(e) => return (None, Err(e)),
     };
+    (Some(peer), frames(&mut r, peer, me, input).await)
+}
+
+async fn hello(r: &mut FramedRead<TcpStream, tokio_util::codec::LengthDelimitedCodec>) -> anyhow::Result<u64> {
+    let first = r.next().await.ok_or_else(|| anyhow::anyhow!("closed before hello"))??;
+    match PeerFrame::decode(first)?.frame {
+        Some(peer_frame::Frame::Hello(h)) => Ok(h.from),
+        _ => anyhow::bail!("first peer frame is not a hello"),
+    }
+}
+
+async fn frames(
+    r: &mut FramedRead<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+    peer: u64,
+    me: u64,
+    input: &Sender<Input>,
+) -> anyhow::Result<()> {
     while let Some(frame) = r.next().await {
         match PeerFrame::decode(frame?)?.frame {
             Some(peer_frame::Frame::Raft(b)) => {

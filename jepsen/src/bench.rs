@@ -1,0 +1,493 @@
+//! The side-by-side benchmark: the same workloads, through the same
+//! [`Target`] interface, against Baton, etcd and ZooKeeper.
+//!
+//! A run has a warm-up (operations run, nothing is recorded) and a measured
+//! window; a figure is the median of several runs ([`summarize`]).
+//! Latency is per operation: acquire + release for the uncontended and
+//! independent locks, the wait from asking to being granted for the
+//! contended lock, one put or one linearizable get for write/read.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
+
+use crate::targets::{Kind, OpError, Target, TargetClient};
+
+/// Session timeout / lease TTL on every target.
+pub const TTL: Duration = Duration::from_secs(5);
+/// Value size of the write workload.
+pub const VALUE_BYTES: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BenchWorkload {
+    LockUncontended,
+    LockContended,
+    LockIndependent,
+    Write,
+    Read,
+    Failover,
+}
+
+impl BenchWorkload {
+    pub const ALL: [BenchWorkload; 6] = [
+        BenchWorkload::LockUncontended,
+        BenchWorkload::LockContended,
+        BenchWorkload::LockIndependent,
+        BenchWorkload::Write,
+        BenchWorkload::Read,
+        BenchWorkload::Failover,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchWorkload::LockUncontended => "lock-uncontended",
+            BenchWorkload::LockContended => "lock-contended",
+            BenchWorkload::LockIndependent => "lock-independent",
+            BenchWorkload::Write => "write",
+            BenchWorkload::Read => "read",
+            BenchWorkload::Failover => "failover",
+        }
+    }
+
+    pub fn parse(s: &str) -> anyhow::Result<BenchWorkload> {
+        BenchWorkload::ALL.into_iter().find(|w| w.name() == s.trim()).with_context(|| format!("unknown workload {s:?}"))
+    }
+
+    /// Clients used when `--clients` is not given.
+    pub fn default_clients(self) -> usize {
+        match self {
+            BenchWorkload::LockUncontended => 1,
+            BenchWorkload::LockContended | BenchWorkload::Failover => 16,
+            BenchWorkload::LockIndependent | BenchWorkload::Write | BenchWorkload::Read => 64,
+        }
+    }
+
+    fn is_lock(self) -> bool {
+        !matches!(self, BenchWorkload::Write | BenchWorkload::Read)
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RunFigures {
+    pub ops: u64,
+    pub secs: f64,
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    /// failover: longest stretch with no grant around the leader's kill -9.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ms: Option<f64>,
+    /// failover: a holder process's kill -9 to the next grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeover_ms: Option<f64>,
+}
+
+pub struct RunOpts {
+    pub workload: BenchWorkload,
+    pub clients: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Folder for the failover holder's output.
+    pub dir: PathBuf,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    stopped: Notify,
+    measuring: AtomicBool,
+    /// Grant instants (failover only).
+    grants: Mutex<Vec<Instant>>,
+    record_grants: bool,
+    errors: AtomicU64,
+}
+
+impl Shared {
+    async fn until_stopped(&self) {
+        loop {
+            let n = self.stopped.notified();
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("static histogram bounds")
+}
+
+/// One client's loop; returns its histogram (µs) of measured operations.
+async fn client_loop<T: Target>(
+    target: Arc<T>,
+    member: usize,
+    w: BenchWorkload,
+    lock: String,
+    key: String,
+    sh: Arc<Shared>,
+) -> Histogram<u64> {
+    let mut hist = new_hist();
+    let value = vec![b'v'; VALUE_BYTES];
+    let mut client: Option<T::Client> = None;
+    while !sh.stop.load(Ordering::SeqCst) {
+        let c = match &client {
+            Some(c) => c,
+            None => {
+                let made = tokio::select! {
+                    c = target.connect(member, TTL) => c,
+                    _ = sh.until_stopped() => break,
+                };
+                match made {
+                    Ok(c) => {
+                        if !w.is_lock() {
+                            // The key exists before the first read.
+                            let _ = c.put(&key, &value).await;
+                        }
+                        client = Some(c);
+                        continue;
+                    }
+                    Err(_) => {
+                        sh.errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let t = Instant::now();
+        let r: Result<Option<Duration>, OpError> = async {
+            match w {
+                BenchWorkload::Write => c.put(&key, &value).await.map(|_| None),
+                BenchWorkload::Read => c.get(&key).await.map(|_| None),
+                _ => {
+                    let held = tokio::select! {
+                        h = c.lock(&lock) => h?,
+                        _ = sh.until_stopped() => return Ok(Some(Duration::ZERO)),
+                    };
+                    let waited = t.elapsed();
+                    if sh.record_grants && sh.measuring.load(Ordering::SeqCst) {
+                        sh.grants.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now());
+                    }
+                    c.unlock(held).await?;
+                    let contended = matches!(w, BenchWorkload::LockContended | BenchWorkload::Failover);
+                    Ok(contended.then_some(waited))
+                }
+            }
+        }
+        .await;
+        match r {
+            Ok(_) if sh.stop.load(Ordering::SeqCst) => break,
+            Ok(lat) => {
+                if sh.measuring.load(Ordering::SeqCst) {
+                    let us = lat.unwrap_or_else(|| t.elapsed()).as_micros().max(1) as u64;
+                    let _ = hist.record(us);
+                }
+            }
+            Err(e) => {
+                sh.errors.fetch_add(1, Ordering::Relaxed);
+                if e.is_session_lost() {
+                    if let Some(c) = client.take() {
+                        c.close().await;
+                    }
+                } else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    if let Some(c) = client {
+        let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
+    }
+    hist
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Runs one workload once on a running cluster.
+pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<RunFigures> {
+    let run_id: u32 = rand::random();
+    let lock_name = format!("bench-{run_id:08x}");
+    let sh = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        stopped: Notify::new(),
+        measuring: AtomicBool::new(false),
+        grants: Mutex::new(Vec::new()),
+        record_grants: o.workload == BenchWorkload::Failover,
+        errors: AtomicU64::new(0),
+    });
+    let members = target.members().max(1);
+    let mut tasks = Vec::new();
+    for i in 0..o.clients.max(1) {
+        let lock = match o.workload {
+            BenchWorkload::LockContended | BenchWorkload::Failover => lock_name.clone(),
+            _ => format!("{lock_name}-{i}"),
+        };
+        let key = format!("bench-{run_id:08x}-k{i}");
+        tasks.push(tokio::spawn(client_loop(target.clone(), i % members, o.workload, lock, key, sh.clone())));
+    }
+    tokio::time::sleep(o.warmup).await;
+    sh.errors.store(0, Ordering::SeqCst);
+    sh.measuring.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    let mut gap_ms = None;
+    let mut takeover_ms = None;
+    if o.workload == BenchWorkload::Failover {
+        let (g, t) = failover(&*target, &sh, &lock_name, o).await?;
+        gap_ms = Some(g);
+        takeover_ms = t;
+    } else {
+        tokio::time::sleep(o.duration).await;
+    }
+    sh.measuring.store(false, Ordering::SeqCst);
+    let secs = start.elapsed().as_secs_f64();
+    sh.stop.store(true, Ordering::SeqCst);
+    sh.stopped.notify_waiters();
+    let mut hist = new_hist();
+    for t in tasks {
+        match tokio::time::timeout(Duration::from_secs(15), t).await {
+            Ok(Ok(h)) => hist.add(&h).context("merging histograms")?,
+            Ok(Err(e)) => anyhow::bail!("bench client panicked: {e}"),
+            Err(_) => anyhow::bail!("a bench client did not stop within 15 s"),
+        }
+    }
+    let ops = hist.len();
+    Ok(RunFigures {
+        ops,
+        secs,
+        ops_per_sec: ops as f64 / secs.max(1e-9),
+        p50_ms: if ops > 0 { ms(hist.value_at_quantile(0.5)) } else { 0.0 },
+        p99_ms: if ops > 0 { ms(hist.value_at_quantile(0.99)) } else { 0.0 },
+        errors: sh.errors.load(Ordering::SeqCst),
+        gap_ms,
+        takeover_ms,
+    })
+}
+
+fn grants_after(sh: &Shared, t: Instant) -> Option<Instant> {
+    sh.grants.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().filter(|g| *g > t).min()
+}
+
+/// Waits (up to `limit`) for the first grant after `t`.
+async fn next_grant(sh: &Shared, t: Instant, limit: Duration) -> Option<Instant> {
+    let deadline = t + limit;
+    while Instant::now() < deadline {
+        if let Some(g) = grants_after(sh, t) {
+            return Some(g);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// The failover run: contended load, kill -9 the leader, measure the
+/// longest gap with no grant; then a holder process queues for the same
+/// lock, is killed -9 once it holds it, and the time to the next grant is
+/// the takeover. Leaves the cluster with a dead member (the caller starts a
+/// fresh one per run).
+async fn failover<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts) -> anyhow::Result<(f64, Option<f64>)> {
+    let limit = Duration::from_secs(60);
+    // Steady state first.
+    tokio::time::sleep(o.duration.min(Duration::from_secs(3))).await;
+    let leader = target.leader().await.context("finding the leader")?;
+    let killed_at = Instant::now();
+    target.kill(leader)?;
+    eprintln!("    killed leader (member {}), waiting for grants to resume", leader + 1);
+    let last_before = {
+        let g = sh.grants.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter().copied().filter(|x| *x <= killed_at).max().unwrap_or(killed_at)
+    };
+    if next_grant(sh, killed_at, limit).await.is_none() {
+        anyhow::bail!("no grant within {limit:?} of the leader's kill -9");
+    }
+    // Clients that were on the dead member come back in their own time, and
+    // a service may limp before it recovers: the gap is the longest stretch
+    // with no grant from the last grant before the kill to 10 s after it.
+    let window = Duration::from_secs(10);
+    if let Some(rest) = (killed_at + window).checked_duration_since(Instant::now()) {
+        tokio::time::sleep(rest).await;
+    }
+    let mut times: Vec<Instant> = {
+        let g = sh.grants.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter().copied().filter(|x| *x >= last_before && *x <= killed_at + window).collect()
+    };
+    times.push(killed_at + window);
+    times.sort();
+    let gap = times.windows(2).map(|w| w[1].duration_since(w[0])).max().unwrap_or_default();
+    let dump: Vec<String> = {
+        let g = sh.grants.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter()
+            .map(|t| {
+                format!(
+                    "{:.1}",
+                    t.checked_duration_since(killed_at)
+                        .map(|d| d.as_secs_f64() * 1000.0)
+                        .unwrap_or_else(|| -(killed_at.duration_since(*t).as_secs_f64() * 1000.0))
+                )
+            })
+            .collect()
+    };
+    // Grant times in ms relative to the leader's kill, for a closer look.
+    let _ = std::fs::write(o.dir.join("grants-ms.txt"), dump.join("\n"));
+    // Holder kill.
+    let takeover = holder_kill(target, sh, lock, o).await?;
+    Ok((gap.as_secs_f64() * 1000.0, takeover))
+}
+
+/// Starts `baton-jepsen hold` on the same lock, waits for `held`, kills it
+/// -9, and measures until the next grant. None if it never got the lock.
+async fn holder_kill<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts) -> anyhow::Result<Option<f64>> {
+    let exe = std::env::current_exe()?;
+    let log = std::fs::File::create(o.dir.join(format!("holder-{}.log", target.kind().name())))?;
+    let mut child = tokio::process::Command::new(exe)
+        .arg("hold")
+        .arg(format!("--target={}", target.kind().name()))
+        .arg(format!("--endpoints={}", target.endpoints().join(",")))
+        .arg(format!("--name={lock}"))
+        .arg(format!("--ttl-ms={}", TTL.as_millis()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the holder process")?;
+    let stdout = child.stdout.take().context("holder stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if l.starts_with("held") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    if !held {
+        let _ = child.kill().await;
+        eprintln!("    the holder process never got the lock (see holder-{}.log)", target.kind().name());
+        return Ok(None);
+    }
+    let killed_at = Instant::now();
+    child.start_kill()?;
+    let _ = child.wait().await;
+    let next = next_grant(sh, killed_at, Duration::from_secs(60)).await;
+    Ok(next.map(|g| g.duration_since(killed_at).as_secs_f64() * 1000.0))
+}
+
+/// Starts a target's cluster in `dir`.
+pub enum AnyTarget {
+    Baton(Arc<crate::targets::baton::BatonTarget>),
+    Etcd(Arc<crate::targets::etcd::EtcdTarget>),
+    Zookeeper(Arc<crate::targets::zookeeper::ZkTarget>),
+}
+
+impl AnyTarget {
+    pub async fn start(kind: Kind, dir: &Path) -> anyhow::Result<AnyTarget> {
+        std::fs::create_dir_all(dir)?;
+        Ok(match kind {
+            Kind::Baton => AnyTarget::Baton(Arc::new(crate::targets::baton::BatonTarget::start(dir).await?)),
+            Kind::Etcd => AnyTarget::Etcd(Arc::new(crate::targets::etcd::EtcdTarget::start(dir).await?)),
+            Kind::Zookeeper => AnyTarget::Zookeeper(Arc::new(crate::targets::zookeeper::ZkTarget::start(dir).await?)),
+        })
+    }
+
+    pub async fn run(&self, o: &RunOpts) -> anyhow::Result<RunFigures> {
+        match self {
+            AnyTarget::Baton(t) => run_once(t.clone(), o).await,
+            AnyTarget::Etcd(t) => run_once(t.clone(), o).await,
+            AnyTarget::Zookeeper(t) => run_once(t.clone(), o).await,
+        }
+    }
+
+    pub fn stop(&self) {
+        match self {
+            AnyTarget::Baton(t) => t.stop(),
+            AnyTarget::Etcd(t) => t.stop(),
+            AnyTarget::Zookeeper(t) => t.stop(),
+        }
+    }
+}
+
+/// Median of several runs, with the spread.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    pub target: Kind,
+    pub workload: BenchWorkload,
+    pub clients: usize,
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// How many runs the medians are taken over.
+    pub runs: usize,
+    /// Lowest and highest ops/s of the runs.
+    pub ops_per_sec_min: f64,
+    pub ops_per_sec_max: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeover_ms: Option<f64>,
+    pub per_run: Vec<RunFigures>,
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn summarize(target: Kind, workload: BenchWorkload, clients: usize, runs: Vec<RunFigures>) -> Summary {
+    let col = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
+    let opt = |f: fn(&RunFigures) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    Summary {
+        target,
+        workload,
+        clients,
+        ops_per_sec: col(|r| r.ops_per_sec),
+        p50_ms: col(|r| r.p50_ms),
+        p99_ms: col(|r| r.p99_ms),
+        runs: runs.len(),
+        ops_per_sec_min: runs.iter().map(|r| r.ops_per_sec).fold(f64::INFINITY, f64::min),
+        ops_per_sec_max: runs.iter().map(|r| r.ops_per_sec).fold(0.0, f64::max),
+        gap_ms: opt(|r| r.gap_ms),
+        takeover_ms: opt(|r| r.takeover_ms),
+        per_run: runs,
+    }
+}
+
+pub fn describe(r: &RunFigures) -> String {
+    let mut s = format!(
+        "{:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms ({} ops in {:.1} s, {} errors)",
+        r.ops_per_sec, r.p50_ms, r.p99_ms, r.ops, r.secs, r.errors
+    );
+    if let Some(g) = r.gap_ms {
+        s.push_str(&format!(", gap {g:.0} ms"));
+    }
+    match r.takeover_ms {
+        Some(t) => s.push_str(&format!(", takeover {t:.0} ms")),
+        None if r.gap_ms.is_some() => s.push_str(", takeover n/a"),
+        None => {}
+    }
+    s
+}

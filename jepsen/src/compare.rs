@@ -1,0 +1,328 @@
+//! `baton-jepsen compare`: every workload on every target, one cluster at
+//! a time, and the outputs: compare.json, compare.md (table + Baton's ratio
+//! to each peer + the goals), compare.png (bar chart).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+use crate::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
+use crate::report::{font, perr, render_png};
+use crate::targets::Kind;
+
+pub struct CompareOpts {
+    pub targets: Vec<Kind>,
+    pub workloads: Vec<BenchWorkload>,
+    /// Measured seconds per run.
+    pub duration: Duration,
+    /// Unmeasured load after a cluster starts (ZooKeeper's JIT needs ~30 s).
+    pub warmup: Duration,
+    /// Unmeasured seconds at the start of every run.
+    pub run_warmup: Duration,
+    pub runs: usize,
+    pub out: PathBuf,
+}
+
+/// Runs `runs` runs of one workload on one target. Failover starts a fresh
+/// cluster for every run (the run kills its leader); the others share
+/// `shared`, started by the caller.
+pub async fn runs_of(
+    kind: Kind,
+    w: BenchWorkload,
+    clients: usize,
+    o: &CompareOpts,
+    shared: Option<&AnyTarget>,
+) -> anyhow::Result<Summary> {
+    let mut figures: Vec<RunFigures> = Vec::new();
+    for i in 0..o.runs.max(1) {
+        let dir = o.out.join(format!("{}-{}-{}", kind.name(), w.name(), i + 1));
+        std::fs::create_dir_all(&dir)?;
+        let ro = RunOpts { workload: w, clients, warmup: o.run_warmup, duration: o.duration, dir: dir.clone() };
+        let r = if w == BenchWorkload::Failover || shared.is_none() {
+            let t = AnyTarget::start(kind, &dir.join("cluster")).await?;
+            let r = t.run(&ro).await;
+            t.stop();
+            r
+        } else {
+            shared.context("no cluster")?.run(&ro).await
+        };
+        let r = r.with_context(|| format!("{} {} run {}", kind.name(), w.name(), i + 1))?;
+        eprintln!("  [{}] {} run {}/{}: {}", kind.name(), w.name(), i + 1, o.runs, describe(&r));
+        figures.push(r);
+    }
+    let s = summarize(kind, w, clients, figures);
+    eprintln!(
+        "  [{}] {} median of {}: {:.0} ops/s (spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{}",
+        kind.name(),
+        w.name(),
+        s.runs,
+        s.ops_per_sec,
+        s.ops_per_sec_min,
+        s.ops_per_sec_max,
+        s.p50_ms,
+        s.p99_ms,
+        match (s.gap_ms, s.takeover_ms) {
+            (Some(g), Some(t)) => format!(", gap {g:.0} ms, takeover {t:.0} ms"),
+            (Some(g), None) => format!(", gap {g:.0} ms"),
+            _ => String::new(),
+        }
+    );
+    Ok(s)
+}
+
+pub async fn compare(o: &CompareOpts) -> anyhow::Result<Vec<Summary>> {
+    std::fs::create_dir_all(&o.out)?;
+    let mut all = Vec::new();
+    for &kind in &o.targets {
+        let steady: Vec<BenchWorkload> =
+            o.workloads.iter().copied().filter(|w| *w != BenchWorkload::Failover).collect();
+        if !steady.is_empty() {
+            eprintln!("[{}] starting a 3-member cluster", kind.name());
+            let t = AnyTarget::start(kind, &o.out.join(format!("{}-cluster", kind.name()))).await?;
+            if !o.warmup.is_zero() {
+                eprintln!("[{}] warm-up: {:?} of writes and reads, not measured", kind.name(), o.warmup);
+                let half = o.warmup / 2;
+                for w in [BenchWorkload::Write, BenchWorkload::Read] {
+                    let ro = RunOpts {
+                        workload: w,
+                        clients: 64,
+                        warmup: half,
+                        duration: Duration::ZERO,
+                        dir: o.out.clone(),
+                    };
+                    t.run(&ro).await.with_context(|| format!("{} warm-up", kind.name()))?;
+                }
+            }
+            for &w in &steady {
+                let s = runs_of(kind, w, w.default_clients(), o, Some(&t)).await;
+                match s {
+                    Ok(s) => all.push(s),
+                    Err(e) => {
+                        t.stop();
+                        return Err(e);
+                    }
+                }
+            }
+            t.stop();
+        }
+        if o.workloads.contains(&BenchWorkload::Failover) {
+            eprintln!("[{}] failover: a fresh cluster per run", kind.name());
+            all.push(runs_of(kind, BenchWorkload::Failover, BenchWorkload::Failover.default_clients(), o, None).await?);
+        }
+    }
+    write_outputs(&all, &o.out, o)?;
+    Ok(all)
+}
+
+pub fn write_outputs(all: &[Summary], out: &Path, o: &CompareOpts) -> anyhow::Result<()> {
+    std::fs::write(out.join("compare.json"), serde_json::to_string_pretty(all)?)?;
+    std::fs::write(out.join("compare.md"), markdown(all, o))?;
+    chart(all, &out.join("compare.png"))?;
+    Ok(())
+}
+
+fn find(all: &[Summary], k: Kind, w: BenchWorkload) -> Option<&Summary> {
+    all.iter().find(|s| s.target == k && s.workload == w)
+}
+
+/// The goal each workload is judged by: (what, Baton must be at least
+/// this multiple of the better peer, or at most for latencies).
+enum Goal {
+    Throughput(f64),
+    P99(f64),
+    Gap(f64),
+}
+
+fn goal(w: BenchWorkload) -> Goal {
+    match w {
+        BenchWorkload::LockUncontended => Goal::P99(0.5),
+        BenchWorkload::Failover => Goal::Gap(0.5),
+        BenchWorkload::Read => Goal::Throughput(1.0),
+        _ => Goal::Throughput(1.5),
+    }
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
+}
+
+pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Baton, etcd and ZooKeeper side by side\n");
+    let _ = writeln!(
+        md,
+        "3-member clusters on 127.0.0.1, fsync on, {} s session / lease TTL, linearizable reads. \
+         Each figure is the median of {} run(s) of {:.0} s measured after {:.0} s unmeasured \
+         (and {:.0} s of warm-up load once per cluster); the spread is the lowest-highest ops/s.\n",
+        crate::bench::TTL.as_secs(),
+        o.runs,
+        o.duration.as_secs_f64(),
+        o.run_warmup.as_secs_f64(),
+        o.warmup.as_secs_f64()
+    );
+    let _ = writeln!(md, "| workload | clients | target | ops/s | spread | p50 ms | p99 ms | gap ms | takeover ms |");
+    let _ = writeln!(md, "|---|---:|---|---:|---|---:|---:|---:|---:|");
+    for w in BenchWorkload::ALL {
+        for k in &o.targets {
+            if let Some(s) = find(all, *k, w) {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.0} | {:.0}-{:.0} | {:.2} | {:.2} | {} | {} |",
+                    w.name(),
+                    s.clients,
+                    k.name(),
+                    s.ops_per_sec,
+                    s.ops_per_sec_min,
+                    s.ops_per_sec_max,
+                    s.p50_ms,
+                    s.p99_ms,
+                    opt_ms(s.gap_ms),
+                    opt_ms(s.takeover_ms)
+                );
+            }
+        }
+    }
+    let peers: Vec<Kind> = o.targets.iter().copied().filter(|k| *k != Kind::Baton).collect();
+    if !peers.is_empty() && o.targets.contains(&Kind::Baton) {
+        let _ = writeln!(md, "\n## Baton's ratio to each peer\n");
+        let _ = writeln!(
+            md,
+            "Throughput: Baton ÷ peer (above 1 = Baton faster). Latency and gap: Baton ÷ peer (below 1 = Baton lower).\n"
+        );
+        let _ = write!(md, "| workload |");
+        for p in &peers {
+            let _ = write!(md, " ops/s vs {0} | p99 vs {0} |", p.name());
+        }
+        let _ = writeln!(md, " goal | met |");
+        let _ = write!(md, "|---|");
+        for _ in &peers {
+            let _ = write!(md, "---:|---:|");
+        }
+        let _ = writeln!(md, "---|---|");
+        for w in BenchWorkload::ALL {
+            let Some(b) = find(all, Kind::Baton, w) else { continue };
+            let _ = write!(md, "| {} |", w.name());
+            for p in &peers {
+                match find(all, *p, w) {
+                    Some(s) if s.ops_per_sec > 0.0 && s.p99_ms > 0.0 => {
+                        let _ = write!(md, " {:.2}x | {:.2}x |", b.ops_per_sec / s.ops_per_sec, b.p99_ms / s.p99_ms);
+                    }
+                    _ => {
+                        let _ = write!(md, " - | - |");
+                    }
+                }
+            }
+            let others: Vec<&Summary> = peers.iter().filter_map(|p| find(all, *p, w)).collect();
+            let (text, met) = match goal(w) {
+                Goal::Throughput(x) => {
+                    let best = others.iter().map(|s| s.ops_per_sec).fold(0.0, f64::max);
+                    (format!("ops/s >= {x}x the better peer"), (best > 0.0).then_some(b.ops_per_sec >= x * best))
+                }
+                Goal::P99(x) => {
+                    let best = others.iter().map(|s| s.p99_ms).filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+                    (format!("p99 <= {x}x the better peer"), best.is_finite().then_some(b.p99_ms <= x * best))
+                }
+                Goal::Gap(x) => {
+                    let best = others.iter().filter_map(|s| s.gap_ms).fold(f64::INFINITY, f64::min);
+                    let met = match (best.is_finite(), b.gap_ms) {
+                        (true, Some(g)) => Some(g <= x * best),
+                        _ => None,
+                    };
+                    (format!("gap <= {x}x the better peer"), met)
+                }
+            };
+            let met = match met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "-",
+            };
+            let _ = writeln!(md, " {text} | {met} |");
+        }
+    }
+    md
+}
+
+fn color(k: Kind) -> RGBColor {
+    match k {
+        Kind::Baton => RGBColor(0x1f, 0x77, 0xb4),
+        Kind::Etcd => RGBColor(0x2c, 0xa0, 0x2c),
+        Kind::Zookeeper => RGBColor(0xff, 0x7f, 0x0e),
+    }
+}
+
+/// Grouped bars: ops/s per workload (log scale), one colour per target.
+pub fn chart(all: &[Summary], path: &Path) -> anyhow::Result<()> {
+    let workloads: Vec<BenchWorkload> =
+        BenchWorkload::ALL.into_iter().filter(|w| all.iter().any(|s| s.workload == *w)).collect();
+    let mut targets: Vec<Kind> = all.iter().map(|s| s.target).collect();
+    targets.sort();
+    targets.dedup();
+    let hi = all.iter().map(|s| s.ops_per_sec).fold(10.0, f64::max);
+    let y_hi = 10f64.powf((hi * 1.5).log10().ceil());
+    let n = workloads.len().max(1) as f64;
+    let bars: BTreeMap<(usize, usize), f64> = all
+        .iter()
+        .filter_map(|s| {
+            let wi = workloads.iter().position(|w| *w == s.workload)?;
+            let ti = targets.iter().position(|t| *t == s.target)?;
+            Some(((wi, ti), s.ops_per_sec.max(1.0)))
+        })
+        .collect();
+    let names: Vec<&'static str> = workloads.iter().map(|w| w.name()).collect();
+    render_png(path, (1100, 600), |root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption("ops/s by workload (median; log scale)", font(22))
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..n, (1f64..y_hi).log_scale())
+            .map_err(perr)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(workloads.len() * 2 + 1)
+            .x_label_formatter(&|v| {
+                let f = v.fract();
+                if (f - 0.5).abs() < 0.01 {
+                    names.get(*v as usize).map(|s| s.to_string()).unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc("ops/s")
+            .label_style(font(13))
+            .axis_desc_style(font(15))
+            .draw()
+            .map_err(perr)?;
+        let width = 0.8 / targets.len().max(1) as f64;
+        for (ti, t) in targets.iter().enumerate() {
+            let c = color(*t);
+            let rects: Vec<Rectangle<(f64, f64)>> = bars
+                .iter()
+                .filter(|((_, i), _)| *i == ti)
+                .map(|((wi, _), v)| {
+                    let x0 = *wi as f64 + 0.1 + ti as f64 * width;
+                    Rectangle::new([(x0, 1.0), (x0 + width * 0.95, *v)], c.filled())
+                })
+                .collect();
+            chart
+                .draw_series(rects)
+                .map_err(perr)?
+                .label(t.name())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .label_font(font(14))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(perr)?;
+        Ok(())
+    })
+}

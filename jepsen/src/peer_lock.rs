@@ -1,0 +1,313 @@
+//! The lock safety test against etcd (`baton-jepsen test --target etcd
+//! --workload lock --nemesis pause|kill|none`), reproducing the finding of
+//! Jepsen's etcd 3.4.3 analysis: a lock alone does not make a
+//! read-modify-write safe, because a holder that pauses past its lease
+//! keeps going after someone else was granted the lock.
+//!
+//! Every client loops: lock (etcd's Lock RPC under its lease, TTL 2 s),
+//! read two counters, [pause point], write each + 1, unlock. The
+//! `unfenced` counter is a plain put; the `fenced` one is a txn that only
+//! applies while the lock key still has the holder's create revision (the
+//! fencing token). The pause nemesis freezes a client mid-hold (its
+//! keepalives stop too, as a stopped process's would) for 3-6 s, or
+//! SIGSTOPs an etcd member.
+//!
+//! Checker, per counter: every acknowledged write was meant as +1, so with
+//! no lost update the final value is at least the acknowledged count (and
+//! at most that plus the indeterminate writes), and no two acknowledged
+//! writes wrote the same value. The verdict is the fenced counter's; the
+//! unfenced counter's lost updates are reported as what the lock alone
+//! allows.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::nemesis::NemesisKind;
+use crate::targets::etcd::{EtcdClient, EtcdTarget};
+use crate::targets::{OpError, Target, TargetClient};
+use crate::workloads::Validity;
+
+/// Lease TTL of the test's clients: pauses of 3-6 s outlive it.
+const LEASE: Duration = Duration::from_secs(2);
+const LOCK: &str = "safety";
+
+pub struct PeerLockOpts {
+    pub nemesis: NemesisKind,
+    pub time_limit: Duration,
+    pub concurrency: usize,
+    pub seed: u64,
+    pub out: PathBuf,
+}
+
+/// What happened to one counter.
+#[derive(Default, Debug, Clone, serde::Serialize)]
+pub struct CounterTally {
+    /// Acknowledged increments (value written).
+    pub acked: Vec<u64>,
+    /// Writes with no answer (may have applied).
+    pub indeterminate: u64,
+    /// Writes the fence refused.
+    pub refused: u64,
+    pub final_value: u64,
+}
+
+impl CounterTally {
+    /// Increments lost: acknowledged ones missing from the final value,
+    /// or duplicates (two holders wrote the same value).
+    pub fn lost(&self) -> u64 {
+        let acked = self.acked.len() as u64;
+        let mut seen = std::collections::BTreeSet::new();
+        let dups = self.acked.iter().filter(|v| !seen.insert(**v)).count() as u64;
+        acked.saturating_sub(self.final_value).max(dups)
+    }
+    pub fn valid(&self) -> bool {
+        self.lost() == 0 && self.final_value <= self.acked.len() as u64 + self.indeterminate
+    }
+}
+
+#[derive(Default)]
+struct Tallies {
+    unfenced: CounterTally,
+    fenced: CounterTally,
+    grants: u64,
+    pauses: Vec<String>,
+}
+
+struct Slot {
+    paused: AtomicBool,
+    holding: AtomicBool,
+    frozen: Mutex<Option<Arc<AtomicBool>>>,
+}
+
+fn parse(v: Option<Vec<u8>>) -> u64 {
+    v.and_then(|b| String::from_utf8(b).ok()).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+async fn worker(target: Arc<EtcdTarget>, i: usize, slot: Arc<Slot>, t: Arc<Mutex<Tallies>>, stop: Arc<AtomicBool>) {
+    let mut client: Option<EtcdClient> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(c) = client.as_ref() else {
+            match target.connect(i, LEASE).await {
+                Ok(c) => {
+                    *slot.frozen.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.frozen_flag());
+                    client = Some(c);
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+            continue;
+        };
+        let r = round(c, &slot, &t).await;
+        slot.holding.store(false, Ordering::SeqCst);
+        if let Err(e) = r {
+            if e.is_session_lost() {
+                if let Some(c) = client.take() {
+                    c.close().await;
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    if let Some(c) = client {
+        c.close().await;
+    }
+}
+
+/// One hold: lock, read both counters, pause point, write both, unlock.
+async fn round(c: &EtcdClient, slot: &Slot, t: &Mutex<Tallies>) -> Result<(), OpError> {
+    let held = tokio::time::timeout(Duration::from_secs(10), c.lock(LOCK))
+        .await
+        .map_err(|_| OpError::Failed("lock timed out".into()))??;
+    slot.holding.store(true, Ordering::SeqCst);
+    t.lock().unwrap_or_else(|p| p.into_inner()).grants += 1;
+    // The token is read now, while the lock is surely held.
+    c.token(&held).await?;
+    let u = parse(c.get("unfenced").await?);
+    let f = parse(c.get("fenced").await?);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    while slot.paused.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let value = (u + 1).to_string();
+    let r = c.put("unfenced", value.as_bytes()).await;
+    {
+        let mut g = t.lock().unwrap_or_else(|p| p.into_inner());
+        match &r {
+            Ok(()) => g.unfenced.acked.push(u + 1),
+            Err(OpError::Indeterminate(_)) => g.unfenced.indeterminate += 1,
+            Err(_) => {}
+        }
+    }
+    let value = (f + 1).to_string();
+    let r2 = c.fenced_put(&held, "fenced", value.as_bytes()).await;
+    {
+        let mut g = t.lock().unwrap_or_else(|p| p.into_inner());
+        match &r2 {
+            Ok(true) => g.fenced.acked.push(f + 1),
+            Ok(false) => g.fenced.refused += 1,
+            Err(OpError::Indeterminate(_)) => g.fenced.indeterminate += 1,
+            Err(_) => {}
+        }
+    }
+    let _ = c.unlock(held).await;
+    r?;
+    r2.map(|_| ())
+}
+
+pub async fn run(o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value)> {
+    std::fs::create_dir_all(&o.out)?;
+    println!(
+        "baton-jepsen: target etcd workload lock nemesis {:?} time {}s concurrency {} seed {} out {}",
+        o.nemesis,
+        o.time_limit.as_secs(),
+        o.concurrency,
+        o.seed,
+        o.out.display()
+    );
+    println!("[phase] setup: etcd 3-member cluster (jepsen/peers/etcd.sh)");
+    let target = Arc::new(EtcdTarget::start(&o.out.join("cluster")).await?);
+    let tallies = Arc::new(Mutex::new(Tallies::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let slots: Vec<Arc<Slot>> = (0..o.concurrency.max(2))
+        .map(|_| {
+            Arc::new(Slot { paused: AtomicBool::new(false), holding: AtomicBool::new(false), frozen: Mutex::new(None) })
+        })
+        .collect();
+    let tasks: Vec<_> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| tokio::spawn(worker(target.clone(), i, s.clone(), tallies.clone(), stop.clone())))
+        .collect();
+    println!("[phase] running {} s", o.time_limit.as_secs());
+    let mut rng = StdRng::seed_from_u64(o.seed);
+    let start = Instant::now();
+    let end = start + o.time_limit;
+    tokio::time::sleep(Duration::from_secs(2).min(o.time_limit)).await;
+    while Instant::now() + Duration::from_secs(8) < end && o.nemesis != NemesisKind::None {
+        let hold_for = Duration::from_millis(rng.gen_range(3000..6000));
+        let at = start.elapsed().as_secs_f64();
+        let what;
+        let mut resume: Box<dyn FnOnce() + Send> = Box::new(|| {});
+        let member_fault = match o.nemesis {
+            NemesisKind::Pause => rng.gen_bool(0.25),
+            _ => true,
+        };
+        if member_fault {
+            let m = rng.gen_range(0..target.members());
+            if o.nemesis == NemesisKind::Kill {
+                // etcd.sh cannot restart one member next to live ones: kill
+                // is a one-off minority fault here.
+                target.kill(m)?;
+                what = format!("kill -9 etcd-{}", m + 1);
+            } else {
+                target.pause(m, true)?;
+                let t = target.clone();
+                resume = Box::new(move || {
+                    let _ = t.pause(m, false);
+                });
+                what = format!("SIGSTOP etcd-{} for {:.1} s", m + 1, hold_for.as_secs_f64());
+            }
+        } else {
+            // Prefer a client that holds the lock now (look for up to 2 s).
+            let mut pick = None;
+            for _ in 0..200 {
+                let holders: Vec<usize> =
+                    (0..slots.len()).filter(|i| slots[*i].holding.load(Ordering::SeqCst)).collect();
+                if let Some(h) = holders.choose(&mut rng) {
+                    pick = Some(*h);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let s = pick.unwrap_or_else(|| rng.gen_range(0..slots.len()));
+            let slot = slots[s].clone();
+            slot.paused.store(true, Ordering::SeqCst);
+            if let Some(f) = slot.frozen.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                f.store(true, Ordering::SeqCst);
+            }
+            resume = Box::new(move || {
+                if let Some(f) = slot.frozen.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    f.store(false, Ordering::SeqCst);
+                }
+                slot.paused.store(false, Ordering::SeqCst);
+            });
+            what = format!(
+                "client {s} frozen for {:.1} s{}",
+                hold_for.as_secs_f64(),
+                if pick.is_some() { " (holding the lock)" } else { "" }
+            );
+        }
+        println!("[nemesis] {at:6.1}s {what}");
+        tallies.lock().unwrap_or_else(|p| p.into_inner()).pauses.push(format!("{at:.1}s {what}"));
+        tokio::time::sleep(hold_for).await;
+        resume();
+        if o.nemesis == NemesisKind::Kill {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(2000..4000))).await;
+    }
+    if let Some(rest) = end.checked_duration_since(Instant::now()) {
+        tokio::time::sleep(rest).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    println!("[phase] stopping clients");
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+    }
+    // Final reads through a fresh client.
+    let reader = target.connect(0, Duration::from_secs(10)).await?;
+    let fu = parse(reader.get("unfenced").await.map_err(|e| anyhow::anyhow!("final read: {e}"))?);
+    let ff = parse(reader.get("fenced").await.map_err(|e| anyhow::anyhow!("final read: {e}"))?);
+    reader.close().await;
+    target.stop();
+    let mut t = std::mem::take(&mut *tallies.lock().unwrap_or_else(|p| p.into_inner()));
+    t.unfenced.final_value = fu;
+    t.fenced.final_value = ff;
+    let valid = if t.fenced.valid() { Validity::True } else { Validity::False };
+    let summary = |c: &CounterTally| {
+        json!({
+            "acked": c.acked.len(),
+            "indeterminate": c.indeterminate,
+            "refused_by_fence": c.refused,
+            "final": c.final_value,
+            "lost_updates": c.lost(),
+            "valid": c.valid(),
+        })
+    };
+    let results = json!({
+        "target": "etcd",
+        "workload": "lock",
+        "nemesis": format!("{:?}", o.nemesis).to_lowercase(),
+        "seed": o.seed,
+        "grants": t.grants,
+        "faults": t.pauses,
+        "unfenced": summary(&t.unfenced),
+        "fenced": summary(&t.fenced),
+        "valid": valid.as_str(),
+        "note": "valid is the fenced counter's verdict; the unfenced counter shows what etcd's lock alone allows",
+    });
+    std::fs::write(o.out.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+    println!(
+        "unfenced counter (lock only):   {} acked increments, final {}, {} lost updates{}",
+        t.unfenced.acked.len(),
+        t.unfenced.final_value,
+        t.unfenced.lost(),
+        if t.unfenced.lost() > 0 { "  <- etcd's lock alone lost updates" } else { "" }
+    );
+    println!(
+        "fenced counter (txn on the lock key's create revision): {} acked, {} refused by the fence, final {}, {} lost updates",
+        t.fenced.acked.len(),
+        t.fenced.refused,
+        t.fenced.final_value,
+        t.fenced.lost()
+    );
+    println!("grants {}, faults {}", t.grants, t.pauses.len());
+    Ok((valid, results))
+}

@@ -1,0 +1,168 @@
+//! Baton as a target: `batond` processes started by [`crate::db::Db`] in
+//! direct mode (no proxies), driven by Baton's own client and lock recipe.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use baton_client::{member_status, Client, ClientConfig, CreateOptions, Error, ErrorCode, LockGuard, Op};
+
+use super::{Kind, OpError, OpResult, Target, TargetClient};
+use crate::db::{locate_bin, Db, DbOpts};
+
+/// Keys and fences live under this folder.
+const ROOT: &str = "/cmp";
+
+pub struct BatonTarget {
+    db: Mutex<Db>,
+    endpoints: Vec<String>,
+}
+
+impl BatonTarget {
+    pub async fn start(dir: &Path) -> anyhow::Result<BatonTarget> {
+        let db = Db::start(DbOpts {
+            nodes: 3,
+            slots: 0,
+            bin: locate_bin(false)?,
+            dir: dir.to_path_buf(),
+            server_faults: vec![],
+            direct: true,
+        })
+        .await?;
+        let endpoints = db.direct_endpoints();
+        let setup = Client::connect(endpoints.clone()).await?;
+        match setup.create(ROOT, Vec::new(), CreateOptions::persistent()).await {
+            Ok(_) | Err(Error::Server { code: ErrorCode::NodeExists, .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let _ = setup.close().await;
+        Ok(BatonTarget { db: Mutex::new(db), endpoints })
+    }
+
+    fn with_db<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {
+        let mut g = self.db.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+}
+
+fn op_err(e: Error) -> OpError {
+    match e {
+        Error::SessionExpired | Error::Closed => OpError::SessionLost(e.to_string()),
+        e if e.is_ambiguous() => OpError::Indeterminate(e.to_string()),
+        e => OpError::Failed(e.to_string()),
+    }
+}
+
+pub struct BatonClient {
+    client: Client,
+}
+
+impl BatonClient {
+    /// A session whose first contact is `endpoints[member]`.
+    pub async fn connect_to(mut endpoints: Vec<String>, member: usize, ttl: Duration) -> anyhow::Result<BatonClient> {
+        let n = endpoints.len().max(1);
+        endpoints.rotate_left(member % n);
+        let client = Client::connect_with(ClientConfig::new(endpoints).session_timeout(ttl)).await?;
+        Ok(BatonClient { client })
+    }
+}
+
+impl TargetClient for BatonClient {
+    type Lock = LockGuard;
+
+    async fn lock(&self, name: &str) -> OpResult<LockGuard> {
+        self.client.lock(name).await.map_err(op_err)
+    }
+
+    async fn unlock(&self, held: LockGuard) -> OpResult<()> {
+        held.release().await.map_err(op_err)
+    }
+
+    async fn token(&self, held: &LockGuard) -> OpResult<u64> {
+        Ok(held.fencing_token())
+    }
+
+    async fn put(&self, key: &str, value: &[u8]) -> OpResult<()> {
+        let path = format!("{ROOT}/{key}");
+        match self.client.set(&path, value.to_vec(), None).await {
+            Ok(_) => Ok(()),
+            Err(Error::Server { code: ErrorCode::NoNode, .. }) => {
+                match self.client.create(&path, value.to_vec(), CreateOptions::persistent()).await {
+                    Ok(_) => Ok(()),
+                    // Created by someone else meanwhile: overwrite.
+                    Err(Error::Server { code: ErrorCode::NodeExists, .. }) => {
+                        self.client.set(&path, value.to_vec(), None).await.map(|_| ()).map_err(op_err)
+                    }
+                    Err(e) => Err(op_err(e)),
+                }
+            }
+            Err(e) => Err(op_err(e)),
+        }
+    }
+
+    async fn get(&self, key: &str) -> OpResult<Option<Vec<u8>>> {
+        match self.client.get(&format!("{ROOT}/{key}")).await {
+            Ok((data, _)) => Ok(Some(data.to_vec())),
+            Err(Error::Server { code: ErrorCode::NoNode, .. }) => Ok(None),
+            Err(e) => Err(op_err(e)),
+        }
+    }
+
+    async fn fenced_put(&self, held: &LockGuard, key: &str, value: &[u8]) -> OpResult<bool> {
+        let op = Op::Set { path: format!("{ROOT}/{key}"), data: value.to_vec().into(), version: None };
+        match held.fenced(&format!("{ROOT}/{key}"), &[op]).await {
+            Ok(_) => Ok(true),
+            Err(Error::Server { code: ErrorCode::FenceRejected, .. }) => Ok(false),
+            Err(e) => Err(op_err(e)),
+        }
+    }
+
+    async fn close(self) {
+        let _ = self.client.close().await;
+    }
+}
+
+impl Target for BatonTarget {
+    type Client = BatonClient;
+
+    fn kind(&self) -> Kind {
+        Kind::Baton
+    }
+
+    fn members(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.endpoints.clone()
+    }
+
+    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<BatonClient> {
+        BatonClient::connect_to(self.endpoints.clone(), member, ttl).await
+    }
+
+    async fn leader(&self) -> anyhow::Result<usize> {
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            if let Ok(s) = member_status(ep, Duration::from_millis(300)).await {
+                if s.role == "leader" {
+                    return Ok(i);
+                }
+            }
+        }
+        anyhow::bail!("no member reports itself leader")
+    }
+
+    fn kill(&self, member: usize) -> anyhow::Result<()> {
+        self.with_db(|db| db.kill(member as u64 + 1));
+        Ok(())
+    }
+
+    fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
+        self.with_db(|db| if paused { db.pause(member as u64 + 1) } else { db.resume(member as u64 + 1) });
+        Ok(())
+    }
+
+    fn stop(&self) {
+        self.with_db(|db| db.stop_all());
+    }
+}

@@ -1,0 +1,273 @@
+//! ZooKeeper 3.8 as a target: a 3-server quorum from
+//! `jepsen/peers/zookeeper.sh`, driven through the `zookeeper-client` crate.
+//!
+//! The lock is ZooKeeper's documented recipe: an ephemeral sequential node
+//! under the lock's folder, named with the session id (so a create whose
+//! answer was lost is found again), then an exists-watch on the node just
+//! ahead until this node is the lowest. The fencing token is its czxid.
+//! Linearizable reads are `sync` + `getData`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error, MultiWriteError};
+
+use super::{Kind, OpError, OpResult, ScriptCluster, Target, TargetClient};
+
+const ROOT: &str = "/cmp";
+
+pub struct ZkTarget {
+    cluster: ScriptCluster,
+}
+
+impl ZkTarget {
+    pub async fn start(dir: &Path) -> anyhow::Result<ZkTarget> {
+        let dir = dir.to_path_buf();
+        let cluster = tokio::task::spawn_blocking(move || ScriptCluster::start("zookeeper.sh", "zk-", &dir)).await??;
+        Ok(ZkTarget { cluster })
+    }
+}
+
+fn op_err(e: Error, write: bool) -> OpError {
+    match e {
+        Error::SessionExpired | Error::ClientClosed => OpError::SessionLost(e.to_string()),
+        Error::ConnectionLoss | Error::Timeout if write => OpError::Indeterminate(e.to_string()),
+        e => OpError::Failed(e.to_string()),
+    }
+}
+
+fn persistent() -> CreateOptions<'static> {
+    CreateMode::Persistent.with_acls(Acls::anyone_all())
+}
+
+/// Creates `path` and its missing parents (persistent, empty).
+async fn ensure_path(c: &Client, path: &str) -> Result<(), Error> {
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        match c.create(&at, &[], &persistent()).await {
+            Ok(_) | Err(Error::NodeExists) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The 10-digit sequence ZooKeeper appended to a sequential node's name.
+fn sequence(name: &str) -> &str {
+    &name[name.len().saturating_sub(10)..]
+}
+
+pub struct ZkClient {
+    client: Client,
+    /// This session's id in hex: the lock nodes' name prefix.
+    sid: String,
+}
+
+/// A held ZooKeeper lock: the lock node's path and czxid.
+pub struct ZkLock {
+    path: String,
+    czxid: i64,
+}
+
+impl ZkClient {
+    /// A session listing `endpoints[member]` first (the crate shuffles the
+    /// list, so the first contact is any member).
+    pub async fn connect_to(mut endpoints: Vec<String>, member: usize, ttl: Duration) -> anyhow::Result<ZkClient> {
+        let n = endpoints.len().max(1);
+        endpoints.rotate_left(member % n);
+        let client = Client::connector().with_session_timeout(ttl).connect(&endpoints.join(",")).await?;
+        ensure_path(&client, ROOT).await?;
+        let sid = format!("{:x}", client.session_id().0);
+        Ok(ZkClient { client, sid })
+    }
+
+    /// Creates this session's node in `dir`; returns (path, czxid). On a
+    /// lost answer, looks for the node by the session-id prefix.
+    async fn enqueue(&self, dir: &str) -> OpResult<(String, i64)> {
+        let prefix = format!("{dir}/{}-lock-", self.sid);
+        let opts = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        for attempt in 0..3 {
+            match self.client.create(&prefix, &[], &opts).await {
+                Ok((stat, seq)) => return Ok((format!("{prefix}{seq}"), stat.czxid)),
+                Err(Error::NoNode) if attempt < 2 => {
+                    ensure_path(&self.client, dir).await.map_err(|e| op_err(e, true))?;
+                }
+                Err(Error::ConnectionLoss) if attempt < 2 => {
+                    if let Some(found) = self.find_own(dir).await? {
+                        return Ok(found);
+                    }
+                }
+                Err(e) => return Err(op_err(e, true)),
+            }
+        }
+        Err(OpError::Failed("could not create the lock node".into()))
+    }
+
+    async fn find_own(&self, dir: &str) -> OpResult<Option<(String, i64)>> {
+        let kids = self.client.list_children(dir).await.map_err(|e| op_err(e, false))?;
+        let own = format!("{}-lock-", self.sid);
+        for k in kids.iter().filter(|k| k.starts_with(&own)) {
+            let path = format!("{dir}/{k}");
+            if let Some(stat) = self.client.check_stat(&path).await.map_err(|e| op_err(e, false))? {
+                return Ok(Some((path, stat.czxid)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl TargetClient for ZkClient {
+    type Lock = ZkLock;
+
+    async fn lock(&self, name: &str) -> OpResult<ZkLock> {
+        let dir = format!("{ROOT}/locks/{name}");
+        let (path, czxid) = self.enqueue(&dir).await?;
+        let mine = path.rsplit('/').next().unwrap_or_default().to_string();
+        // Once the node exists it is never abandoned while the session
+        // lives: a connection loss is retried (the client reconnects),
+        // otherwise a node left behind would block every waiter after it.
+        loop {
+            let mut kids = match self.client.list_children(&dir).await {
+                Ok(k) => k,
+                Err(Error::SessionExpired) => return Err(OpError::SessionLost("session expired".into())),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            kids.sort_by(|a, b| sequence(a).cmp(sequence(b)));
+            let Some(pos) = kids.iter().position(|k| *k == mine) else {
+                return Err(OpError::SessionLost("lock node vanished (session expired)".into()));
+            };
+            if pos == 0 {
+                return Ok(ZkLock { path, czxid });
+            }
+            let ahead = format!("{dir}/{}", kids[pos - 1]);
+            match self.client.check_and_watch_stat(&ahead).await {
+                Ok((None, _)) => continue,
+                Ok((Some(_), w)) => {
+                    w.changed().await;
+                }
+                Err(Error::SessionExpired) => return Err(OpError::SessionLost("session expired".into())),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    async fn unlock(&self, held: ZkLock) -> OpResult<()> {
+        // Retried through connection losses for the same reason.
+        for _ in 0..200 {
+            match self.client.delete(&held.path, None).await {
+                Ok(()) | Err(Error::NoNode) => return Ok(()),
+                Err(Error::ConnectionLoss) | Err(Error::Timeout) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(op_err(e, true)),
+            }
+        }
+        Err(OpError::Indeterminate("could not delete the lock node".into()))
+    }
+
+    async fn token(&self, held: &ZkLock) -> OpResult<u64> {
+        Ok(held.czxid as u64)
+    }
+
+    async fn put(&self, key: &str, value: &[u8]) -> OpResult<()> {
+        let path = format!("{ROOT}/{key}");
+        match self.client.set_data(&path, value, None).await {
+            Ok(_) => Ok(()),
+            Err(Error::NoNode) => match self.client.create(&path, value, &persistent()).await {
+                Ok(_) => Ok(()),
+                Err(Error::NodeExists) => {
+                    self.client.set_data(&path, value, None).await.map(|_| ()).map_err(|e| op_err(e, true))
+                }
+                Err(e) => Err(op_err(e, true)),
+            },
+            Err(e) => Err(op_err(e, true)),
+        }
+    }
+
+    async fn get(&self, key: &str) -> OpResult<Option<Vec<u8>>> {
+        let path = format!("{ROOT}/{key}");
+        // sync makes the member catch up with the leader first: without it
+        // ZooKeeper reads are only sequentially consistent.
+        self.client.sync(&path).await.map_err(|e| op_err(e, false))?;
+        match self.client.get_data(&path).await {
+            Ok((data, _)) => Ok(Some(data)),
+            Err(Error::NoNode) => Ok(None),
+            Err(e) => Err(op_err(e, false)),
+        }
+    }
+
+    async fn fenced_put(&self, held: &ZkLock, key: &str, value: &[u8]) -> OpResult<bool> {
+        let mut w = self.client.new_multi_writer();
+        w.add_check_version(&held.path, -1).map_err(|e| op_err(e, false))?;
+        w.add_set_data(&format!("{ROOT}/{key}"), value, None).map_err(|e| op_err(e, false))?;
+        match w.commit().await {
+            Ok(_) => Ok(true),
+            Err(MultiWriteError::OperationFailed { index: 0, .. }) => Ok(false),
+            Err(MultiWriteError::OperationFailed { source, .. }) => Err(op_err(source, true)),
+            Err(MultiWriteError::RequestFailed { source }) => Err(op_err(source, true)),
+        }
+    }
+
+    async fn close(self) {
+        drop(self.client);
+    }
+}
+
+/// Asks a server for its role with the `srvr` four-letter word.
+async fn mode(endpoint: &str) -> anyhow::Result<String> {
+    let mut s = tokio::net::TcpStream::connect(endpoint).await?;
+    s.write_all(b"srvr").await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    let m = out.lines().find_map(|l| l.strip_prefix("Mode: ")).unwrap_or("unknown");
+    Ok(m.trim().to_string())
+}
+
+impl Target for ZkTarget {
+    type Client = ZkClient;
+
+    fn kind(&self) -> Kind {
+        Kind::Zookeeper
+    }
+
+    fn members(&self) -> usize {
+        self.cluster.endpoints.len()
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.cluster.endpoints.clone()
+    }
+
+    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<ZkClient> {
+        ZkClient::connect_to(self.cluster.endpoints.clone(), member, ttl).await
+    }
+
+    async fn leader(&self) -> anyhow::Result<usize> {
+        for (i, ep) in self.cluster.endpoints.iter().enumerate() {
+            if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), mode(ep)).await {
+                if m == "leader" {
+                    return Ok(i);
+                }
+            }
+        }
+        anyhow::bail!("no ZooKeeper server reports Mode: leader")
+    }
+
+    fn kill(&self, member: usize) -> anyhow::Result<()> {
+        self.cluster.kill(member)
+    }
+
+    fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
+        self.cluster.pause(member, paused)
+    }
+
+    fn stop(&self) {
+        self.cluster.stop();
+    }
+}
