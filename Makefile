@@ -2,10 +2,16 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps build release demo test lint jepsen-smoke bench clean
+.PHONY: deps peer-deps build release demo test lint jepsen-smoke compare-smoke compare bench clean
 
 deps:
 	@./scripts/install-deps.sh
+
+# etcd 3.4 and ZooKeeper 3.8 from Debian, for the side-by-side (no-ops
+# when installed).
+peer-deps:
+	@./jepsen/peers/etcd.sh install
+	@./jepsen/peers/zookeeper.sh install
 
 build: deps
 	$(CARGO) build --bins
@@ -24,10 +30,28 @@ lint: deps
 	$(CARGO) clippy -p baton-server --all-targets --features fault-injection -- -D warnings
 
 # The whole suite: lint, unit and golden tests, real 3-member clusters, the
-# harness's fault-catching tests, and a short Jepsen run of every workload.
-test: lint build
+# harness's fault-catching tests, the peers' adapters and etcd's lock
+# safety test, a short Jepsen run of every workload, and a short compare.
+test: lint build peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) jepsen-smoke
+	$(MAKE) compare-smoke
+
+# Every compare workload for a few seconds on all three targets, to keep
+# the adapters working (debug build: the figures mean nothing).
+compare-smoke: build peer-deps
+	@set -o pipefail; out=$$(mktemp -d /tmp/baton-compare-smoke.XXXXXX); \
+	$(CARGO) run -q -p baton-jepsen -- compare --targets baton,etcd,zookeeper \
+	  --duration 2 --warmup 0 --run-warmup 1 --runs 1 --out $$out 2>&1 | grep -v WARN | tail -n 30 \
+	  || { echo "compare smoke failed; see $$out"; exit 1; }; \
+	rows=$$(grep -c '"workload"' $$out/compare.json); \
+	[ "$$rows" -eq 18 ] || { echo "compare smoke: $$rows rows in compare.json, expected 18"; exit 1; }; \
+	test -s $$out/compare.png && test -s $$out/compare.md; rm -rf $$out
+
+# The full side-by-side (release build, ~20 min): docs/comparison.md has
+# the last results.
+compare: release peer-deps
+	$(CARGO) run --release -q -p baton-jepsen -- compare --out jepsen/store/compare-$$(date +%s)
 
 # Each workload ~30 s under a random mix of faults (kill, pause, partition,
 # leader-targeted); any invalid result fails the build.

@@ -491,3 +491,52 @@ pub fn describe(r: &RunFigures) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ops_per_sec: f64, p99_ms: f64, gap: Option<f64>) -> RunFigures {
+        RunFigures {
+            ops: 1,
+            secs: 1.0,
+            ops_per_sec,
+            p50_ms: p99_ms / 2.0,
+            p99_ms,
+            errors: 0,
+            gap_ms: gap,
+            takeover_ms: None,
+        }
+    }
+
+    #[test]
+    fn medians_and_spread() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        let s = summarize(
+            Kind::Baton,
+            BenchWorkload::Failover,
+            16,
+            vec![run(100.0, 9.0, Some(300.0)), run(300.0, 3.0, Some(100.0)), run(200.0, 5.0, None)],
+        );
+        assert_eq!(s.runs, 3);
+        assert_eq!(s.ops_per_sec, 200.0);
+        assert_eq!((s.ops_per_sec_min, s.ops_per_sec_max), (100.0, 300.0));
+        assert_eq!(s.p99_ms, 5.0);
+        // Only runs that measured a gap count for it.
+        assert_eq!(s.gap_ms, Some(200.0));
+        assert_eq!(s.takeover_ms, None);
+    }
+
+    #[test]
+    fn workload_names_round_trip() {
+        for w in BenchWorkload::ALL {
+            assert_eq!(BenchWorkload::parse(w.name()).ok(), Some(w));
+        }
+        assert!(BenchWorkload::parse("nope").is_err());
+        assert_eq!(BenchWorkload::LockContended.default_clients(), 16);
+        assert_eq!(BenchWorkload::LockUncontended.default_clients(), 1);
+        assert_eq!(BenchWorkload::Write.default_clients(), 64);
+    }
+}

@@ -326,3 +326,78 @@ pub fn chart(all: &[Summary], path: &Path) -> anyhow::Result<()> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::summarize;
+
+    fn one(k: Kind, w: BenchWorkload, ops: f64, p99: f64, gap: Option<f64>) -> Summary {
+        let r = RunFigures {
+            ops: 1,
+            secs: 1.0,
+            ops_per_sec: ops,
+            p50_ms: p99 / 2.0,
+            p99_ms: p99,
+            errors: 0,
+            gap_ms: gap,
+            takeover_ms: Some(5000.0),
+        };
+        summarize(k, w, w.default_clients(), vec![r])
+    }
+
+    fn opts(dir: &Path) -> CompareOpts {
+        CompareOpts {
+            targets: vec![Kind::Baton, Kind::Etcd, Kind::Zookeeper],
+            workloads: BenchWorkload::ALL.to_vec(),
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(30),
+            run_warmup: Duration::from_secs(2),
+            runs: 1,
+            out: dir.to_path_buf(),
+        }
+    }
+
+    #[test]
+    fn outputs_table_ratios_goals_and_chart() {
+        let all = vec![
+            one(Kind::Baton, BenchWorkload::LockContended, 600.0, 40.0, None),
+            one(Kind::Etcd, BenchWorkload::LockContended, 150.0, 120.0, None),
+            one(Kind::Zookeeper, BenchWorkload::LockContended, 300.0, 130.0, None),
+            one(Kind::Baton, BenchWorkload::Write, 10000.0, 12.0, None),
+            one(Kind::Etcd, BenchWorkload::Write, 2000.0, 60.0, None),
+            one(Kind::Zookeeper, BenchWorkload::Write, 7000.0, 50.0, None),
+            one(Kind::Baton, BenchWorkload::Failover, 300.0, 40.0, Some(150.0)),
+            one(Kind::Etcd, BenchWorkload::Failover, 40.0, 1000.0, Some(3000.0)),
+            one(Kind::Zookeeper, BenchWorkload::Failover, 200.0, 100.0, Some(500.0)),
+        ];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let o = opts(dir.path());
+        let md = markdown(&all, &o);
+        // Contended: 600 vs the better peer's 300 = 2x, goal met.
+        assert!(
+            md.contains("| lock-contended | 4.00x | 0.33x | 2.00x | 0.31x | ops/s >= 1.5x the better peer | yes |"),
+            "{md}"
+        );
+        // Write: 10000 vs 7000 = 1.43x, goal not met, and said so.
+        assert!(md.contains("ops/s >= 1.5x the better peer | **no** |"), "{md}");
+        // Failover: 150 ms vs ZooKeeper's 500 ms gap: at most half, met.
+        assert!(md.contains("| failover |") && md.contains("gap <= 0.5x the better peer | yes |"), "{md}");
+        assert!(md.contains("| failover | 16 | baton | 300 | 300-300 | 20.00 | 40.00 | 150 | 5000 |"), "{md}");
+        write_outputs(&all, dir.path(), &o).expect("outputs");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("compare.json")).expect("json"))
+                .expect("parse");
+        let rows = json.as_array().expect("array");
+        assert_eq!(rows.len(), 9);
+        for key in ["target", "workload", "ops_per_sec", "p50_ms", "p99_ms", "runs"] {
+            assert!(rows.iter().all(|r| r.get(key).is_some()), "missing {key}");
+        }
+        let fo = rows.iter().find(|r| r["workload"] == "failover" && r["target"] == "baton").expect("failover row");
+        assert_eq!(fo["gap_ms"], 150.0);
+        assert_eq!(fo["takeover_ms"], 5000.0);
+        assert!(rows.iter().filter(|r| r["workload"] != "failover").all(|r| r.get("gap_ms").is_none()));
+        let png = std::fs::read(dir.path().join("compare.png")).expect("png");
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+}

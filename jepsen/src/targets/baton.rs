@@ -109,12 +109,23 @@ impl TargetClient for BatonClient {
     }
 
     async fn fenced_put(&self, held: &LockGuard, key: &str, value: &[u8]) -> OpResult<bool> {
-        let op = Op::Set { path: format!("{ROOT}/{key}"), data: value.to_vec().into(), version: None };
-        match held.fenced(&format!("{ROOT}/{key}"), &[op]).await {
-            Ok(_) => Ok(true),
-            Err(Error::Server { code: ErrorCode::FenceRejected, .. }) => Ok(false),
-            Err(e) => Err(op_err(e)),
+        let path = format!("{ROOT}/{key}");
+        for attempt in 0..3 {
+            // Set, or create when the key is missing (and set again if
+            // someone created it meanwhile).
+            let op = if attempt % 2 == 0 {
+                Op::Set { path: path.clone(), data: value.to_vec().into(), version: None }
+            } else {
+                Op::Create { path: path.clone(), data: value.to_vec().into(), options: CreateOptions::persistent() }
+            };
+            match held.fenced(&path, &[op]).await {
+                Ok(_) => return Ok(true),
+                Err(Error::Server { code: ErrorCode::FenceRejected, .. }) => return Ok(false),
+                Err(Error::Server { code: ErrorCode::NoNode | ErrorCode::NodeExists, .. }) => continue,
+                Err(e) => return Err(op_err(e)),
+            }
         }
+        Err(OpError::Failed(format!("{path} kept appearing and vanishing")))
     }
 
     async fn close(self) {

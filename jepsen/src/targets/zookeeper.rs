@@ -203,15 +203,26 @@ impl TargetClient for ZkClient {
     }
 
     async fn fenced_put(&self, held: &ZkLock, key: &str, value: &[u8]) -> OpResult<bool> {
-        let mut w = self.client.new_multi_writer();
-        w.add_check_version(&held.path, -1).map_err(|e| op_err(e, false))?;
-        w.add_set_data(&format!("{ROOT}/{key}"), value, None).map_err(|e| op_err(e, false))?;
-        match w.commit().await {
-            Ok(_) => Ok(true),
-            Err(MultiWriteError::OperationFailed { index: 0, .. }) => Ok(false),
-            Err(MultiWriteError::OperationFailed { source, .. }) => Err(op_err(source, true)),
-            Err(MultiWriteError::RequestFailed { source }) => Err(op_err(source, true)),
+        let path = format!("{ROOT}/{key}");
+        for attempt in 0..3 {
+            // Set, or create when the key is missing.
+            let mut w = self.client.new_multi_writer();
+            w.add_check_version(&held.path, -1).map_err(|e| op_err(e, false))?;
+            if attempt % 2 == 0 {
+                w.add_set_data(&path, value, None).map_err(|e| op_err(e, false))?;
+            } else {
+                w.add_create(&path, value, &persistent()).map_err(|e| op_err(e, false))?;
+            }
+            match w.commit().await {
+                Ok(_) => return Ok(true),
+                // The lock node is gone: refused by the fence.
+                Err(MultiWriteError::OperationFailed { index: 0, .. }) => return Ok(false),
+                Err(MultiWriteError::OperationFailed { source: Error::NoNode | Error::NodeExists, .. }) => continue,
+                Err(MultiWriteError::OperationFailed { source, .. }) => return Err(op_err(source, true)),
+                Err(MultiWriteError::RequestFailed { source }) => return Err(op_err(source, true)),
+            }
         }
+        Err(OpError::Failed(format!("{path} kept appearing and vanishing")))
     }
 
     async fn close(self) {
