@@ -25,14 +25,16 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::debug;
 
-use crate::node::Input;
+use crate::node::{fast_read, Input, SharedState};
 
 /// Requests a connection may have in flight.
 pub const MAX_INFLIGHT: usize = 1024;
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
-pub async fn serve(listener: TcpListener, input: Sender<Input>, max_frame: usize) {
+/// `state`: the driver's shared state, for answering local reads without a
+/// watch here (None: every request goes to the driver).
+pub async fn serve(listener: TcpListener, input: Sender<Input>, max_frame: usize, state: Option<SharedState>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -43,10 +45,11 @@ pub async fn serve(listener: TcpListener, input: Sender<Input>, max_frame: usize
             }
         };
         let input = input.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
             debug!(conn, %peer, "client connected");
-            handle(conn, stream, input, max_frame).await;
+            handle(conn, stream, input, max_frame, state).await;
             debug!(conn, "client disconnected");
         });
     }
@@ -58,7 +61,7 @@ fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
     }
 }
 
-async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: usize) {
+async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: usize, state: Option<SharedState>) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let (tx, rx) = unbounded_channel();
@@ -98,6 +101,10 @@ async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: u
             continue;
         }
         permit.forget(); // returned by the writer when the response goes out
+        if let Some(resp) = state.as_ref().and_then(|st| fast_read(st, &req)) {
+            let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
+            continue;
+        }
         if input.send(Input::Client { conn, req }).is_err() {
             let _ = tx.send(error_frame(ErrorCode::ShuttingDown, "member is shutting down".into()));
             break;

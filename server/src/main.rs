@@ -190,7 +190,10 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     };
     let driver = Driver::new(cfg.clone(), Box::new(kv), Box::new(transport))?;
     rt.spawn(baton_server::transport::serve(peer_listener, id, in_tx.clone()));
-    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame));
+    // Local reads without a watch are answered by the listeners from the
+    // shared state (not with deliberate bugs on: those act in the driver).
+    let shared = (!cfg.faults.any()).then(|| driver.shared_state());
+    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame, shared));
     let stop = in_tx.clone();
     rt.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};

@@ -30,6 +30,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use baton_proto::{
@@ -144,7 +145,9 @@ const MAX_INPUTS_PER_TURN: usize = 8192;
 pub struct Driver {
     cfg: Config,
     raw: RawNode<RaftStore>,
-    sm: StateMachine,
+    /// Shared with the client listeners, which answer local (stale) reads
+    /// without a watch straight from it; only this thread writes it.
+    sm: SharedState,
     kv: Box<dyn Kv>,
     peers: Box<dyn PeerSink>,
     conns: HashMap<ConnId, Conn>,
@@ -210,7 +213,7 @@ impl Driver {
         info!(id = cfg.id, applied, first = raw.store().first(), last = raw.store().last(), "raft node started");
         Ok(Driver {
             raw,
-            sm,
+            sm: Arc::new(RwLock::new(sm)),
             kv,
             peers,
             conns: HashMap::new(),
@@ -235,6 +238,19 @@ impl Driver {
             keepalives: Vec::new(),
             cfg,
         })
+    }
+
+    /// The state machine, for the listeners' local reads.
+    pub fn shared_state(&self) -> SharedState {
+        self.sm.clone()
+    }
+
+    fn sm(&self) -> RwLockReadGuard<'_, StateMachine> {
+        self.sm.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sm_mut(&self) -> RwLockWriteGuard<'_, StateMachine> {
+        self.sm.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs until `Input::Shutdown` or the input channel closes.
@@ -360,13 +376,17 @@ impl Driver {
 
     /// An empty success at the current applied index.
     fn reply_ok(&self, conn: ConnId, id: u64) {
-        let r =
-            Response { id, zxid: self.sm.applied(), body: Some(response::Body::Empty(Empty {})), ..Default::default() };
+        let r = Response {
+            id,
+            zxid: self.sm().applied(),
+            body: Some(response::Body::Empty(Empty {})),
+            ..Default::default()
+        };
         self.reply(conn, r);
     }
 
     fn reply_err(&self, conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) {
-        let mut r = error_response(self.sm.applied(), code, msg);
+        let mut r = error_response(self.sm().applied(), code, msg);
         r.id = id;
         self.reply(conn, r);
     }
@@ -384,7 +404,7 @@ impl Driver {
             Some(B::Status(_)) => {
                 let r = Response {
                     id,
-                    zxid: self.sm.applied(),
+                    zxid: self.sm().applied(),
                     body: Some(response::Body::Status(self.status())),
                     ..Default::default()
                 };
@@ -415,13 +435,13 @@ impl Driver {
                 Some(_) if !self.leader_alive() => {
                     self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader")
                 }
-                Some(sid) if self.sm.session_exists(sid) && self.role == StateRole::Leader => self.reply_ok(conn, id),
+                Some(sid) if self.sm().session_exists(sid) && self.role == StateRole::Leader => self.reply_ok(conn, id),
                 // A follower answers once the leader has acknowledged the
                 // touch forward that carries this session: a member whose
                 // messages do not reach the leader (a one-way partition, a
                 // broken link) must not keep a client believing its session
                 // is alive while the leader expires it.
-                Some(sid) if self.sm.session_exists(sid) => {
+                Some(sid) if self.sm().session_exists(sid) => {
                     self.touched.insert(sid);
                     self.keepalives.push((self.touch_batch, conn, id));
                 }
@@ -467,7 +487,7 @@ impl Driver {
                         "writes need a session: create or attach one first",
                     );
                 };
-                if !self.sm.session_exists(sid) {
+                if !self.sm().session_exists(sid) {
                     return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
                 }
                 if let Some(msg) = precheck_write(&req) {
@@ -548,7 +568,7 @@ impl Driver {
         if self.waiting.is_empty() {
             return;
         }
-        let applied = self.sm.applied();
+        let applied = self.sm().applied();
         let now = Instant::now();
         let timeout = self.cfg.request_timeout();
         let mut still = Vec::new();
@@ -573,32 +593,34 @@ impl Driver {
     fn serve(&mut self, conn: ConnId, req: &Request) {
         use request::Body as B;
         let id = req.id;
-        let zxid = self.sm.applied();
-        let result: Result<response::Body, (ErrorCode, String)> = match &req.body {
-            Some(B::Get(r)) => self.sm.get(&r.path).map(|(data, stat)| {
+        let (zxid, result) = {
+            let sm = self.sm();
+            let zxid = sm.applied();
+            let result: Result<response::Body, (ErrorCode, String)> = match &req.body {
+                Some(B::Get(_)) | Some(B::Exists(_)) => local_read(&sm, &req.body),
+                Some(B::Children(r)) => sm.children(&r.path).map(|(mut children, stat)| {
+                    if self.cfg.faults.grant_without_predecessor() {
+                        let me = self.conns.get(&conn).and_then(|c| c.session).unwrap_or(0);
+                        children.retain(|k| {
+                            let owner =
+                                sm.stat_of(&format!("{}/{k}", r.path.trim_end_matches('/'))).map(|s| s.ephemeral_owner);
+                            owner.is_none_or(|o| o == 0 || o == me)
+                        });
+                    }
+                    response::Body::Children(ChildrenResp { children, stat: Some(stat) })
+                }),
+                Some(B::Attach(_)) => Ok(response::Body::Empty(Empty {})),
+                _ => Err((ErrorCode::BadRequest, "not a read".into())),
+            };
+            (zxid, result)
+        };
+        let result = match (&req.body, result) {
+            (Some(B::Attach(a)), Ok(body)) => self.attach(conn, a).map(|_| body),
+            (Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)), Ok(body)) => {
                 self.maybe_watch(conn, r, true);
-                response::Body::Get(GetResp { data, stat: Some(stat) })
-            }),
-            Some(B::Exists(r)) => self.sm.exists(&r.path).map(|stat| {
-                self.maybe_watch(conn, r, true);
-                response::Body::Exists(ExistsResp { stat })
-            }),
-            Some(B::Children(r)) => self.sm.children(&r.path).map(|(mut children, stat)| {
-                if self.cfg.faults.grant_without_predecessor() {
-                    let me = self.conns.get(&conn).and_then(|c| c.session).unwrap_or(0);
-                    children.retain(|k| {
-                        let owner = self
-                            .sm
-                            .stat_of(&format!("{}/{k}", r.path.trim_end_matches('/')))
-                            .map(|s| s.ephemeral_owner);
-                        owner.is_none_or(|o| o == 0 || o == me)
-                    });
-                }
-                self.maybe_watch(conn, r, true);
-                response::Body::Children(ChildrenResp { children, stat: Some(stat) })
-            }),
-            Some(B::Attach(a)) => self.attach(conn, a).map(|_| response::Body::Empty(Empty {})),
-            _ => Err((ErrorCode::BadRequest, "not a read".into())),
+                Ok(body)
+            }
+            (_, r) => r,
         };
         let resp = match result {
             Ok(body) => Response { id, zxid, body: Some(body), ..Default::default() },
@@ -618,7 +640,7 @@ impl Driver {
     }
 
     fn attach(&mut self, conn: ConnId, a: &AttachReq) -> Result<(), (ErrorCode, String)> {
-        self.sm.check_session(a.session_id, &a.secret)?;
+        self.sm().check_session(a.session_id, &a.secret)?;
         if let Some(c) = self.conns.get_mut(&conn) {
             c.session = Some(a.session_id);
         }
@@ -627,7 +649,7 @@ impl Driver {
             check_spec(spec)?;
             match self.missed_event(spec, a.last_zxid) {
                 Some(ev) => {
-                    self.send_event(conn, spec.watch_id, ev, &spec.path, self.sm.applied());
+                    self.send_event(conn, spec.watch_id, ev, &spec.path, self.sm().applied());
                     if spec.persistent {
                         self.add_watch(conn, spec);
                     }
@@ -640,7 +662,7 @@ impl Driver {
 
     /// What a watch registered at `since` would have seen by now, if anything.
     fn missed_event(&self, spec: &WatchSpec, since: u64) -> Option<EventType> {
-        let stat = self.sm.stat_of(&spec.path);
+        let stat = self.sm().stat_of(&spec.path);
         match (WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data), stat) {
             (WatchKind::Data, None) => Some(EventType::NodeDeleted),
             (WatchKind::Data, Some(s)) if s.mzxid > since => Some(EventType::NodeDataChanged),
@@ -654,8 +676,8 @@ impl Driver {
     }
 
     fn add_watch(&mut self, conn: ConnId, spec: &WatchSpec) {
-        let existed = self.sm.stat_of(&spec.path).is_some();
-        let since = self.sm.applied();
+        let existed = self.sm().stat_of(&spec.path).is_some();
+        let since = self.sm().applied();
         let list = self.watches.entry(spec.path.clone()).or_default();
         list.retain(|w| !(w.conn == conn && w.id == spec.watch_id));
         list.push(Watch {
@@ -718,7 +740,8 @@ impl Driver {
 
     fn touch(&mut self, sid: u64) {
         if self.role == StateRole::Leader {
-            if let Some(timeout) = self.sm.session_timeout(sid) {
+            let timeout = self.sm().session_timeout(sid);
+            if let Some(timeout) = timeout {
                 self.deadlines.insert(sid, Instant::now() + Duration::from_millis(timeout as u64));
             }
         } else {
@@ -792,7 +815,7 @@ impl Driver {
         for (_, conn, id) in done {
             let sid = self.conns.get(&conn).and_then(|c| c.session);
             match sid {
-                Some(s) if self.sm.session_exists(s) => self.reply_ok(conn, id),
+                Some(s) if self.sm().session_exists(s) => self.reply_ok(conn, id),
                 Some(s) => self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {s:#x} expired")),
                 None => {}
             }
@@ -800,7 +823,7 @@ impl Driver {
     }
 
     fn expire_sessions(&mut self, now: Instant) {
-        let live: HashMap<u64, u32> = self.sm.sessions().collect();
+        let live: HashMap<u64, u32> = self.sm().sessions().collect();
         self.deadlines.retain(|id, _| live.contains_key(id));
         self.expiring.retain(|id, _| live.contains_key(id));
         for (id, timeout) in &live {
@@ -859,7 +882,7 @@ impl Driver {
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().set_hard_state(hs.clone(), &mut batch)?;
         }
-        self.sm.flush(&mut batch);
+        self.sm_mut().flush(&mut batch);
         // Durable before anyone hears that we have it.
         self.kv.write(batch, must_sync)?;
         self.send_messages(rd.take_persisted_messages());
@@ -872,7 +895,7 @@ impl Driver {
         self.send_messages(light.take_messages());
         self.apply_entries(light.take_committed_entries())?;
         self.raw.advance_apply();
-        self.sm.flush(&mut batch);
+        self.sm_mut().flush(&mut batch);
         self.maybe_compact(&mut batch)?;
         // Not synced: the log it derives from is, and RocksDB's WAL keeps
         // this batch ahead of the next synced one.
@@ -929,7 +952,7 @@ impl Driver {
     fn install_snapshot(&mut self, snap: Snapshot, batch: &mut Batch) -> anyhow::Result<()> {
         let index = snap.get_metadata().index;
         info!(index, bytes = snap.data.len(), "installing snapshot");
-        self.sm.restore(&snap.data)?;
+        self.sm_mut().restore(&snap.data)?;
         self.raw.mut_store().apply_snapshot(snap, batch)?;
         // Watches registered before may have missed changes in between.
         let mut events = Vec::new();
@@ -960,11 +983,11 @@ impl Driver {
 
     fn apply_entries(&mut self, entries: Vec<Entry>) -> anyhow::Result<()> {
         for e in entries {
-            if e.index <= self.sm.applied() {
+            if e.index <= self.sm().applied() {
                 continue;
             }
             match e.entry_type {
-                EntryType::EntryNormal if e.data.is_empty() => self.sm.skip(e.index),
+                EntryType::EntryNormal if e.data.is_empty() => self.sm_mut().skip(e.index),
                 EntryType::EntryNormal => self.apply_command(e.index, &e.data),
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
                     let cs = if e.entry_type == EntryType::EntryConfChange {
@@ -979,7 +1002,7 @@ impl Driver {
                     let mut b = Batch::default();
                     self.raw.mut_store().set_conf_state(cs, &mut b)?;
                     self.kv.write(b, false)?;
-                    self.sm.skip(e.index);
+                    self.sm_mut().skip(e.index);
                 }
             }
         }
@@ -993,11 +1016,17 @@ impl Driver {
                 // Every member decodes the same bytes the same way: skipping
                 // is deterministic.
                 error!(index, "undecodable entry skipped: {e}");
-                self.sm.skip(index);
+                self.sm_mut().skip(index);
                 return;
             }
         };
-        let applied = self.sm.apply(index, &cmd);
+        // The write lock is held until the events and the reply are queued:
+        // a listener's local read that sees this entry is answered after
+        // them on the same connection (ZooKeeper's order: the event first).
+        // Nothing below may lock the state again on this thread.
+        let shared = Arc::clone(&self.sm);
+        let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
+        let applied = sm.apply(index, &cmd);
         for ch in &applied.changes {
             self.fire(ch, index);
         }
@@ -1025,7 +1054,7 @@ impl Driver {
     /// Fault `ack-before-commit`: answers this member's proposals as soon
     /// as they are in its log, from a speculative copy of the state.
     fn ack_early(&mut self, entries: &[Entry]) {
-        let mut spec = self.sm.clone();
+        let mut spec = self.sm().clone();
         for e in entries {
             if e.entry_type != EntryType::EntryNormal || e.data.is_empty() {
                 continue;
@@ -1044,7 +1073,7 @@ impl Driver {
     }
 
     fn maybe_compact(&mut self, batch: &mut Batch) -> anyhow::Result<()> {
-        let applied = self.sm.applied();
+        let applied = self.sm().applied();
         let first = self.raw.store().first();
         if applied < first || applied - first + 1 < self.cfg.snapshot_entries {
             return Ok(());
@@ -1052,7 +1081,7 @@ impl Driver {
         // Keep a tail of the log so a briefly lagging follower catches up
         // from entries instead of a whole snapshot.
         let keep = self.cfg.snapshot_entries / 4;
-        let data = self.sm.snapshot();
+        let data = self.sm().snapshot();
         debug!(applied, first, bytes = data.len(), "compacting log");
         self.raw.mut_store().compact(applied, data, applied.saturating_sub(keep), batch)?;
         Ok(())
@@ -1073,11 +1102,11 @@ impl Driver {
             .into(),
             term: r.term,
             commit_index: r.raft_log.committed,
-            applied_index: self.sm.applied(),
+            applied_index: self.sm().applied(),
             leader_id: r.leader_id,
             first_index: self.raw.store().first(),
-            sessions: self.sm.session_count() as u64,
-            nodes: self.sm.node_count() as u64,
+            sessions: self.sm().session_count() as u64,
+            nodes: self.sm().node_count() as u64,
             voters: self.cfg.peers.keys().copied().collect(),
         }
     }
@@ -1150,4 +1179,44 @@ fn precheck_write(req: &Request) -> Option<(ErrorCode, String)> {
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The state machine as the driver and the listeners share it.
+pub type SharedState = Arc<RwLock<StateMachine>>;
+
+/// A get or exists answered from local state (no watch, no session needed).
+pub fn local_read(sm: &StateMachine, body: &Option<request::Body>) -> Result<response::Body, (ErrorCode, String)> {
+    use request::Body as B;
+    match body {
+        Some(B::Get(r)) => sm.get(&r.path).map(|(data, stat)| response::Body::Get(GetResp { data, stat: Some(stat) })),
+        Some(B::Exists(r)) => sm.exists(&r.path).map(|stat| response::Body::Exists(ExistsResp { stat })),
+        Some(B::Children(r)) => sm
+            .children(&r.path)
+            .map(|(children, stat)| response::Body::Children(ChildrenResp { children, stat: Some(stat) })),
+        _ => Err((ErrorCode::BadRequest, "not a read".into())),
+    }
+}
+
+/// The listener's fast path: a local read without a watch, answered from
+/// the shared state without waiting for the driver thread (which may be in
+/// an fsync). Linearizable reads and anything with a watch go to the driver.
+pub fn fast_read(state: &SharedState, req: &Request) -> Option<Response> {
+    use request::Body as B;
+    let r = match &req.body {
+        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => r,
+        _ => return None,
+    };
+    if !r.stale || r.watch.is_some() {
+        return None;
+    }
+    let sm = state.read().unwrap_or_else(|p| p.into_inner());
+    let zxid = sm.applied();
+    Some(match local_read(&sm, &req.body) {
+        Ok(body) => Response { id: req.id, zxid, body: Some(body), ..Default::default() },
+        Err((code, msg)) => {
+            let mut resp = error_response(zxid, code, msg);
+            resp.id = req.id;
+            resp
+        }
+    })
 }
