@@ -55,7 +55,7 @@ pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 pub struct KvError(pub String);
 
 /// An ordered key-value store with atomic, optionally synced, batches.
-pub trait Kv: Send + 'static {
+pub trait Kv: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
     /// All pairs whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError>;

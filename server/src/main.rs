@@ -207,7 +207,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         let _ = stop.send(Input::Shutdown);
     });
     info!(id, %client_addr, %peer_addr, "member up");
-    let result = driver.run(in_rx);
+    let result = driver.run(in_rx, in_tx);
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }

@@ -29,7 +29,7 @@
 //! member that becomes leader starts every deadline afresh.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -83,6 +83,9 @@ pub enum Input {
     /// The connection this peer dialled to us closed (EOF or error): the
     /// peer process may have died.
     PeerGone(u64),
+    /// The syncer finished a write (a wake-up; the details come through
+    /// its own channel).
+    Persisted,
     SnapshotSent {
         to: u64,
         ok: bool,
@@ -148,7 +151,8 @@ pub struct Driver {
     /// Shared with the client listeners, which answer local (stale) reads
     /// without a watch straight from it; only this thread writes it.
     sm: SharedState,
-    kv: Box<dyn Kv>,
+    /// Writes go through `syncer` (in order), never straight to `kv`.
+    syncer: Syncer,
     peers: Box<dyn PeerSink>,
     conns: HashMap<ConnId, Conn>,
     /// path -> watches on it.
@@ -214,7 +218,7 @@ impl Driver {
         Ok(Driver {
             raw,
             sm: Arc::new(RwLock::new(sm)),
-            kv,
+            syncer: Syncer::start(Arc::from(kv)),
             peers,
             conns: HashMap::new(),
             watches: HashMap::new(),
@@ -254,7 +258,8 @@ impl Driver {
     }
 
     /// Runs until `Input::Shutdown` or the input channel closes.
-    pub fn run(mut self, rx: Receiver<Input>) -> anyhow::Result<()> {
+    pub fn run(mut self, rx: Receiver<Input>, input: Sender<Input>) -> anyhow::Result<()> {
+        *self.syncer.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(input);
         let tick = Duration::from_millis(self.cfg.tick_ms);
         let mut next_tick = Instant::now() + tick;
         loop {
@@ -272,15 +277,17 @@ impl Driver {
                     Err(_) => break,
                 }
             }
-            // 2. Step, propose, batch reads.
+            // 2. Step, propose, batch reads; take what the syncer persisted.
             for input in inputs {
                 if matches!(input, Input::Shutdown) {
                     info!("shutting down");
                     self.fail_all(ErrorCode::Timeout, "member shutting down; the write may or may not happen");
+                    self.syncer.stop();
                     return Ok(());
                 }
                 self.on_input(input);
             }
+            self.take_persisted()?;
             self.issue_read_batch();
             if Instant::now() >= next_tick {
                 self.raw.tick();
@@ -345,7 +352,7 @@ impl Driver {
                 let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
                 self.raw.report_snapshot(to, status);
             }
-            Input::Shutdown => {}
+            Input::Shutdown | Input::Persisted => {}
         }
     }
 
@@ -859,8 +866,9 @@ impl Driver {
     fn handle_ready(&mut self) -> anyhow::Result<()> {
         let mut rd = self.raw.ready();
         let mut batch = Batch::default();
-        // New entries or a changed term/vote must be on disk before we
-        // tell anyone; a Ready with only commits and messages needs no fsync.
+        // New entries, a snapshot or a changed term/vote must be on disk
+        // before anyone hears that we have them; a Ready with only commits
+        // and messages needs no fsync.
         let must_sync = rd.must_sync() || !rd.snapshot().is_empty();
 
         if let Some(ss) = rd.ss() {
@@ -872,6 +880,7 @@ impl Driver {
             self.install_snapshot(rd.snapshot().clone(), &mut batch)?;
         }
         self.on_read_states(rd.take_read_states());
+        // Committed entries come only once they are persisted here too.
         self.apply_entries(rd.take_committed_entries())?;
         if !rd.entries().is_empty() {
             self.raw.mut_store().append(rd.entries(), &mut batch)?;
@@ -883,23 +892,40 @@ impl Driver {
             self.raw.mut_store().set_hard_state(hs.clone(), &mut batch)?;
         }
         self.sm_mut().flush(&mut batch);
-        // Durable before anyone hears that we have it.
-        self.kv.write(batch, must_sync)?;
-        self.send_messages(rd.take_persisted_messages());
-
-        let mut light = self.raw.advance(rd);
-        let mut batch = Batch::default();
-        if let Some(commit) = light.commit_index() {
-            self.raw.mut_store().set_commit(commit, &mut batch)?;
-        }
-        self.send_messages(light.take_messages());
-        self.apply_entries(light.take_committed_entries())?;
-        self.raw.advance_apply();
-        self.sm_mut().flush(&mut batch);
         self.maybe_compact(&mut batch)?;
-        // Not synced: the log it derives from is, and RocksDB's WAL keeps
-        // this batch ahead of the next synced one.
-        self.kv.write(batch, false)?;
+        let number = rd.number();
+        let after = rd.take_persisted_messages();
+        // The store already holds the new entries in memory (raft-rs reads
+        // them from there); the syncer makes them durable in order, and
+        // `take_persisted` sends `after` and reports the number once it has.
+        // Meanwhile this thread goes on: commits, applies, reads, watches
+        // and forwards no longer wait behind an fsync.
+        self.raw.advance_append_async(rd);
+        self.syncer.submit(SyncJob { number, batch, sync: must_sync, after });
+        self.advance_applied();
+        Ok(())
+    }
+
+    /// Tells raft-rs what is applied, as far as it allows (a snapshot
+    /// installed but not yet persisted is reported once it is).
+    fn advance_applied(&mut self) {
+        let log = &self.raw.raft.raft_log;
+        let cap = log.committed.min(log.persisted);
+        let applied = self.sm().applied().min(cap);
+        if applied > self.raw.raft.raft_log.applied {
+            self.raw.advance_apply_to(applied);
+        }
+    }
+
+    /// Sends the messages of persisted Readies and tells raft-rs.
+    fn take_persisted(&mut self) -> anyhow::Result<()> {
+        while let Some(done) = self.syncer.poll()? {
+            self.send_messages(done.after);
+            if done.number > 0 {
+                self.raw.on_persist_ready(done.number);
+            }
+        }
+        self.advance_applied();
         Ok(())
     }
 
@@ -1001,7 +1027,7 @@ impl Driver {
                     };
                     let mut b = Batch::default();
                     self.raw.mut_store().set_conf_state(cs, &mut b)?;
-                    self.kv.write(b, false)?;
+                    self.syncer.submit(SyncJob { number: 0, batch: b, sync: false, after: Vec::new() });
                     self.sm_mut().skip(e.index);
                 }
             }
@@ -1219,4 +1245,112 @@ pub fn fast_read(state: &SharedState, req: &Request) -> Option<Response> {
             resp
         }
     })
+}
+
+/// One Ready's writes, for the syncer.
+pub struct SyncJob {
+    /// The Ready's number (0: nothing raft-rs waits for).
+    number: u64,
+    batch: Batch,
+    sync: bool,
+    /// Messages to send once the batch is on disk.
+    after: Vec<Message>,
+}
+
+struct Synced {
+    number: u64,
+    after: Vec<Message>,
+}
+
+/// The storage writer: one thread that takes every batch the driver
+/// queued since its last write, writes them as one RocksDB batch, synced if
+/// any of them must be (a group commit across Readies), and reports back.
+/// All writes go through it, so they reach the WAL in the order the driver
+/// made them and a crash loses only a suffix.
+struct Syncer {
+    jobs: Option<Sender<SyncJob>>,
+    done: Receiver<anyhow::Result<Synced>>,
+    /// The driver's input channel, to wake it after a write (set by `run`).
+    wake: Arc<std::sync::Mutex<Option<Sender<Input>>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Syncer {
+    fn start(kv: Arc<dyn Kv>) -> Syncer {
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let wake: Arc<std::sync::Mutex<Option<Sender<Input>>>> = Arc::new(std::sync::Mutex::new(None));
+        let waker = wake.clone();
+        let thread = std::thread::Builder::new()
+            .name("baton-syncer".into())
+            .spawn(move || {
+                while let Ok(first) = jobs_rx.recv() {
+                    let mut jobs = vec![first];
+                    while let Ok(j) = jobs_rx.try_recv() {
+                        jobs.push(j);
+                    }
+                    let mut batch = Batch::default();
+                    let mut sync = false;
+                    let mut number = 0;
+                    let mut after = Vec::new();
+                    for j in jobs {
+                        batch.ops.extend(j.batch.ops);
+                        sync |= j.sync;
+                        number = number.max(j.number);
+                        after.extend(j.after);
+                    }
+                    let r = if batch.is_empty() { Ok(()) } else { kv.write(batch, sync) };
+                    let failed = r.is_err();
+                    let out = r.map(|_| Synced { number, after }).map_err(anyhow::Error::from);
+                    if done_tx.send(out).is_err() {
+                        return;
+                    }
+                    if let Some(w) = waker.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                        let _ = w.send(Input::Persisted);
+                    }
+                    if failed {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        Syncer { jobs: Some(jobs_tx), done: done_rx, wake, thread }
+    }
+
+    fn submit(&mut self, job: SyncJob) {
+        if job.batch.is_empty() && job.after.is_empty() && job.number == 0 {
+            return;
+        }
+        if let Some(j) = &self.jobs {
+            let _ = j.send(job);
+        }
+    }
+
+    /// A finished write, if any (an error stops the member).
+    fn poll(&mut self) -> anyhow::Result<Option<Synced>> {
+        match self.done.try_recv() {
+            Ok(r) => r.map(Some),
+            Err(std::sync::mpsc::TryRecvError::Empty) => Ok(None),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                if self.jobs.is_some() {
+                    anyhow::bail!("storage writer stopped")
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Finishes the queued writes and stops the thread.
+    fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
