@@ -99,6 +99,11 @@ pub struct RunOpts {
     pub duration: Duration,
     /// Folder for the failover holder's output.
     pub dir: PathBuf,
+    /// Client i's first member is (i + offset) mod members. Runs use
+    /// offsets 0, 1, 2, ...: with one client (lock-uncontended) each run
+    /// sits on another member, so the median is not decided by whether the
+    /// one member it used happened to be the leader.
+    pub member_offset: usize,
 }
 
 struct Shared {
@@ -235,7 +240,14 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
             _ => format!("{lock_name}-{i}"),
         };
         let key = format!("bench-{run_id:08x}-k{i}");
-        tasks.push(tokio::spawn(client_loop(target.clone(), i % members, o.workload, lock, key, sh.clone())));
+        tasks.push(tokio::spawn(client_loop(
+            target.clone(),
+            (i + o.member_offset) % members,
+            o.workload,
+            lock,
+            key,
+            sh.clone(),
+        )));
     }
     tokio::time::sleep(o.warmup).await;
     sh.errors.store(0, Ordering::SeqCst);

@@ -41,7 +41,14 @@ pub async fn runs_of(
     for i in 0..o.runs.max(1) {
         let dir = o.out.join(format!("{}-{}-{}", kind.name(), w.name(), i + 1));
         std::fs::create_dir_all(&dir)?;
-        let ro = RunOpts { workload: w, clients, warmup: o.run_warmup, duration: o.duration, dir: dir.clone() };
+        let ro = RunOpts {
+            workload: w,
+            clients,
+            warmup: o.run_warmup,
+            duration: o.duration,
+            dir: dir.clone(),
+            member_offset: i,
+        };
         let r = if w == BenchWorkload::Failover || shared.is_none() {
             let t = AnyTarget::start(kind, &dir.join("cluster")).await?;
             let r = t.run(&ro).await;
@@ -93,6 +100,7 @@ pub async fn compare(o: &CompareOpts) -> anyhow::Result<Vec<Summary>> {
                         warmup: half,
                         duration: Duration::ZERO,
                         dir: o.out.clone(),
+                        member_offset: 0,
                     };
                     t.run(&ro).await.with_context(|| format!("{} warm-up", kind.name()))?;
                 }
@@ -157,7 +165,9 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
         md,
         "3-member clusters on 127.0.0.1, fsync on, {} s session / lease TTL, linearizable reads. \
          Each figure is the median of {} run(s) of {:.0} s measured after {:.0} s unmeasured \
-         (and {:.0} s of warm-up load once per cluster); the spread is the lowest-highest ops/s.\n",
+         (and {:.0} s of warm-up load once per cluster); the spread is the lowest-highest ops/s. \
+         Client i of run k starts at member (i + k) mod 3, so the one uncontended client sits on a \
+         different member in each run.\n",
         crate::bench::TTL.as_secs(),
         o.runs,
         o.duration.as_secs_f64(),

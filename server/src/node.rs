@@ -1,20 +1,22 @@
 //! The Raft driver: one OS thread owns the raft-rs `RawNode`, the state
 //! machine, the watch table and every pending request.
 //!
-//! Why a dedicated thread and not a tokio task: each `Ready` ends in a synced
-//! RocksDB write (an fsync, 0.2-3 ms here) and that must not block a tokio
-//! worker. While it runs, new requests queue in the input channel, and the
-//! next loop turn takes all of them into one `Ready`: that is the group
-//! commit (one fsync for every proposal that arrived meanwhile).
+//! The fsyncs (0.2-3 ms here) run on a second thread, the [`Syncer`]
+//! (raft-rs's async-ready mode): the driver queues each `Ready`'s batch and
+//! goes on stepping, committing, applying and answering; the syncer writes
+//! everything queued since its last write as one batch, synced if any part
+//! must be (group commit), and reports back, and only then do the messages
+//! that must follow the write go out. Neither thread is a tokio worker.
 //!
 //! One turn of the loop:
 //! 1. wait for input or the next tick; take everything queued;
 //! 2. step peer messages, propose writes, batch linearizable reads into one
-//!    ReadIndex request;
+//!    ReadIndex request; take the syncer's reports (send the persisted
+//!    messages, `on_persist_ready`);
 //! 3. handle the `Ready` in the order raft-rs documents: send messages,
-//!    install a snapshot, apply committed entries, append new entries, save
-//!    the hard state, **sync**, send persisted messages, advance, apply what
-//!    the light ready committed;
+//!    install a snapshot, apply committed entries (raft-rs hands out only
+//!    entries persisted here), stage new entries and the hard state, queue
+//!    the batch to the syncer, `advance_append_async`;
 //! 4. answer reads whose ReadIndex is now applied.
 //!
 //! Replies are matched to requests by `(origin member, request id)` carried
