@@ -896,7 +896,14 @@ impl Driver {
         self.sm_mut().flush(&mut batch);
         self.maybe_compact(&mut batch)?;
         let number = rd.number();
-        let after = rd.take_persisted_messages();
+        // On a follower raft-rs files every message as "after persisting".
+        // Forwarded proposals and ReadIndex requests carry nothing this
+        // member persisted: send them now rather than behind an fsync.
+        let (now, after): (Vec<Message>, Vec<Message>) = rd
+            .take_persisted_messages()
+            .into_iter()
+            .partition(|m| matches!(m.get_msg_type(), MessageType::MsgPropose | MessageType::MsgReadIndex));
+        self.send_messages(now);
         // The store already holds the new entries in memory (raft-rs reads
         // them from there); the syncer makes them durable in order, and
         // `take_persisted` sends `after` and reports the number once it has.
