@@ -113,6 +113,27 @@ enum Cmd {
     },
 }
 
+/// Prints a test's last lines and maps its verdict to the exit code
+/// (0 valid, 1 invalid, 2 unknown or harness error).
+fn verdict(r: anyhow::Result<Validity>, out: &std::path::Path) -> i32 {
+    match r {
+        Ok(v) => {
+            println!("results in {}", out.display());
+            println!("valid: {}", v.as_str());
+            match v {
+                Validity::True => 0,
+                Validity::False => 1,
+                Validity::Unknown => 2,
+            }
+        }
+        Err(e) => {
+            eprintln!("baton-jepsen: harness error: {e:#}");
+            println!("valid: unknown");
+            2
+        }
+    }
+}
+
 fn stamp() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
@@ -273,22 +294,7 @@ fn main() {
                         r = peer_lock::run(o) => r,
                         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
                     };
-                    return match r {
-                        Ok((v, _)) => {
-                            println!("results in {}", out.display());
-                            println!("valid: {}", v.as_str());
-                            match v {
-                                Validity::True => 0,
-                                Validity::False => 1,
-                                Validity::Unknown => 2,
-                            }
-                        }
-                        Err(e) => {
-                            eprintln!("baton-jepsen: harness error: {e:#}");
-                            println!("valid: unknown");
-                            2
-                        }
-                    };
+                    return verdict(r.map(|(v, _)| v), &out);
                 }
                 let out = out.unwrap_or_else(|| {
                     let ts = std::time::SystemTime::now()
@@ -312,22 +318,7 @@ fn main() {
                     r = run_test(opts) => r,
                     _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
                 };
-                match r {
-                    Ok(o) => {
-                        println!("results in {}", out.display());
-                        println!("valid: {}", o.valid.as_str());
-                        match o.valid {
-                            Validity::True => 0,
-                            Validity::False => 1,
-                            Validity::Unknown => 2,
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("baton-jepsen: harness error: {e:#}");
-                        println!("valid: unknown");
-                        2
-                    }
-                }
+                verdict(r.map(|o| o.valid), &out)
             }
         }
     });
