@@ -52,7 +52,15 @@ pub struct Db {
     direct: bool,
 }
 
+/// A free loopback port below Linux's ephemeral range (32768-60999), so no
+/// outgoing connection's source port can take it before the member binds it.
 fn free_addr() -> anyhow::Result<SocketAddr> {
+    for _ in 0..1000 {
+        let port = 20_000 + rand::random::<u16>() % 12_000;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            return Ok(l.local_addr()?);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 

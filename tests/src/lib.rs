@@ -35,9 +35,26 @@ pub fn baton_bin() -> PathBuf {
     p
 }
 
-/// A free loopback port (bound then released; the race is acceptable here).
+/// A free loopback port, picked at random below Linux's ephemeral range
+/// (32768-60999): a port the kernel hands out for port 0 can also be taken
+/// meanwhile as the source port of some outgoing connection. Bound then
+/// released, so a race remains; [`Cluster::start`] retries if a member
+/// cannot bind.
 pub fn free_port() -> u16 {
+    for _ in 0..1000 {
+        let port = 20_000 + (rand_u64() % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("addr").port()
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish()
 }
 
 pub struct Member {
@@ -59,26 +76,48 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` members with extra `batond` flags and waits for a leader.
     pub async fn start(n: u64, extra: &[&str]) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
-        let mut members = Vec::new();
-        for id in 1..=n {
-            let data_dir = dir.path().join(format!("member-{id}"));
-            members.push(Member {
-                id,
-                client_addr: format!("127.0.0.1:{}", free_port()),
-                peer_addr: format!("127.0.0.1:{}", free_port()),
-                log: dir.path().join(format!("member-{id}.log")),
-                data_dir,
-                child: None,
-            });
+        for attempt in 1..=3 {
+            let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
+            let mut ports = std::collections::HashSet::new();
+            let mut fresh = || loop {
+                let p = free_port();
+                if ports.insert(p) {
+                    return p;
+                }
+            };
+            let mut members = Vec::new();
+            for id in 1..=n {
+                let data_dir = dir.path().join(format!("member-{id}"));
+                members.push(Member {
+                    id,
+                    client_addr: format!("127.0.0.1:{}", fresh()),
+                    peer_addr: format!("127.0.0.1:{}", fresh()),
+                    log: dir.path().join(format!("member-{id}.log")),
+                    data_dir,
+                    child: None,
+                });
+            }
+            let peers_arg = members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
+            let mut c = Cluster { dir, members, peers_arg, extra: extra.iter().map(|s| s.to_string()).collect() };
+            for id in 1..=n {
+                c.start_member(id);
+            }
+            // A member that could not bind its port exits at once: start
+            // the whole cluster again on other ports.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let exited =
+                c.members.iter_mut().any(|m| m.child.as_mut().is_some_and(|ch| matches!(ch.try_wait(), Ok(Some(_)))));
+            if exited && attempt < 3 {
+                eprintln!("a member exited at start (port taken?); retrying on other ports\n{}", c.log_tails(3));
+                for id in 1..=n {
+                    c.kill(id);
+                }
+                continue;
+            }
+            c.wait_leader(Duration::from_secs(20)).await;
+            return c;
         }
-        let peers_arg = members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
-        let mut c = Cluster { dir, members, peers_arg, extra: extra.iter().map(|s| s.to_string()).collect() };
-        for id in 1..=n {
-            c.start_member(id);
-        }
-        c.wait_leader(Duration::from_secs(20)).await;
-        c
+        unreachable!("the last attempt returns")
     }
 
     fn member(&self, id: u64) -> &Member {
