@@ -71,6 +71,9 @@ struct Pending {
     deadline: Instant,
     /// Sent at least once: a lost answer makes a write ambiguous.
     sent: bool,
+    /// Sent more than once: an earlier attempt may have been applied, so a
+    /// SESSION_EXPIRED answer to this one does not make a write definite.
+    resent: bool,
     /// Not before this instant (retry pacing); None = waiting for an answer.
     retry_at: Option<Instant>,
 }
@@ -323,6 +326,7 @@ impl Actor {
                         reply: Some(reply),
                         deadline: Instant::now() + timeout,
                         sent: false,
+                        resent: false,
                         retry_at: Some(Instant::now()),
                     },
                 );
@@ -360,7 +364,16 @@ impl Actor {
         let deadline = Instant::now() + self.timeout;
         self.pending.insert(
             id,
-            Pending { req, is_write: false, kind, reply: None, deadline, sent: false, retry_at: Some(Instant::now()) },
+            Pending {
+                req,
+                is_write: false,
+                kind,
+                reply: None,
+                deadline,
+                sent: false,
+                resent: false,
+                retry_at: Some(Instant::now()),
+            },
         );
         self.send_pending(id).await;
     }
@@ -374,6 +387,7 @@ impl Actor {
             p.req.acked_below = acked_below;
         }
         p.retry_at = None;
+        p.resent |= p.sent;
         p.sent = true;
         let bytes = encode(&p.req);
         if conn.w.send(bytes).await.is_err() {
@@ -506,8 +520,17 @@ impl Actor {
             }
             Kind::User => {
                 if code == ErrorCode::SessionExpired {
+                    // A retried write: the session may have expired after an
+                    // earlier attempt was applied (its reply lost, e.g.
+                    // LEADER_CHANGED). Found by the harness's register
+                    // workload under partitions.
+                    let err = if p.is_write && p.resent {
+                        Error::Ambiguous("session expired before a retried write was answered".into())
+                    } else {
+                        Error::SessionExpired
+                    };
                     if let Some(tx) = p.reply {
-                        let _ = tx.send(Err(Error::SessionExpired));
+                        let _ = tx.send(Err(err));
                     }
                     self.expire("session expired");
                     return;
@@ -621,7 +644,16 @@ impl Actor {
         let deadline = Instant::now() + self.timeout.max(Duration::from_secs(1));
         self.pending.insert(
             id,
-            Pending { req, is_write: false, kind: Kind::Attach, reply: None, deadline, sent: true, retry_at: None },
+            Pending {
+                req,
+                is_write: false,
+                kind: Kind::Attach,
+                reply: None,
+                deadline,
+                sent: true,
+                resent: false,
+                retry_at: None,
+            },
         );
         self.conn = Some(Conn { gen: self.gen, w, ready: false });
         self.last_keepalive = Instant::now();
