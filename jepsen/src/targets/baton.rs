@@ -140,10 +140,6 @@ impl Target for BatonTarget {
         Kind::Baton
     }
 
-    fn members(&self) -> usize {
-        self.endpoints.len()
-    }
-
     fn endpoints(&self) -> Vec<String> {
         self.endpoints.clone()
     }

@@ -335,10 +335,6 @@ impl Target for EtcdTarget {
         Kind::Etcd
     }
 
-    fn members(&self) -> usize {
-        self.cluster.endpoints.len()
-    }
-
     fn endpoints(&self) -> Vec<String> {
         self.cluster.endpoints.clone()
     }

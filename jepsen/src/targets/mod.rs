@@ -106,10 +106,12 @@ pub trait TargetClient: Send + Sync + 'static {
 pub trait Target: Send + Sync + 'static {
     type Client: TargetClient;
     fn kind(&self) -> Kind;
-    /// Member count.
-    fn members(&self) -> usize;
     /// The members' client endpoints (`host:port`).
     fn endpoints(&self) -> Vec<String>;
+    /// Member count.
+    fn members(&self) -> usize {
+        self.endpoints().len()
+    }
     /// A new client whose first contact is `member` (mod members); it moves
     /// to another member on error. `ttl`: session timeout / lease TTL.
     fn connect(&self, member: usize, ttl: Duration) -> impl Future<Output = anyhow::Result<Self::Client>> + Send;

@@ -247,10 +247,6 @@ impl Target for ZkTarget {
         Kind::Zookeeper
     }
 
-    fn members(&self) -> usize {
-        self.cluster.endpoints.len()
-    }
-
     fn endpoints(&self) -> Vec<String> {
         self.cluster.endpoints.clone()
     }
