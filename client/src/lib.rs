@@ -17,7 +17,10 @@
 //! # Layout
 //! - this file: the public API ([`Client`], [`Watcher`], [`Error`]).
 //! - `session.rs`: the actor task that owns the connection.
+//! - [`liveness`]: when the client may say `Connected` (the rule).
+//! - [`recipes`]: locks, elections, read-write locks, semaphores.
 
+pub mod liveness;
 pub mod recipes;
 mod session;
 
@@ -41,16 +44,17 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Writes one client may have unanswered at once: well under the server's
 /// per-session reply cache (4,096), so a retry always finds its reply.
 pub const MAX_WRITES_IN_FLIGHT: usize = 1024;
-/// Keepalives per session timeout (seed 000: heartbeat at TTL/3).
-pub const KEEPALIVE_FRACTION: u32 = 3;
+pub use liveness::KEEPALIVE_FRACTION;
 
 /// The session as the client sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
-    /// Connected to a member; the session is alive.
+    /// The cluster vouched for the session recently enough that no leader
+    /// can have expired it yet (see [`liveness`]): a lock held is held.
     Connected,
-    /// Connection lost; trying other members. The session may still be alive
-    /// on the servers, but anything that depends on it (a lock) is in doubt.
+    /// No recent proof (connection lost, the member cut off from the
+    /// leader, no leader): the session may still be alive on the servers,
+    /// but anything that depends on it (a lock) is in doubt.
     Suspended,
     /// The session is gone (expired, closed, or unreachable for longer than
     /// its timeout). Its ephemeral nodes are or will be deleted.
@@ -254,8 +258,10 @@ pub(crate) struct Inner {
     /// Recipe names this client holds or waits for (recipes are not
     /// reentrant: a second acquire by the same client is refused).
     pub(crate) held: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Bounds writes in flight (see [`MAX_WRITES_IN_FLIGHT`]).
-    write_slots: tokio::sync::Semaphore,
+    /// Bounds writes in flight (see [`MAX_WRITES_IN_FLIGHT`]); a slot is
+    /// held by the session actor until it is done with the write, even if
+    /// the caller stopped waiting.
+    write_slots: Arc<tokio::sync::Semaphore>,
     state: watch::Receiver<SessionState>,
     session_id: u64,
     timeout: Duration,
@@ -284,7 +290,7 @@ impl Client {
             inner: Arc::new(Inner {
                 cmds,
                 held: Default::default(),
-                write_slots: tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT),
+                write_slots: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
                 state,
                 session_id,
                 timeout,
@@ -335,14 +341,19 @@ impl Client {
                 | request::Body::CloseSession(_)
         );
         // Exactly-once holds for as many unanswered writes as the server
-        // caches replies for; never have more in flight than that.
-        let _slot =
-            if is_write { Some(self.inner.write_slots.acquire().await.map_err(|_| Error::Closed)?) } else { None };
+        // caches replies for; never have more in flight than that. The slot
+        // travels with the write to the actor, which keeps it until it stops
+        // retrying: dropping this future does not free it (finding S5).
+        let slot = if is_write {
+            Some(self.inner.write_slots.clone().acquire_owned().await.map_err(|_| Error::Closed)?)
+        } else {
+            None
+        };
         let (tx, rx) = oneshot::channel();
         let req = Request { body: Some(body), ..Default::default() };
         self.inner
             .cmds
-            .send(Cmd::Call { req, is_write, reply: tx, timeout: self.inner.op_timeout })
+            .send(Cmd::Call { req, is_write, reply: tx, timeout: self.inner.op_timeout, slot })
             .map_err(|_| Error::Closed)?;
         let resp = rx.await.map_err(|_| Error::Closed)??;
         match ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal) {

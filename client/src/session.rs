@@ -3,18 +3,27 @@
 //! channel (`Cmd`).
 //!
 //! Connection life: connect -> (first time) CreateSession, or (after a loss)
-//! Attach with the secret, the last index seen and every watch -> Connected
-//! -> resend every unanswered request in id order. A connection with no
-//! frame for 2/3 of the session timeout is presumed dead and replaced. With
-//! no member reachable for a whole session timeout the session is presumed
-//! expired (the servers will have expired it) and every caller is told.
+//! Attach with the secret, the last index seen and every watch -> requests
+//! flow -> resend every unanswered request in id order. A connection with
+//! no frame for 2/3 of the session timeout is presumed dead and replaced.
+//!
+//! State: `Connected` only while a keepalive the cluster vouched for is
+//! recent enough ([`Liveness`]: 2/3 of the timeout after it was *sent*);
+//! losing the connection, or no vouched keepalive in time, is `Suspended`;
+//! no vouched keepalive for a whole timeout is `Expired`, as is the server
+//! saying so. An attach does not make the client `Connected`: the keepalive
+//! sent right after it does, once answered. A member that cannot vouch for
+//! half a timeout is left for the next one.
 //!
 //! Retries: a request answered with NO_LEADER / BUSY / SHUTTING_DOWN (not
 //! applied) or LEADER_CHANGED / TIMEOUT (maybe applied) is sent again until
 //! its deadline. Writes keep their sequence number, so the server applies a
 //! write at most once and answers a retry with the first outcome. When the
 //! deadline passes, a write that was ever sent fails as `Ambiguous`; one that
-//! never left fails as `Unavailable`.
+//! never left fails as `Unavailable`. A write holds its slot (of
+//! [`crate::MAX_WRITES_IN_FLIGHT`]) until the actor is done with it, even if
+//! the caller stopped waiting: the server's exactly-once window must never
+//! see more writes in flight than it caches replies for.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -32,7 +41,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::debug;
 
-use crate::{ClientConfig, Error, Result, SessionState, KEEPALIVE_FRACTION};
+use crate::liveness::{Liveness, KEEPALIVE_FRACTION};
+use crate::{ClientConfig, Error, Result, SessionState};
 
 /// The largest frame the client accepts from a server (responses carry at
 /// most 1 MiB of data plus a children list).
@@ -43,7 +53,14 @@ const TICK: Duration = Duration::from_millis(20);
 const RETRY_DELAY: Duration = Duration::from_millis(40);
 
 pub(crate) enum Cmd {
-    Call { req: Request, is_write: bool, reply: oneshot::Sender<Result<Response>>, timeout: Duration },
+    Call {
+        req: Request,
+        is_write: bool,
+        reply: oneshot::Sender<Result<Response>>,
+        timeout: Duration,
+        /// A write's slot, held until the actor is done with the write.
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
     NewWatch { spec: WatchSpec, events: mpsc::UnboundedSender<WatchEvent>, id: oneshot::Sender<WatchSpec> },
     WatchSeen { id: u64, existed: bool },
     DropWatch(u64),
@@ -61,6 +78,8 @@ enum Kind {
     User,
     Keepalive,
     Attach,
+    /// Our own bookkeeping (remove-watch): no caller, no proof.
+    Internal,
 }
 
 struct Pending {
@@ -76,6 +95,10 @@ struct Pending {
     resent: bool,
     /// Not before this instant (retry pacing); None = waiting for an answer.
     retry_at: Option<Instant>,
+    /// When it was last sent (a keepalive's proof dates from it).
+    sent_at: Instant,
+    /// A write's slot; released when this is dropped.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 struct WatchEntry {
@@ -107,8 +130,13 @@ struct Actor {
     watches: HashMap<u64, WatchEntry>,
     next_watch: u64,
     last_zxid: u64,
-    last_contact: Instant,
+    /// Last frame of any kind on the current connection (is it alive?).
+    last_frame: Instant,
+    /// What the cluster vouched for (is the session alive?).
+    liveness: Liveness,
     last_keepalive: Instant,
+    /// Set when a keepalive was refused: the next one goes sooner.
+    keepalive_retry: Option<Instant>,
     next_connect: Instant,
 }
 
@@ -160,8 +188,9 @@ pub(crate) async fn start(
         }
         let endpoint = cfg.endpoints[ep % cfg.endpoints.len()].clone();
         ep += 1;
+        let sent = Instant::now();
         match create_session(&endpoint, &cfg, 1, ev_tx.clone()).await {
-            Ok((conn, sid, secret, timeout)) => {
+            Ok((conn, sid, secret, timeout, zxid)) => {
                 let (state_tx, state_rx) = watch::channel(SessionState::Connected);
                 let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
                 let now = Instant::now();
@@ -180,9 +209,13 @@ pub(crate) async fn start(
                     unacked: BTreeSet::new(),
                     watches: HashMap::new(),
                     next_watch: 1,
-                    last_zxid: 0,
-                    last_contact: now,
+                    // The session's own creation: nothing before it matters
+                    // to this client, and a member it moves to must have it.
+                    last_zxid: zxid,
+                    last_frame: now,
+                    liveness: Liveness::new(timeout, sent),
                     last_keepalive: now,
+                    keepalive_retry: None,
                     next_connect: now,
                     cfg,
                 };
@@ -220,7 +253,7 @@ async fn create_session(
     cfg: &ClientConfig,
     gen: u64,
     ev: mpsc::UnboundedSender<Ev>,
-) -> std::result::Result<(Conn, u64, Bytes, Duration), String> {
+) -> std::result::Result<(Conn, u64, Bytes, Duration, u64), String> {
     let s = dial(endpoint, cfg.connect_timeout).await.map_err(|e| e.to_string())?;
     let (rd, wr) = s.into_split();
     let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
@@ -249,7 +282,8 @@ async fn create_session(
         Some(response::Body::CreateSession(cs)) if resp.error == 0 => {
             let rd = r.into_inner();
             spawn_reader(gen, rd, ev);
-            Ok((Conn { gen, w, ready: true }, cs.session_id, cs.secret, Duration::from_millis(cs.timeout_ms as u64)))
+            let timeout = Duration::from_millis(cs.timeout_ms as u64);
+            Ok((Conn { gen, w, ready: true }, cs.session_id, cs.secret, timeout, resp.zxid.max(cs.session_id)))
         }
         _ => Err(format!("{:?}: {}", ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal), resp.message)),
     }
@@ -260,6 +294,7 @@ impl Actor {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let connected_until = tokio::time::Instant::from_std(self.liveness.connected_until());
             tokio::select! {
                 biased;
                 // Server frames first: answers free callers.
@@ -277,6 +312,10 @@ impl Actor {
                     Some(cmd) => self.on_cmd(cmd).await,
                     None => { let _ = self.close(&mut evs).await; return; }
                 },
+                // The moment the last proof runs out: Suspended, on time.
+                _ = tokio::time::sleep_until(connected_until), if self.is(SessionState::Connected) => {
+                    self.update_state(Instant::now());
+                }
                 // Deadlines, keepalives, reconnects.
                 _ = tick.tick() => {
                     if !self.on_tick().await {
@@ -298,14 +337,32 @@ impl Actor {
         }
     }
 
+    fn is(&self, s: SessionState) -> bool {
+        *self.state.borrow() == s
+    }
+
+    /// Connected exactly while a vouched keepalive is recent enough and a
+    /// connection is up (never after Expired).
+    fn update_state(&mut self, now: Instant) {
+        if self.is(SessionState::Expired) {
+            return;
+        }
+        let up = self.conn.as_ref().is_some_and(|c| c.ready);
+        let want = if up && self.liveness.connected(now) { SessionState::Connected } else { SessionState::Suspended };
+        if !self.is(want) {
+            debug!(session = self.session_id, ?want, "session state");
+            let _ = self.state.send(want);
+        }
+    }
+
     fn acked_below(&self) -> u64 {
         self.unacked.first().copied().unwrap_or(self.next_seq)
     }
 
     async fn on_cmd(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Call { mut req, is_write, reply, timeout } => {
-                if *self.state.borrow() == SessionState::Expired {
+            Cmd::Call { mut req, is_write, reply, timeout, slot } => {
+                if self.is(SessionState::Expired) {
                     let _ = reply.send(Err(Error::SessionExpired));
                     return;
                 }
@@ -317,6 +374,7 @@ impl Actor {
                     self.unacked.insert(req.seq);
                 }
                 let id = req.id;
+                let now = Instant::now();
                 self.pending.insert(
                     id,
                     Pending {
@@ -324,10 +382,12 @@ impl Actor {
                         is_write,
                         kind: Kind::User,
                         reply: Some(reply),
-                        deadline: Instant::now() + timeout,
+                        deadline: now + timeout,
                         sent: false,
                         resent: false,
-                        retry_at: Some(Instant::now()),
+                        retry_at: Some(now),
+                        sent_at: now,
+                        _slot: slot,
                     },
                 );
                 self.send_pending(id).await;
@@ -346,7 +406,7 @@ impl Actor {
             Cmd::DropWatch(id) => {
                 // Still registered (a one-shot that fired is already gone).
                 if self.watches.remove(&id).is_some() {
-                    self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Keepalive).await;
+                    self.internal(request::Body::RemoveWatch(RemoveWatchReq { watch_id: id }), Kind::Internal).await;
                 }
             }
             Cmd::LastZxid(tx) => {
@@ -361,7 +421,7 @@ impl Actor {
         let id = self.next_id;
         self.next_id += 1;
         let req = Request { id, body: Some(body), ..Default::default() };
-        let deadline = Instant::now() + self.timeout;
+        let now = Instant::now();
         self.pending.insert(
             id,
             Pending {
@@ -369,13 +429,25 @@ impl Actor {
                 is_write: false,
                 kind,
                 reply: None,
-                deadline,
+                deadline: now + self.timeout,
                 sent: false,
                 resent: false,
-                retry_at: Some(Instant::now()),
+                retry_at: Some(now),
+                sent_at: now,
+                _slot: None,
             },
         );
         self.send_pending(id).await;
+    }
+
+    /// A keepalive: a fresh request each time (its proof dates from its own
+    /// send), never retried (the next one is).
+    async fn keepalive(&mut self) {
+        self.last_keepalive = Instant::now();
+        self.keepalive_retry = None;
+        // Only one outstanding: an older unanswered one proves less.
+        self.pending.retain(|_, p| p.kind != Kind::Keepalive);
+        self.internal(request::Body::Keepalive(KeepaliveReq {}), Kind::Keepalive).await;
     }
 
     /// Writes pending request `id` if a ready connection exists.
@@ -389,6 +461,7 @@ impl Actor {
         p.retry_at = None;
         p.resent |= p.sent;
         p.sent = true;
+        p.sent_at = Instant::now();
         let bytes = encode(&p.req);
         if conn.w.send(bytes).await.is_err() {
             self.drop_conn();
@@ -402,11 +475,11 @@ impl Actor {
                     p.retry_at = Some(Instant::now());
                 }
             }
-            if *self.state.borrow() == SessionState::Connected {
-                let _ = self.state.send(SessionState::Suspended);
-            }
+            // Keepalives and internal requests belong to that connection.
+            self.pending.retain(|_, p| p.kind == Kind::User);
             self.ep += 1;
         }
+        self.update_state(Instant::now());
     }
 
     async fn on_event(&mut self, ev: Ev) {
@@ -423,9 +496,11 @@ impl Actor {
         if self.conn.as_ref().is_none_or(|c| c.gen != gen) {
             return; // from a connection we already left
         }
+        self.last_frame = Instant::now();
         match frame.frame {
             Some(server_frame::Frame::Event(e)) => {
-                self.last_contact = Instant::now();
+                // An event is not contact: a member cut off from the leader
+                // still delivers what it applies.
                 self.last_zxid = self.last_zxid.max(e.zxid);
                 if let Some(w) = self.watches.get_mut(&e.watch_id) {
                     let persistent = w.spec.persistent;
@@ -449,14 +524,6 @@ impl Actor {
     async fn on_response(&mut self, r: Response) {
         self.last_zxid = self.last_zxid.max(r.zxid);
         let code = ErrorCode::try_from(r.error).unwrap_or(ErrorCode::Internal);
-        // A member that cannot reach a leader still answers, but it cannot
-        // keep the session alive: such answers do not count as contact.
-        if !matches!(
-            code,
-            ErrorCode::NoLeader | ErrorCode::Timeout | ErrorCode::LeaderChanged | ErrorCode::ShuttingDown
-        ) {
-            self.last_contact = Instant::now();
-        }
         if r.id == 0 {
             debug!(?code, "connection-level error: {}", r.message);
             return;
@@ -476,15 +543,26 @@ impl Actor {
             | ErrorCode::Timeout
                 if Instant::now() < p.deadline =>
             {
-                if p.kind == Kind::Attach {
-                    // This member cannot catch up now: try another.
-                    self.pending.remove(&r.id);
-                    self.drop_conn();
-                    return;
-                }
-                p.retry_at = Some(Instant::now() + RETRY_DELAY);
-                if code == ErrorCode::ShuttingDown {
-                    self.drop_conn();
+                match p.kind {
+                    Kind::Attach => {
+                        // This member cannot attach now: try another.
+                        self.pending.remove(&r.id);
+                        self.drop_conn();
+                    }
+                    Kind::Keepalive => {
+                        // Not vouched for; the next keepalive goes soon.
+                        self.pending.remove(&r.id);
+                        self.keepalive_retry = Some(Instant::now() + RETRY_DELAY);
+                        if code == ErrorCode::ShuttingDown {
+                            self.drop_conn();
+                        }
+                    }
+                    _ => {
+                        p.retry_at = Some(Instant::now() + RETRY_DELAY);
+                        if code == ErrorCode::ShuttingDown {
+                            self.drop_conn();
+                        }
+                    }
                 }
                 return;
             }
@@ -500,8 +578,10 @@ impl Actor {
                     if let Some(c) = self.conn.as_mut() {
                         c.ready = true;
                     }
-                    let _ = self.state.send(SessionState::Connected);
-                    debug!(endpoint = %self.endpoint(), "session resumed");
+                    debug!(endpoint = %self.endpoint(), "session resumed; proving it alive");
+                    // Attached, not yet vouched for: Connected comes with
+                    // the answer to this keepalive.
+                    self.keepalive().await;
                     let ids: Vec<u64> =
                         self.pending.iter().filter(|(_, p)| p.retry_at.is_some()).map(|(id, _)| *id).collect();
                     for id in ids {
@@ -514,17 +594,23 @@ impl Actor {
                 }
             }
             Kind::Keepalive => {
-                if code == ErrorCode::SessionExpired {
-                    self.expire("keepalive: session expired");
+                if code == ErrorCode::Ok {
+                    // The only proof of life (liveness.rs): from its send.
+                    self.liveness.vouched(p.sent_at);
+                    self.update_state(Instant::now());
+                } else {
+                    self.keepalive_retry = Some(Instant::now() + RETRY_DELAY);
                 }
             }
+            Kind::Internal => {}
             Kind::User => {
+                let resent_write = p.is_write && p.resent;
                 if code == ErrorCode::SessionExpired {
                     // A retried write: the session may have expired after an
                     // earlier attempt was applied (its reply lost, e.g.
                     // LEADER_CHANGED). Found by the harness's register
                     // workload under partitions.
-                    let err = if p.is_write && p.resent {
+                    let err = if resent_write {
                         Error::Ambiguous("session expired before a retried write was answered".into())
                     } else {
                         Error::SessionExpired
@@ -533,6 +619,14 @@ impl Actor {
                         let _ = tx.send(Err(err));
                     }
                     self.expire("session expired");
+                    return;
+                }
+                if code == ErrorCode::StaleSequence && resent_write {
+                    // Its reply was evicted from the server's window: the
+                    // first attempt may have been applied.
+                    if let Some(tx) = p.reply {
+                        let _ = tx.send(Err(Error::Ambiguous(format!("retried write: {}", r.message))));
+                    }
                     return;
                 }
                 if let Some(tx) = p.reply {
@@ -549,7 +643,7 @@ impl Actor {
     /// Housekeeping; returns false once the session is expired.
     async fn on_tick(&mut self) -> bool {
         let now = Instant::now();
-        if *self.state.borrow() == SessionState::Expired {
+        if self.is(SessionState::Expired) {
             return false;
         }
         // Deadlines.
@@ -572,15 +666,26 @@ impl Actor {
                 }
             }
         }
+        if self.liveness.presumed_expired(now) {
+            self.expire("no keepalive vouched for during a whole session timeout");
+            return false;
+        }
+        self.update_state(now);
         if self.conn.is_some() {
-            // A connection silent for 2/3 of the timeout is presumed dead.
-            if now.duration_since(self.last_contact) > self.timeout * 2 / 3 {
+            let ready = self.conn.as_ref().is_some_and(|c| c.ready);
+            if now.duration_since(self.last_frame) > self.timeout * 2 / 3 {
+                // A connection silent for 2/3 of the timeout is presumed dead.
                 debug!(endpoint = %self.endpoint(), "no frame from member; switching");
                 self.drop_conn();
-            } else if self.conn.as_ref().is_some_and(|c| c.ready) {
-                if now.duration_since(self.last_keepalive) >= self.timeout / KEEPALIVE_FRACTION {
-                    self.last_keepalive = now;
-                    self.internal(request::Body::Keepalive(KeepaliveReq {}), Kind::Keepalive).await;
+            } else if ready && self.liveness.should_switch(now) && self.keepalive_retry.is_some() {
+                // This member has refused to vouch for half a timeout.
+                debug!(endpoint = %self.endpoint(), "member cannot vouch for the session; switching");
+                self.drop_conn();
+            } else if ready {
+                let due = now.duration_since(self.last_keepalive) >= self.timeout / KEEPALIVE_FRACTION
+                    || self.keepalive_retry.is_some_and(|t| now >= t);
+                if due {
+                    self.keepalive().await;
                 }
                 // Retries that are due.
                 let due: Vec<u64> = self
@@ -594,17 +699,11 @@ impl Actor {
                 }
             }
         }
-        if self.conn.is_none() {
-            if now.duration_since(self.last_contact) > self.timeout {
-                self.expire("no member reachable for a whole session timeout");
-                return false;
-            }
-            if now >= self.next_connect {
-                self.reconnect().await;
-                self.next_connect = Instant::now() + Duration::from_millis(100);
-            }
+        if self.conn.is_none() && now >= self.next_connect {
+            self.reconnect().await;
+            self.next_connect = Instant::now() + Duration::from_millis(100);
         }
-        *self.state.borrow() != SessionState::Expired
+        !self.is(SessionState::Expired)
     }
 
     async fn reconnect(&mut self) {
@@ -622,8 +721,6 @@ impl Actor {
         let (rd, wr) = s.into_split();
         spawn_reader(self.gen, rd, self.ev_tx.clone());
         let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
-        // Drop keepalives from the old connection; they are meaningless now.
-        self.pending.retain(|_, p| p.kind == Kind::User);
         let id = self.next_id;
         self.next_id += 1;
         let watches = self.watches.values().filter(|w| !w.tx.is_closed()).map(|w| w.spec.clone()).collect();
@@ -641,7 +738,7 @@ impl Actor {
             self.ep += 1;
             return;
         }
-        let deadline = Instant::now() + self.timeout.max(Duration::from_secs(1));
+        let now = Instant::now();
         self.pending.insert(
             id,
             Pending {
@@ -649,14 +746,16 @@ impl Actor {
                 is_write: false,
                 kind: Kind::Attach,
                 reply: None,
-                deadline,
+                deadline: now + (self.timeout / 2).max(Duration::from_millis(500)),
                 sent: true,
                 resent: false,
                 retry_at: None,
+                sent_at: now,
+                _slot: None,
             },
         );
         self.conn = Some(Conn { gen: self.gen, w, ready: false });
-        self.last_keepalive = Instant::now();
+        self.last_frame = now;
         debug!(%endpoint, "reconnecting");
     }
 
@@ -680,14 +779,15 @@ impl Actor {
     }
 
     async fn close(&mut self, evs: &mut mpsc::UnboundedReceiver<Ev>) -> Result<()> {
-        if *self.state.borrow() == SessionState::Expired {
+        if self.is(SessionState::Expired) {
             return Ok(());
         }
         let (tx, rx) = oneshot::channel();
         let req = Request { body: Some(request::Body::CloseSession(Default::default())), ..Default::default() };
-        self.on_cmd(Cmd::Call { req, is_write: true, reply: tx, timeout: Duration::from_secs(3) }).await;
+        let timeout = Duration::from_secs(3);
+        self.on_cmd(Cmd::Call { req, is_write: true, reply: tx, timeout, slot: None }).await;
         // Serve events until the close is answered (or times out).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = rx;
         let result = loop {
             tokio::select! {

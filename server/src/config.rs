@@ -43,6 +43,39 @@ impl Config {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
     }
+
+    /// The base election timeout (raft-rs randomizes in [1x, 2x)).
+    pub fn election_timeout(&self) -> Duration {
+        Duration::from_millis(self.tick_ms * self.election_ticks as u64)
+    }
+
+    /// The smallest session timeout this timing allows: twice the base
+    /// election timeout, i.e. the longest randomized election timeout. A
+    /// client stays `Connected` for 2/3 of its timeout after a keepalive it
+    /// sent; with less, one failed election would suspend every client
+    /// (liveness), and the drift margin in docs/guarantees.md assumes it.
+    pub fn session_floor_ms(&self) -> u32 {
+        (2 * self.tick_ms * self.election_ticks as u64).min(u32::MAX as u64) as u32
+    }
+
+    /// Checks the timing flags against each other.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.election_ticks <= self.heartbeat_ticks {
+            return Err("--election-ticks must be greater than --heartbeat-ticks".into());
+        }
+        if self.min_session_ms > self.max_session_ms {
+            return Err("--min-session-ms is over --max-session-ms".into());
+        }
+        let floor = self.session_floor_ms();
+        if self.min_session_ms < floor {
+            return Err(format!(
+                "--min-session-ms {} is under twice the election timeout ({floor} ms = 2 x {} ticks x {} ms): \
+                 a session must outlast an election (see docs/guarantees.md)",
+                self.min_session_ms, self.election_ticks, self.tick_ms
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Parses `1=127.0.0.1:7201,2=127.0.0.1:7202`.

@@ -21,11 +21,29 @@ pub struct Faults {
     /// A new leader expires sessions at once instead of granting a fresh
     /// timeout.
     pub expire_without_grace: bool,
+    /// Keepalives are answered from local state alone: a member cut off
+    /// from the leader keeps its clients `Connected` (finding S1's class).
+    pub contact_from_local_answers: bool,
+    /// The leader answers keepalives without a quorum confirming it still
+    /// leads: a deposed leader keeps its clients `Connected` (S4's class).
+    pub keepalive_without_quorum: bool,
+    /// Expiry is decided from the cached role, forwarded if raft-rs has
+    /// stepped down, with no drain or tick-gap check: a leader resuming
+    /// from a pause expires live sessions through the new leader (S2).
+    pub expire_from_stale_role: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 5] =
-    ["stale-reads", "ack-before-commit", "no-fence-check", "grant-without-predecessor", "expire-without-grace"];
+pub const NAMES: [&str; 8] = [
+    "stale-reads",
+    "ack-before-commit",
+    "no-fence-check",
+    "grant-without-predecessor",
+    "expire-without-grace",
+    "contact-from-local-answers",
+    "keepalive-without-quorum",
+    "expire-from-stale-role",
+];
 
 impl Faults {
     /// Parses fault names (comma-separated or repeated).
@@ -38,6 +56,9 @@ impl Faults {
                 "no-fence-check" => f.no_fence_check = true,
                 "grant-without-predecessor" => f.grant_without_predecessor = true,
                 "expire-without-grace" => f.expire_without_grace = true,
+                "contact-from-local-answers" => f.contact_from_local_answers = true,
+                "keepalive-without-quorum" => f.keepalive_without_quorum = true,
+                "expire-from-stale-role" => f.expire_from_stale_role = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -65,4 +86,7 @@ impl Faults {
     query!(no_fence_check);
     query!(grant_without_predecessor);
     query!(expire_without_grace);
+    query!(contact_from_local_answers);
+    query!(keepalive_without_quorum);
+    query!(expire_from_stale_role);
 }

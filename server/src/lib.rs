@@ -5,19 +5,29 @@
 //! - [`raft_store`]: raft-rs `Storage` over it: log, hard state, snapshots.
 //! - [`state`]: the deterministic state machine (node tree, sessions,
 //!   exactly-once replies, fences). No I/O, no clock.
-//! - [`node`]: the Raft driver thread: Ready loop, proposals, ReadIndex,
-//!   watches, session expiry.
+//! - [`driver`]: the Raft driver, deterministic (no I/O, no clock): Ready
+//!   handling, proposals, replies; with its pieces [`reads`] (ReadIndex),
+//!   [`watches`] and [`sessions`] (liveness, expiry).
+//! - [`message`]: what flows between the driver and the I/O around it.
+//! - [`node`]: the runtime loop (one thread, the wall clock) and
+//!   [`syncer`] (the fsync thread).
 //! - [`transport`]: peer TCP links; [`listener`]: client connections.
 //! - [`config`], [`logging`].
 //!
 //! See docs/architecture.md for the write and read paths end to end.
 
 pub mod config;
+pub mod driver;
 pub mod faults;
 pub mod kv;
 pub mod listener;
 pub mod logging;
+pub mod message;
 pub mod node;
 pub mod raft_store;
+pub mod reads;
+pub mod sessions;
 pub mod state;
+pub mod syncer;
 pub mod transport;
+pub mod watches;

@@ -25,7 +25,8 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::debug;
 
-use crate::node::{fast_read, Input, SharedState};
+use crate::driver::{fast_read, SharedState};
+use crate::message::Input;
 
 /// Requests a connection may have in flight.
 pub const MAX_INFLIGHT: usize = 1024;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use baton_server::config::{parse_peers, Config};
 use baton_server::kv::RocksKv;
-use baton_server::node::{Driver, Input};
+use baton_server::message::Input;
+use baton_server::node::Node;
 use clap::{Args, Parser, Subcommand};
 use tracing::{error, info};
 
@@ -147,12 +148,6 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         anyhow::bail!("--peers must include this member ({id})");
     }
     let t = a.timing;
-    if t.election_ticks <= t.heartbeat_ticks {
-        anyhow::bail!("--election-ticks must be greater than --heartbeat-ticks");
-    }
-    if t.min_session_ms > t.max_session_ms {
-        anyhow::bail!("--min-session-ms is over --max-session-ms");
-    }
     let cfg = Config {
         id,
         data_dir: data_dir.clone(),
@@ -169,6 +164,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         request_timeout_ms: t.request_timeout_ms.max(100),
         faults: t.faults()?,
     };
+    cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let kv =
         RocksKv::open(&data_dir.join("db")).with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
@@ -188,11 +184,12 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         let _g = rt.enter();
         baton_server::transport::start_senders(id, &peers, in_tx.clone())
     };
-    let driver = Driver::new(cfg.clone(), Box::new(kv), Box::new(transport))?;
+    let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
+    let node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
     rt.spawn(baton_server::transport::serve(peer_listener, id, in_tx.clone()));
     // Local reads without a watch are answered by the listeners from the
     // shared state (not with deliberate bugs on: those act in the driver).
-    let shared = (!cfg.faults.any()).then(|| driver.shared_state());
+    let shared = (!cfg.faults.any()).then(|| node.shared_state());
     rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame, shared));
     let stop = in_tx.clone();
     rt.spawn(async move {
@@ -207,7 +204,8 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         let _ = stop.send(Input::Shutdown);
     });
     info!(id, %client_addr, %peer_addr, "member up");
-    let result = driver.run(in_rx, in_tx);
+    drop(in_tx);
+    let result = node.run(in_rx);
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }

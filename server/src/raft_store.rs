@@ -98,6 +98,11 @@ impl RaftStore {
         &self.hard_state
     }
 
+    /// The configuration as last applied (voters, learners).
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
     pub fn first(&self) -> u64 {
         self.truncated.0 + 1
     }

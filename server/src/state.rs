@@ -13,7 +13,10 @@
 //! - A write that fails changes nothing (a `multi` rolls back every op).
 //! - Exactly-once: each session remembers the replies to writes whose
 //!   sequence number the client has not yet acknowledged (`acked_below`), so
-//!   a retried write returns its first reply instead of running again.
+//!   a retried write returns its first reply instead of running again. A
+//!   write below the session's floor (what the client acknowledged, or the
+//!   oldest reply evicted from a full window) fails with STALE_SEQUENCE and
+//!   never runs: at most once, however many writes are in flight.
 //! - Sequential suffixes come from a per-parent counter that only grows.
 //!
 //! What it does not do: validate framing, check secrets (connections do that
@@ -37,8 +40,10 @@ use prost::Message as _;
 use crate::kv::{prefix_end, Batch, Kv, KvError};
 
 /// Replies kept per session for exactly-once (writes not yet acknowledged).
-/// A client with more writes in flight than this loses the guarantee for
-/// the oldest; the client library never has more than 1,024 in flight.
+/// When a session has more unacknowledged writes than this, the oldest reply
+/// is dropped and the session's floor (`acked_below`) rises past it: a late
+/// retry of it fails with STALE_SEQUENCE instead of running twice. The
+/// client library never has more than 1,024 writes in flight.
 pub const MAX_CACHED_REPLIES: usize = 4096;
 
 const KEY_APPLIED: &[u8] = b"a";
@@ -297,7 +302,10 @@ impl StateMachine {
             return error_response(
                 index,
                 ErrorCode::StaleSequence,
-                format!("write {} was already acknowledged (acked below {})", w.seq, session.acked_below),
+                format!(
+                    "write {} is below this session's floor {} (acknowledged, or its reply left the window)",
+                    w.seq, session.acked_below
+                ),
             );
         }
         if matches!(w.op, Some(baton_proto::client_write::Op::CloseSession(_))) {
@@ -324,7 +332,13 @@ impl StateMachine {
         if let Some(session) = self.sessions.get_mut(&sid) {
             session.replies.insert(w.seq, resp.encode_to_vec().into());
             while session.replies.len() > MAX_CACHED_REPLIES {
-                session.replies.pop_first();
+                // The window is full: forget the oldest reply, and raise the
+                // floor past it, so that a late retry of it (or of anything
+                // older) gets a definite STALE_SEQUENCE instead of running
+                // a second time (finding S5).
+                if let Some((evicted, _)) = session.replies.pop_first() {
+                    session.acked_below = session.acked_below.max(evicted + 1);
+                }
             }
             self.dirty_sessions.insert(sid);
         }

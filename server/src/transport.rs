@@ -16,7 +16,9 @@ use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use baton_proto::{peer_frame, PeerFrame, PeerHello, SessionTouch, TouchAck, MAX_PEER_FRAME};
+use baton_proto::{
+    peer_frame, PeerFrame, PeerHello, SessionSync, SessionSyncAck, SessionTouch, TouchAck, MAX_PEER_FRAME,
+};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use protobuf::Message as _;
@@ -26,14 +28,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, info, warn};
 
-use crate::node::{Input, PeerSink};
-
-/// What the driver sends to a peer.
-pub enum PeerOut {
-    Raft(Box<Message>),
-    Touch { ids: Vec<u64>, batch: u64 },
-    TouchAck(u64),
-}
+use crate::message::{Input, PeerOut, PeerSink};
 
 /// Messages written per flush at most.
 const MAX_BATCH: usize = 512;
@@ -82,7 +77,17 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
             }
         }
         PeerOut::Touch { ids, batch } => (peer_frame::Frame::Touch(SessionTouch { session_ids: ids, batch }), false),
-        PeerOut::TouchAck(batch) => (peer_frame::Frame::TouchAck(TouchAck { batch }), false),
+        PeerOut::TouchAck { batch, expired, expiring } => {
+            (peer_frame::Frame::TouchAck(TouchAck { batch, expired, expiring }), false)
+        }
+        PeerOut::Sync { term, round, ids, want_report } => {
+            (peer_frame::Frame::Sync(SessionSync { term, round, session_ids: ids, want_report }), false)
+        }
+        PeerOut::SyncAck { term, round, report } => {
+            let has_report = report.is_some();
+            let report = report.unwrap_or_default();
+            (peer_frame::Frame::SyncAck(SessionSyncAck { term, round, has_report, report }), false)
+        }
     };
     Some((PeerFrame { frame: Some(frame) }.encode_to_vec().into(), snap))
 }
@@ -105,7 +110,7 @@ async fn sender(me: u64, to: u64, addr: SocketAddr, mut rx: UnboundedReceiver<Pe
                                 let _ = input.send(Input::SnapshotSent { to, ok: false });
                             }
                         }
-                        Ok(PeerOut::Touch { .. }) | Ok(PeerOut::TouchAck(_)) => {}
+                        Ok(_) => {}
                         Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
                         Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return,
                     }
@@ -224,7 +229,20 @@ async fn frames(
                 let _ = input.send(Input::Touch { from: peer, ids: t.session_ids, batch: t.batch });
             }
             Some(peer_frame::Frame::TouchAck(a)) => {
-                let _ = input.send(Input::TouchAck { from: peer, batch: a.batch });
+                let _ = input.send(Input::TouchAck { from: peer, batch: a.batch, expired: a.expired, expiring: a.expiring });
+            }
+            Some(peer_frame::Frame::Sync(s)) => {
+                let _ = input.send(Input::Sync {
+                    from: peer,
+                    term: s.term,
+                    round: s.round,
+                    ids: s.session_ids,
+                    want_report: s.want_report,
+                });
+            }
+            Some(peer_frame::Frame::SyncAck(a)) => {
+                let report = a.has_report.then_some(a.report);
+                let _ = input.send(Input::SyncAck { from: peer, term: a.term, round: a.round, report });
             }
             Some(peer_frame::Frame::Hello(_)) | None => anyhow::bail!("unexpected peer frame"),
         }

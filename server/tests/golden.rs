@@ -27,6 +27,8 @@
 //! - `expire <sid> [<sid>...]`: an `ExpireSessions` entry.
 //! - `noop`: an entry that carries no command (a new leader's empty entry,
 //!   a configuration change): `StateMachine::skip`.
+//! - `repeat <n> <command>`: runs a command `n` times; only the last run's
+//!   output is kept.
 //!
 //! Client writes (`create`, `set`, `delete`, `multi`, `close`) take optional
 //! `seq=<n>` and `acked=<n>` tokens. By default each session's `seq` counts
@@ -151,6 +153,21 @@ impl Runner {
                 self.line(format!("skipped {index}, applied={}", self.sm.applied()));
             }
             "create" | "set" | "delete" | "multi" | "close" => self.client_write(cmd, args)?,
+            "repeat" => {
+                let (n, rest) = args.split_first().ok_or("usage: repeat <n> <command>")?;
+                let n: u64 = parse_num(n)?;
+                if n == 0 || rest.is_empty() {
+                    return Err("usage: repeat <n> <command>".into());
+                }
+                let inner = rest.join(" ");
+                for i in 0..n {
+                    let mark = self.out.len();
+                    self.run_command(&inner)?;
+                    if i + 1 < n {
+                        self.out.truncate(mark);
+                    }
+                }
+            }
             "get" => {
                 let path = one_path(args)?;
                 match self.sm.get(path) {

@@ -1,0 +1,105 @@
+//! The messages between the driver and the I/O around it: what comes in
+//! ([`Input`]), what goes out to peers ([`PeerOut`] through a [`PeerSink`]),
+//! and how a client connection is named ([`ConnId`]).
+//!
+//! This module is the seam between the deterministic driver
+//! (`driver.rs` and its pieces) and the runtime (`node.rs`, `transport.rs`,
+//! `listener.rs`): the runtime turns sockets and timers into `Input`s, the
+//! simulator (`sim.rs`) makes them up from a seeded schedule. Nothing here
+//! does I/O.
+
+use baton_proto::{Request, ServerFrame, SessionAge};
+use raft::prelude::Message;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A client connection, as the driver knows it.
+pub type ConnId = u64;
+
+/// Everything the driver reacts to. The runtime's channel is unbounded:
+/// client input is bounded per connection by the listener (`MAX_INFLIGHT`
+/// requests), and peer input by raft-rs's own flow control
+/// (`max_inflight_msgs`).
+pub enum Input {
+    ConnOpened {
+        conn: ConnId,
+        tx: UnboundedSender<ServerFrame>,
+    },
+    ConnClosed {
+        conn: ConnId,
+    },
+    Client {
+        conn: ConnId,
+        req: Request,
+    },
+    Peer(Box<Message>),
+    /// Follower -> leader: sessions heard from (see `sessions.rs`).
+    Touch {
+        from: u64,
+        ids: Vec<u64>,
+        batch: u64,
+    },
+    /// Leader -> follower: touch batch `batch` is recorded by a quorum.
+    TouchAck {
+        from: u64,
+        batch: u64,
+        expired: Vec<u64>,
+        expiring: Vec<u64>,
+    },
+    /// Leader -> voter: record these touches.
+    Sync {
+        from: u64,
+        term: u64,
+        round: u64,
+        ids: Vec<u64>,
+        want_report: bool,
+    },
+    /// Voter -> leader: recorded (with this member's records if asked).
+    SyncAck {
+        from: u64,
+        term: u64,
+        round: u64,
+        report: Option<Vec<SessionAge>>,
+    },
+    /// The transport could not deliver to this peer.
+    Unreachable(u64),
+    /// The connection this peer dialled to us closed (EOF or error): the
+    /// peer process may have died.
+    PeerGone(u64),
+    /// The syncer finished a write (a wake-up; the details come through
+    /// its own channel).
+    Persisted,
+    SnapshotSent {
+        to: u64,
+        ok: bool,
+    },
+    Shutdown,
+}
+
+/// What the driver sends to a peer.
+#[derive(Debug, Clone)]
+pub enum PeerOut {
+    Raft(Box<Message>),
+    Touch { ids: Vec<u64>, batch: u64 },
+    TouchAck { batch: u64, expired: Vec<u64>, expiring: Vec<u64> },
+    Sync { term: u64, round: u64, ids: Vec<u64>, want_report: bool },
+    SyncAck { term: u64, round: u64, report: Option<Vec<SessionAge>> },
+}
+
+impl PeerOut {
+    /// The `Input` this becomes at the receiving member.
+    pub fn into_input(self, from: u64) -> Input {
+        match self {
+            PeerOut::Raft(m) => Input::Peer(m),
+            PeerOut::Touch { ids, batch } => Input::Touch { from, ids, batch },
+            PeerOut::TouchAck { batch, expired, expiring } => Input::TouchAck { from, batch, expired, expiring },
+            PeerOut::Sync { term, round, ids, want_report } => Input::Sync { from, term, round, ids, want_report },
+            PeerOut::SyncAck { term, round, report } => Input::SyncAck { from, term, round, report },
+        }
+    }
+}
+
+/// Outgoing peer traffic: the driver hands messages to the transport (or
+/// to the simulator's network).
+pub trait PeerSink: Send + 'static {
+    fn send(&self, to: u64, msg: PeerOut);
+}

@@ -1,0 +1,649 @@
+//! Session liveness: who may say a session is alive, and when the leader
+//! may expire it.
+//!
+//! # The rule
+//! A member answers a keepalive with OK only after a quorum of voters has
+//! recorded the touch in the current leader's term. A client counts only
+//! such answers as contact, from the moment it *sent* the keepalive, and
+//! leaves `Connected` 2/3 of its session timeout `T` after that moment
+//! (`client/src/liveness.rs`). No leader expires a session earlier than `T`
+//! after the last touch any member vouched for:
+//!
+//! 1. The leader that recorded the touch at `a` (after the client sent it
+//!    at `s <= a`) keeps the deadline `a + T` on its monotonic clock.
+//! 2. A leader that takes over was elected by a quorum, and that quorum
+//!    shares a member with the quorum that acknowledged the touch. That
+//!    member acknowledged in the old term, so it voted for the new leader
+//!    later: the new leader's election happened after `s`. It starts every
+//!    session at (its election + `T`), and lowers that only to (latest
+//!    record a quorum reports + `T`): some member of any quorum recorded the
+//!    last vouched-for touch, so that is never before `s + T` either.
+//! 3. Expiry is proposed only by a member that is leader in raft-rs's live
+//!    state (never the cached role, never forwarded), that has applied its
+//!    term's first entry (so it knows every earlier expiry), whose input
+//!    queue was drained this turn (touches that waited are counted), and not
+//!    in the turn after a tick gap: a member that was paused (SIGSTOP, a VM
+//!    stall) restarts every deadline instead of expiring from stale ones.
+//!
+//! So a leader change never shortens a session's life, and under
+//! leaderships shorter than `T` a dead client's session still expires: a new
+//! leader learns from the reports when the session was last heard of.
+//!
+//! # The protocol
+//! - Follower: a keepalive waits for the next touch forward (`Touch`, by
+//!   batch number) to be acknowledged (`TouchAck`) for *that* batch; other
+//!   requests' sessions ride along with forwards every few ticks.
+//! - Leader: touches (its own clients', forwarded ones) go into the next
+//!   round: `Sync{term, round, ids}` to every voter; a voter records the ids
+//!   and answers `SyncAck` only while it is in that term with the sender as
+//!   leader. A round acked by a quorum (the leader counts itself) answers its
+//!   keepalives and acknowledges its forwards.
+//! - A new leader asks for reports in its rounds until a quorum has sent
+//!   them; each is "session -> how long ago this member recorded it".
+//!
+//! Pure bookkeeping: time, the state machine and the configuration come in
+//! as arguments; what to send or answer goes out as [`Action`]s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use baton_proto::{ErrorCode, SessionAge};
+
+use crate::message::{ConnId, PeerOut};
+use crate::state::StateMachine;
+
+/// Ticks between background rounds (touches of requests other than
+/// keepalives, which go at once).
+const ROUND_EVERY_TICKS: u32 = 2;
+
+/// Something for the driver to do.
+#[derive(Debug)]
+pub enum Action {
+    /// Answer a keepalive (`Ok`: the session is vouched for).
+    Reply { conn: ConnId, id: u64, code: ErrorCode, msg: String },
+    Send { to: u64, out: PeerOut },
+}
+
+/// The voters of the current configuration (both halves while joint).
+#[derive(Debug, Clone, Default)]
+pub struct Voters {
+    pub incoming: Vec<u64>,
+    pub outgoing: Vec<u64>,
+}
+
+impl Voters {
+    pub fn has_quorum(&self, acks: &BTreeSet<u64>) -> bool {
+        let majority = |set: &[u64]| set.is_empty() || set.iter().filter(|v| acks.contains(v)).count() * 2 > set.len();
+        !self.incoming.is_empty() && majority(&self.incoming) && majority(&self.outgoing)
+    }
+
+    /// Every voter but `me`.
+    pub fn others(&self, me: u64) -> BTreeSet<u64> {
+        self.incoming.iter().chain(self.outgoing.iter()).copied().filter(|v| *v != me).collect()
+    }
+}
+
+/// Timing the session layer needs from the member's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub tick: Duration,
+    /// The (base) election timeout: rounds and follower keepalives give up
+    /// after twice this.
+    pub election: Duration,
+    /// Grace for a new leader before expiring (0 only with the deliberate
+    /// bug `expire-without-grace`).
+    pub no_grace: bool,
+}
+
+/// The state of one member's session layer.
+pub struct Sessions {
+    me: u64,
+    timing: Timing,
+    /// When this member last recorded activity of each session (a touch it
+    /// saw as leader, a `Sync` from a leader, the session's creation).
+    seen: BTreeMap<u64, Instant>,
+    lead: Option<Lead>,
+    /// Follower: sessions heard from since the last forward.
+    touched: BTreeSet<u64>,
+    /// Follower: number of the next forward.
+    batch: u64,
+    next_forward: Instant,
+    /// Follower: keepalives waiting for their batch's acknowledgement.
+    keepalives: Vec<Waiting>,
+}
+
+struct Waiting {
+    batch: u64,
+    conn: ConnId,
+    id: u64,
+    sid: u64,
+    since: Instant,
+}
+
+/// Leader-only state; dropped on stepping down.
+struct Lead {
+    term: u64,
+    /// When this member learned it leads (deadlines start here).
+    since: Instant,
+    /// Index of the term's first entry: until it is applied, this leader
+    /// may not know of expiries committed by earlier leaders.
+    term_start: u64,
+    deadlines: BTreeMap<u64, Instant>,
+    /// Sessions whose expiry was proposed, with when.
+    expiring: BTreeMap<u64, Instant>,
+    /// Reports received: member -> (when received, session -> recorded at).
+    reports: BTreeMap<u64, (Instant, BTreeMap<u64, Instant>)>,
+    rebuilt: bool,
+    next_round: u64,
+    open: Round,
+    in_flight: BTreeMap<u64, Round>,
+    last_round: Instant,
+}
+
+#[derive(Default)]
+struct Round {
+    ids: BTreeSet<u64>,
+    acks: BTreeSet<u64>,
+    /// This member's own keepalives: (conn, request id, session).
+    local: Vec<(ConnId, u64, u64)>,
+    /// Followers' forwards: (member, batch, sessions).
+    forwards: Vec<(u64, u64, Vec<u64>)>,
+    want_report: bool,
+    started: Option<Instant>,
+    sent: Option<Instant>,
+}
+
+impl Round {
+    fn urgent(&self) -> bool {
+        !self.local.is_empty() || !self.forwards.is_empty() || self.want_report
+    }
+}
+
+fn timeout_of(sm: &StateMachine, sid: u64) -> Option<Duration> {
+    sm.session_timeout(sid).map(|t| Duration::from_millis(t as u64))
+}
+
+fn reply(conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) -> Action {
+    Action::Reply { conn, id, code, msg: msg.into() }
+}
+
+impl Sessions {
+    pub fn new(me: u64, timing: Timing, now: Instant) -> Self {
+        Sessions {
+            me,
+            timing,
+            seen: BTreeMap::new(),
+            lead: None,
+            touched: BTreeSet::new(),
+            batch: 1,
+            next_forward: now,
+            keepalives: Vec::new(),
+        }
+    }
+
+    pub fn is_leading(&self) -> bool {
+        self.lead.is_some()
+    }
+
+    /// True if this leader proposed the session's expiry.
+    pub fn is_expiring(&self, sid: u64) -> bool {
+        self.lead.as_ref().is_some_and(|l| l.expiring.contains_key(&sid))
+    }
+
+    /// The deadline this leader keeps for a session (tests, status).
+    pub fn deadline(&self, sid: u64) -> Option<Instant> {
+        self.lead.as_ref().and_then(|l| l.deadlines.get(&sid).copied())
+    }
+
+    /// This member became leader of `term`; its first entry is `term_start`.
+    pub fn become_leader(&mut self, term: u64, term_start: u64, now: Instant) -> Vec<Action> {
+        let out = self.drop_follower_keepalives("this member became leader; retry");
+        self.touched.clear();
+        let open = Round { want_report: true, ..Default::default() };
+        self.lead = Some(Lead {
+            term,
+            since: now,
+            term_start,
+            deadlines: BTreeMap::new(),
+            expiring: BTreeMap::new(),
+            reports: BTreeMap::new(),
+            rebuilt: false,
+            next_round: 1,
+            open,
+            in_flight: BTreeMap::new(),
+            last_round: now,
+        });
+        out
+    }
+
+    /// This member no longer leads (or its leader changed): nothing it was
+    /// about to vouch for may be vouched for now.
+    pub fn leader_changed(&mut self) -> Vec<Action> {
+        let mut out = self.drop_follower_keepalives("the leader changed; retry");
+        if let Some(lead) = self.lead.take() {
+            let rounds = lead.in_flight.into_values().chain(std::iter::once(lead.open));
+            for r in rounds {
+                for (conn, id, _) in r.local {
+                    out.push(reply(conn, id, ErrorCode::NoLeader, "this member stopped leading; retry"));
+                }
+            }
+        }
+        out
+    }
+
+    fn drop_follower_keepalives(&mut self, why: &str) -> Vec<Action> {
+        self.keepalives.drain(..).map(|k| reply(k.conn, k.id, ErrorCode::NoLeader, why)).collect()
+    }
+
+    /// A request of session `sid` arrived (any kind): it is alive.
+    pub fn touch(&mut self, sid: u64, sm: &StateMachine, now: Instant) {
+        match self.lead.as_mut() {
+            Some(lead) => {
+                if let Some(t) = timeout_of(sm, sid) {
+                    let d = lead.deadlines.entry(sid).or_insert(now + t);
+                    *d = (*d).max(now + t);
+                    lead.open.ids.insert(sid);
+                    self.seen.insert(sid, now);
+                }
+            }
+            None => {
+                self.touched.insert(sid);
+            }
+        }
+    }
+
+    /// A keepalive of `sid` (known to exist locally) from `conn`.
+    pub fn keepalive(&mut self, conn: ConnId, id: u64, sid: u64, sm: &StateMachine, now: Instant) {
+        self.touch(sid, sm, now);
+        match self.lead.as_mut() {
+            Some(lead) => lead.open.local.push((conn, id, sid)),
+            None => self.keepalives.push(Waiting { batch: self.batch, conn, id, sid, since: now }),
+        }
+    }
+
+    /// A follower's forward. Ignored unless leading.
+    pub fn on_touch(&mut self, from: u64, batch: u64, ids: Vec<u64>, sm: &StateMachine, now: Instant) {
+        if self.lead.is_none() {
+            return;
+        }
+        for sid in &ids {
+            self.touch(*sid, sm, now);
+        }
+        if let Some(lead) = self.lead.as_mut() {
+            lead.open.forwards.push((from, batch, ids));
+        }
+    }
+
+    /// The leader acknowledged touch batch `batch` (`from_leader`: it came
+    /// from the member this one follows). Answers exactly that batch's
+    /// keepalives (finding S6).
+    pub fn on_touch_ack(
+        &mut self,
+        from_leader: bool,
+        batch: u64,
+        expired: &[u64],
+        expiring: &[u64],
+        sm: &StateMachine,
+    ) -> Vec<Action> {
+        if !from_leader {
+            return Vec::new();
+        }
+        let (done, wait): (Vec<Waiting>, Vec<Waiting>) = self.keepalives.drain(..).partition(|k| k.batch == batch);
+        self.keepalives = wait;
+        done.into_iter()
+            .map(|k| {
+                if expired.contains(&k.sid) || !sm.session_exists(k.sid) {
+                    reply(k.conn, k.id, ErrorCode::SessionExpired, format!("session {:#x} expired", k.sid))
+                } else if expiring.contains(&k.sid) {
+                    reply(k.conn, k.id, ErrorCode::Busy, "the leader cannot vouch for this session now; retry")
+                } else {
+                    reply(k.conn, k.id, ErrorCode::Ok, "")
+                }
+            })
+            .collect()
+    }
+
+    /// A leader's `Sync`: record its sessions; acknowledge only while in
+    /// `term` following `from` (`raft_term`, `raft_leader`: raft-rs's live
+    /// state).
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_sync(
+        &mut self,
+        from: u64,
+        term: u64,
+        round: u64,
+        ids: &[u64],
+        want_report: bool,
+        raft_term: u64,
+        raft_leader: u64,
+        now: Instant,
+    ) -> Option<Action> {
+        for sid in ids {
+            self.seen.insert(*sid, now);
+        }
+        if raft_term != term || raft_leader != from {
+            return None;
+        }
+        let report = want_report.then(|| self.report(now));
+        Some(Action::Send { to: from, out: PeerOut::SyncAck { term, round, report } })
+    }
+
+    /// This member's records, as ages.
+    pub fn report(&self, now: Instant) -> Vec<SessionAge> {
+        self.seen
+            .iter()
+            .map(|(sid, at)| SessionAge { session_id: *sid, age_ms: now.saturating_duration_since(*at).as_millis() as u64 })
+            .collect()
+    }
+
+    /// A voter's `SyncAck`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_sync_ack(
+        &mut self,
+        from: u64,
+        term: u64,
+        round: u64,
+        report: Option<Vec<SessionAge>>,
+        voters: &Voters,
+        sm: &StateMachine,
+        now: Instant,
+    ) -> Vec<Action> {
+        let Some(lead) = self.lead.as_mut() else { return Vec::new() };
+        if lead.term != term {
+            return Vec::new();
+        }
+        if let Some(report) = report {
+            let seen = report
+                .iter()
+                .map(|a| (a.session_id, now.checked_sub(Duration::from_millis(a.age_ms)).unwrap_or(now)))
+                .collect();
+            lead.reports.insert(from, (now, seen));
+        }
+        let complete = match lead.in_flight.get_mut(&round) {
+            Some(r) => {
+                r.acks.insert(from);
+                voters.has_quorum(&r.acks)
+            }
+            None => false,
+        };
+        let mut out = Vec::new();
+        if complete {
+            if let Some(r) = lead.in_flight.remove(&round) {
+                out = self.complete(r, sm);
+            }
+        }
+        self.maybe_rebuild(voters, sm, now);
+        out
+    }
+
+    /// Lowers the fresh deadlines of a new leader to what a quorum's
+    /// records allow (rule 2), once a quorum has reported.
+    fn maybe_rebuild(&mut self, voters: &Voters, sm: &StateMachine, now: Instant) {
+        let mine = self.seen.clone();
+        let Some(lead) = self.lead.as_mut() else { return };
+        if lead.rebuilt {
+            return;
+        }
+        let mut reporters: BTreeSet<u64> = lead.reports.keys().copied().collect();
+        reporters.insert(self.me);
+        if !voters.has_quorum(&reporters) {
+            return;
+        }
+        lead.rebuilt = true;
+        let mut all = lead.reports.clone();
+        all.insert(self.me, (now, mine));
+        for (sid, t) in sm.sessions() {
+            let t = Duration::from_millis(t as u64);
+            let latest = all.values().map(|(at, seen)| seen.get(&sid).copied().unwrap_or(*at)).max().unwrap_or(now);
+            let fresh = lead.since + t;
+            let d = lead.deadlines.entry(sid).or_insert(fresh);
+            *d = (*d).min(latest + t);
+        }
+        lead.reports.clear();
+    }
+
+    /// A round acknowledged by a quorum: answer what waited for it.
+    fn complete(&mut self, r: Round, sm: &StateMachine) -> Vec<Action> {
+        let Some(lead) = self.lead.as_ref() else { return Vec::new() };
+        let caught_up = sm.applied() >= lead.term_start;
+        let verdict = |sid: u64| -> ErrorCode {
+            if !caught_up {
+                ErrorCode::Busy
+            } else if !sm.session_exists(sid) {
+                ErrorCode::SessionExpired
+            } else if lead.expiring.contains_key(&sid) {
+                ErrorCode::Busy
+            } else {
+                ErrorCode::Ok
+            }
+        };
+        let mut out = Vec::new();
+        for (conn, id, sid) in r.local {
+            let code = verdict(sid);
+            let msg = match code {
+                ErrorCode::Ok => String::new(),
+                ErrorCode::SessionExpired => format!("session {sid:#x} expired"),
+                _ => "the leader cannot vouch for this session now; retry".into(),
+            };
+            out.push(reply(conn, id, code, msg));
+        }
+        for (to, batch, ids) in r.forwards {
+            let mut expired = Vec::new();
+            let mut expiring = Vec::new();
+            for sid in ids {
+                match verdict(sid) {
+                    ErrorCode::Ok => {}
+                    ErrorCode::SessionExpired => expired.push(sid),
+                    _ => expiring.push(sid),
+                }
+            }
+            out.push(Action::Send { to, out: PeerOut::TouchAck { batch, expired, expiring } });
+        }
+        out
+    }
+
+    /// End of a loop turn: send what is due. `leader`: the member this one
+    /// follows (0: none known).
+    pub fn flush(&mut self, leader: u64, voters: &Voters, sm: &StateMachine, now: Instant) -> Vec<Action> {
+        let me = self.me;
+        let tick = self.timing.tick;
+        let Some(lead) = self.lead.as_mut() else {
+            // Follower: forward at once if a keepalive waits on this batch.
+            let urgent = self.keepalives.iter().any(|k| k.batch == self.batch);
+            if leader == 0 || self.touched.is_empty() || !(urgent || now >= self.next_forward) {
+                return Vec::new();
+            }
+            let ids: Vec<u64> = std::mem::take(&mut self.touched).into_iter().collect();
+            let batch = self.batch;
+            self.batch += 1;
+            self.next_forward = now + tick * ROUND_EVERY_TICKS;
+            return vec![Action::Send { to: leader, out: PeerOut::Touch { ids, batch } }];
+        };
+        let due = now >= lead.last_round + tick * ROUND_EVERY_TICKS;
+        if !(lead.open.urgent() || (due && !lead.open.ids.is_empty())) {
+            return Vec::new();
+        }
+        let mut r = std::mem::take(&mut lead.open);
+        r.want_report |= !lead.rebuilt;
+        let number = lead.next_round;
+        lead.next_round += 1;
+        lead.last_round = now;
+        r.acks.insert(me);
+        r.started = Some(now);
+        r.sent = Some(now);
+        let mut out: Vec<Action> = voters
+            .others(me)
+            .into_iter()
+            .map(|to| Action::Send {
+                to,
+                out: PeerOut::Sync {
+                    term: lead.term,
+                    round: number,
+                    ids: r.ids.iter().copied().collect(),
+                    want_report: r.want_report,
+                },
+            })
+            .collect();
+        if voters.has_quorum(&r.acks) {
+            out.extend(self.complete(r, sm));
+            self.maybe_rebuild(voters, sm, now);
+        } else {
+            lead.in_flight.insert(number, r);
+        }
+        out
+    }
+
+    /// Deliberate bug `keepalive-without-quorum`: complete every round at
+    /// once, as a leader that trusted itself would.
+    pub fn complete_all_now(&mut self, sm: &StateMachine) -> Vec<Action> {
+        let Some(lead) = self.lead.as_mut() else { return Vec::new() };
+        let rounds: Vec<Round> = std::mem::take(&mut lead.in_flight).into_values().collect();
+        let mut out = Vec::new();
+        for r in rounds {
+            out.extend(self.complete(r, sm));
+        }
+        out
+    }
+
+    /// Every tick: give up on old rounds and keepalives, resend rounds that
+    /// wait, give sessions without a deadline a fresh one.
+    pub fn tick(&mut self, voters: &Voters, sm: &StateMachine, now: Instant) -> Vec<Action> {
+        let give_up = self.timing.election * 2;
+        let mut out = Vec::new();
+        let (old, keep): (Vec<Waiting>, Vec<Waiting>) =
+            self.keepalives.drain(..).partition(|k| now.duration_since(k.since) > give_up);
+        self.keepalives = keep;
+        for k in old {
+            out.push(reply(k.conn, k.id, ErrorCode::NoLeader, "the leader did not acknowledge in time; retry"));
+        }
+        let me = self.me;
+        let no_grace = self.timing.no_grace;
+        let tick = self.timing.tick;
+        let Some(lead) = self.lead.as_mut() else { return out };
+        let late: Vec<u64> = lead
+            .in_flight
+            .iter()
+            .filter(|(_, r)| r.started.is_some_and(|s| now.duration_since(s) > give_up))
+            .map(|(n, _)| *n)
+            .collect();
+        for n in late {
+            if let Some(r) = lead.in_flight.remove(&n) {
+                for (conn, id, _) in r.local {
+                    out.push(reply(conn, id, ErrorCode::NoLeader, "no quorum confirmed this leader in time; retry"));
+                }
+            }
+        }
+        // Resend what a quorum has not acknowledged (a link may have
+        // dropped it); duplicates are harmless.
+        for (n, r) in lead.in_flight.iter_mut() {
+            if r.sent.is_some_and(|s| now.duration_since(s) >= tick * ROUND_EVERY_TICKS) {
+                r.sent = Some(now);
+                for to in voters.others(me) {
+                    if !r.acks.contains(&to) {
+                        out.push(Action::Send {
+                            to,
+                            out: PeerOut::Sync {
+                                term: lead.term,
+                                round: *n,
+                                ids: r.ids.iter().copied().collect(),
+                                want_report: r.want_report,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        // Sessions this leader has no deadline for yet get a full timeout
+        // from now (rule 2: never before this leader's election + T).
+        for (sid, t) in sm.sessions() {
+            let grace = if no_grace { Duration::ZERO } else { Duration::from_millis(t as u64) };
+            lead.deadlines.entry(sid).or_insert(now + grace);
+        }
+        lead.deadlines.retain(|sid, _| sm.session_exists(*sid));
+        lead.expiring.retain(|sid, _| sm.session_exists(*sid));
+        // A new leader keeps asking for reports until a quorum has sent them.
+        if !lead.rebuilt && lead.in_flight.values().all(|r| !r.want_report) {
+            lead.open.want_report = true;
+        }
+        out
+    }
+
+    /// After a tick gap (this member was paused): restart every deadline
+    /// from now rather than expire from stale ones (rule 3).
+    pub fn restart_deadlines(&mut self, sm: &StateMachine, now: Instant) {
+        if let Some(lead) = self.lead.as_mut() {
+            for (sid, d) in lead.deadlines.iter_mut() {
+                if let Some(t) = timeout_of(sm, *sid) {
+                    *d = (*d).max(now + t);
+                }
+            }
+        }
+    }
+
+    /// Sessions due for expiry (marked as expiring). The caller checks that
+    /// it may expire at all (rule 3); `retry`: how long a proposed expiry
+    /// waits before it is proposed again.
+    pub fn due(&mut self, now: Instant, retry: Duration) -> Vec<u64> {
+        let Some(lead) = self.lead.as_mut() else { return Vec::new() };
+        let due: Vec<u64> = lead
+            .deadlines
+            .iter()
+            .filter(|(sid, d)| **d <= now && lead.expiring.get(sid).is_none_or(|t| now.duration_since(*t) > retry))
+            .map(|(sid, _)| *sid)
+            .collect();
+        for sid in &due {
+            lead.expiring.insert(*sid, now);
+        }
+        due
+    }
+
+    /// The leader's first entry of its term is applied (rule 3's "knows
+    /// every earlier expiry").
+    pub fn caught_up(&self, applied: u64) -> bool {
+        self.lead.as_ref().is_some_and(|l| applied >= l.term_start)
+    }
+
+    /// A session was created (applied): it is alive now.
+    pub fn created(&mut self, sid: u64, timeout_ms: u32, now: Instant) {
+        self.seen.insert(sid, now);
+        if let Some(lead) = self.lead.as_mut() {
+            lead.deadlines.insert(sid, now + Duration::from_millis(timeout_ms as u64));
+        }
+    }
+
+    /// A session ended (applied): forget it.
+    pub fn ended(&mut self, sid: u64) {
+        self.seen.remove(&sid);
+        self.touched.remove(&sid);
+        if let Some(lead) = self.lead.as_mut() {
+            lead.deadlines.remove(&sid);
+            lead.expiring.remove(&sid);
+        }
+    }
+
+    /// Forgets a closed connection's waiting keepalives.
+    pub fn remove_conn(&mut self, conn: ConnId) {
+        self.keepalives.retain(|k| k.conn != conn);
+        if let Some(lead) = self.lead.as_mut() {
+            for r in lead.in_flight.values_mut().chain(std::iter::once(&mut lead.open)) {
+                r.local.retain(|(c, _, _)| *c != conn);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_of_joint_configuration() {
+        let v = Voters { incoming: vec![1, 2, 3], outgoing: vec![] };
+        assert!(!v.has_quorum(&[1].into()));
+        assert!(v.has_quorum(&[1, 3].into()));
+        let j = Voters { incoming: vec![1, 2, 3], outgoing: vec![3, 4, 5] };
+        assert!(!j.has_quorum(&[1, 2].into()));
+        assert!(j.has_quorum(&[1, 3, 4].into()));
+        assert_eq!(j.others(3), [1, 2, 4, 5].into());
+    }
+}

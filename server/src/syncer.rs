@@ -1,0 +1,134 @@
+//! The storage writer: one thread that takes every batch the driver queued
+//! since its last write, writes them as one RocksDB batch, synced if any of
+//! them must be (a group commit across Readies), and reports back.
+//!
+//! Invariants:
+//! - All writes go through it, so they reach the WAL in the order the
+//!   driver made them, and a crash loses only a suffix.
+//! - A Ready's `after` messages (votes, append acks) are handed back only
+//!   once its batch is on disk; the driver sends them then.
+//! - A failed write stops the thread; the driver then stops the member
+//!   (it cannot know what reached the disk).
+//!
+//! The driver sees only the [`Persist`] trait: the simulator implements it
+//! with a queue it drains on its own schedule (a crash drops what was not
+//! yet "written").
+
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+
+use raft::prelude::Message;
+
+use crate::kv::{Batch, Kv};
+use crate::message::Input;
+
+/// One Ready's writes.
+pub struct SyncJob {
+    /// The Ready's number (0: nothing raft-rs waits for).
+    pub number: u64,
+    pub batch: Batch,
+    pub sync: bool,
+    /// Messages to send once the batch is on disk.
+    pub after: Vec<Message>,
+}
+
+/// A finished write: the highest Ready number in it, and the messages that
+/// waited for it.
+pub struct Synced {
+    pub number: u64,
+    pub after: Vec<Message>,
+}
+
+/// Where the driver queues its writes.
+pub trait Persist: Send {
+    fn submit(&mut self, job: SyncJob);
+    /// Finishes the queued writes and stops (shutdown).
+    fn stop(&mut self);
+}
+
+/// The syncer thread's submit side (owned by the driver).
+pub struct Syncer {
+    jobs: Option<Sender<SyncJob>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The syncer thread's report side (owned by the runtime loop).
+pub struct SyncReports {
+    done: Receiver<anyhow::Result<Synced>>,
+}
+
+impl Syncer {
+    /// Starts the thread; `wake` is told `Input::Persisted` after each write.
+    pub fn start(kv: Arc<dyn Kv>, wake: Sender<Input>) -> (Syncer, SyncReports) {
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let wake = Arc::new(Mutex::new(wake));
+        let thread = std::thread::Builder::new()
+            .name("baton-syncer".into())
+            .spawn(move || {
+                while let Ok(first) = jobs_rx.recv() {
+                    let mut jobs = vec![first];
+                    while let Ok(j) = jobs_rx.try_recv() {
+                        jobs.push(j);
+                    }
+                    let mut batch = Batch::default();
+                    let mut sync = false;
+                    let mut number = 0;
+                    let mut after = Vec::new();
+                    for j in jobs {
+                        batch.ops.extend(j.batch.ops);
+                        sync |= j.sync;
+                        number = number.max(j.number);
+                        after.extend(j.after);
+                    }
+                    let r = if batch.is_empty() { Ok(()) } else { kv.write(batch, sync) };
+                    let failed = r.is_err();
+                    let out = r.map(|_| Synced { number, after }).map_err(anyhow::Error::from);
+                    if done_tx.send(out).is_err() {
+                        return;
+                    }
+                    let _ = wake.lock().unwrap_or_else(|p| p.into_inner()).send(Input::Persisted);
+                    if failed {
+                        return;
+                    }
+                }
+            })
+            .ok();
+        (Syncer { jobs: Some(jobs_tx), thread }, SyncReports { done: done_rx })
+    }
+}
+
+impl Persist for Syncer {
+    fn submit(&mut self, job: SyncJob) {
+        if job.batch.is_empty() && job.after.is_empty() && job.number == 0 {
+            return;
+        }
+        if let Some(j) = &self.jobs {
+            let _ = j.send(job);
+        }
+    }
+
+    fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl SyncReports {
+    /// A finished write, if any (an error stops the member).
+    pub fn poll(&mut self) -> anyhow::Result<Option<Synced>> {
+        match self.done.try_recv() {
+            Ok(r) => r.map(Some),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => anyhow::bail!("storage writer stopped"),
+        }
+    }
+}

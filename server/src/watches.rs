@@ -1,0 +1,151 @@
+//! The watch table of one member: which connection watches which path, and
+//! what each committed change fires.
+//!
+//! Invariants:
+//! - A one-shot watch fires at most once and is removed when it fires; a
+//!   persistent one stays until removed or its connection closes.
+//! - Events are produced while the entry that caused them is applied, so a
+//!   connection sees them in log order and before any answer that reflects
+//!   the change (the driver queues both on the same connection, in order).
+//! - `since` and `existed` record what the watcher saw at registration, so
+//!   a snapshot install (which skips entries) fires what was missed.
+//!
+//! Pure bookkeeping: no I/O, no clock. The driver sends what it returns.
+
+use std::collections::BTreeMap;
+
+use baton_proto::{EventType, WatchKind, WatchSpec};
+
+use crate::message::ConnId;
+use crate::state::{Change, StateMachine};
+
+#[derive(Clone, Debug)]
+pub struct Watch {
+    pub conn: ConnId,
+    pub id: u64,
+    pub kind: WatchKind,
+    pub persistent: bool,
+    /// Applied index when registered, and whether the node existed then
+    /// (to tell what a snapshot install skipped over).
+    pub since: u64,
+    pub existed: bool,
+}
+
+/// An event to send: to `conn`, for its watch `watch_id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fired {
+    pub conn: ConnId,
+    pub watch_id: u64,
+    pub ty: EventType,
+    pub path: String,
+}
+
+/// path -> watches on it. A BTreeMap so that iteration (snapshot installs)
+/// is the same on every run: the simulator replays exactly.
+#[derive(Default)]
+pub struct Watches {
+    by_path: BTreeMap<String, Vec<Watch>>,
+}
+
+impl Watches {
+    /// Registers (or replaces) `conn`'s watch `spec.watch_id`, as of the
+    /// state `sm` is in now.
+    pub fn add(&mut self, conn: ConnId, spec: &WatchSpec, sm: &StateMachine) {
+        let existed = sm.stat_of(&spec.path).is_some();
+        let since = sm.applied();
+        let list = self.by_path.entry(spec.path.clone()).or_default();
+        list.retain(|w| !(w.conn == conn && w.id == spec.watch_id));
+        list.push(Watch {
+            conn,
+            id: spec.watch_id,
+            kind: WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data),
+            persistent: spec.persistent,
+            since,
+            existed,
+        });
+    }
+
+    pub fn remove(&mut self, conn: ConnId, watch_id: u64) {
+        for list in self.by_path.values_mut() {
+            list.retain(|w| !(w.conn == conn && w.id == watch_id));
+        }
+        self.by_path.retain(|_, l| !l.is_empty());
+    }
+
+    pub fn remove_conn(&mut self, conn: ConnId) {
+        for list in self.by_path.values_mut() {
+            list.retain(|w| w.conn != conn);
+        }
+        self.by_path.retain(|_, l| !l.is_empty());
+    }
+
+    /// The watches one committed change fires (one-shots are removed).
+    pub fn fire(&mut self, change: &Change) -> Vec<Fired> {
+        let (path, ty, kinds): (&str, EventType, &[WatchKind]) = match change {
+            Change::Created(p) => (p, EventType::NodeCreated, &[WatchKind::Exists]),
+            Change::Deleted(p) => {
+                (p, EventType::NodeDeleted, &[WatchKind::Data, WatchKind::Exists, WatchKind::Children])
+            }
+            Change::DataChanged(p) => (p, EventType::NodeDataChanged, &[WatchKind::Data, WatchKind::Exists]),
+            Change::ChildrenChanged(p) => (p, EventType::NodeChildrenChanged, &[WatchKind::Children]),
+        };
+        let Some(list) = self.by_path.get_mut(path) else { return Vec::new() };
+        let mut fired = Vec::new();
+        list.retain(|w| {
+            if kinds.contains(&w.kind) {
+                fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string() });
+                w.persistent
+            } else {
+                true
+            }
+        });
+        if list.is_empty() {
+            self.by_path.remove(path);
+        }
+        fired
+    }
+
+    /// After a snapshot install: what every watch missed, if anything
+    /// (one-shots that fire are removed).
+    pub fn after_snapshot(&mut self, sm: &StateMachine) -> Vec<Fired> {
+        let mut out = Vec::new();
+        for (path, list) in self.by_path.iter_mut() {
+            list.retain_mut(|w| {
+                let spec = WatchSpec {
+                    watch_id: w.id,
+                    path: path.clone(),
+                    kind: w.kind as i32,
+                    persistent: w.persistent,
+                    existed: w.existed,
+                };
+                match missed_event(sm, &spec, w.since) {
+                    Some(ty) => {
+                        out.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.clone() });
+                        // A persistent watch goes on from here.
+                        w.since = sm.applied();
+                        w.existed = sm.stat_of(path).is_some();
+                        w.persistent
+                    }
+                    None => true,
+                }
+            });
+        }
+        self.by_path.retain(|_, l| !l.is_empty());
+        out
+    }
+}
+
+/// What a watch registered at `since` would have seen by now, if anything.
+pub fn missed_event(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Option<EventType> {
+    let stat = sm.stat_of(&spec.path);
+    match (WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data), stat) {
+        (WatchKind::Data, None) => Some(EventType::NodeDeleted),
+        (WatchKind::Data, Some(s)) if s.mzxid > since => Some(EventType::NodeDataChanged),
+        (WatchKind::Exists, Some(s)) if !spec.existed || s.czxid > since => Some(EventType::NodeCreated),
+        (WatchKind::Exists, Some(s)) if s.mzxid > since => Some(EventType::NodeDataChanged),
+        (WatchKind::Exists, None) if spec.existed => Some(EventType::NodeDeleted),
+        (WatchKind::Children, None) => Some(EventType::NodeDeleted),
+        (WatchKind::Children, Some(s)) if s.pzxid > since => Some(EventType::NodeChildrenChanged),
+        _ => None,
+    }
+}
