@@ -30,9 +30,9 @@
 //! exactly-once makes that safe.
 //!
 //! Election timeouts: raft-rs draws them from `thread_rng`, which cannot be
-//! seeded. The driver configures raft-rs with a fixed timeout and draws the
-//! randomized one itself ([`Driver::randomize_election`]), so a simulated run
-//! replays exactly.
+//! seeded. The driver configures raft-rs with a fixed timeout and randomizes
+//! where each countdown starts itself (`randomize_election`), so a simulated
+//! run replays exactly.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -168,9 +168,10 @@ impl Driver {
         let rcfg = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_ticks,
-            // Fixed here; `randomize_election` draws the real timeout.
-            min_election_tick: cfg.election_ticks,
-            max_election_tick: cfg.election_ticks + 1,
+            // Fixed at the top of the range; `randomize_election` starts
+            // each countdown part-way, from the seeded generator.
+            min_election_tick: 2 * cfg.election_ticks - 1,
+            max_election_tick: 2 * cfg.election_ticks,
             heartbeat_tick: cfg.heartbeat_ticks,
             applied,
             max_size_per_msg: 1024 * 1024,
@@ -330,15 +331,19 @@ impl Driver {
         self.randomize_election();
     }
 
-    /// raft-rs resets its election timeout to the fixed base on every role
-    /// or term change; draw a random one in [base, 2 * base) from the
-    /// seeded generator instead (raft's own draw uses `thread_rng`).
+    /// raft-rs draws election timeouts from `thread_rng`, which cannot be
+    /// seeded. It is configured with a fixed timeout of `2 * base - 1`
+    /// ticks instead, and whenever a non-leader's countdown restarts (term
+    /// or role change, a message from the leader), it starts part-way, at
+    /// a seeded draw in `[0, base)`: the election fires after `[base,
+    /// 2 * base)` ticks, as raft-rs's own randomization would, and a
+    /// simulated run replays exactly. Leaders are left alone (their
+    /// check-quorum counts the same ticks).
     fn randomize_election(&mut self) {
         let base = self.cfg.election_ticks;
         let r = &mut self.raw.raft;
-        if r.randomized_election_timeout() == base {
-            let t = base + self.rng.gen_range(0..base);
-            r.set_randomized_election_timeout(t);
+        if r.state != StateRole::Leader && r.election_elapsed == 0 {
+            r.election_elapsed = self.rng.gen_range(0..base);
         }
     }
 
@@ -356,8 +361,8 @@ impl Driver {
         if r.state != raft::StateRole::Follower || r.leader_id != from {
             return;
         }
-        r.set_randomized_election_timeout(base + extra);
-        r.election_elapsed = r.election_elapsed.max(base);
+        let fire_at = r.randomized_election_timeout();
+        r.election_elapsed = r.election_elapsed.max(fire_at.saturating_sub(extra)).max(base);
         info!(leader = from, ticks = extra, "leader's connection closed: election soon");
     }
 
