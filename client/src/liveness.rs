@@ -18,8 +18,12 @@
 //!   client and the leader (docs/guarantees.md derives the bound: up to 10%
 //!   with the 1,000 ms minimum session timeout) and the client's reaction
 //!   time.
-//! - With no proof for a whole `T`, the session is presumed expired (the
-//!   servers may have expired it): the client reports `Expired`.
+//! - With no proof for a whole `T`, the session may be expired (a leader may
+//!   have expired it): anything that depends on it must be treated as lost
+//!   ([`Liveness::presumed_lost`]). The client still reports `Suspended`,
+//!   not `Expired`, until a member says so or none answers at all for `T`:
+//!   a new leader gives sessions at least `T/2` after its election, so a
+//!   slow failover may well have kept it.
 //!
 //! Pure arithmetic on instants; the session actor and the simulator's
 //! client both use it.
@@ -78,7 +82,7 @@ impl Liveness {
     }
 
     /// A whole timeout without proof: the cluster may have expired it.
-    pub fn presumed_expired(&self, now: Instant) -> bool {
+    pub fn presumed_lost(&self, now: Instant) -> bool {
         now >= self.proven + self.timeout
     }
 }
@@ -102,7 +106,7 @@ mod tests {
         assert_eq!(l.connected_until(), t0 + Duration::from_millis(3000));
         assert!(!l.should_switch(t0 + Duration::from_millis(2400)));
         assert!(l.should_switch(t0 + Duration::from_millis(2500)));
-        assert!(!l.presumed_expired(t0 + Duration::from_millis(3999)));
-        assert!(l.presumed_expired(t0 + Duration::from_millis(4000)));
+        assert!(!l.presumed_lost(t0 + Duration::from_millis(3999)));
+        assert!(l.presumed_lost(t0 + Duration::from_millis(4000)));
     }
 }

@@ -10,8 +10,8 @@
 //! State: `Connected` only while a keepalive the cluster vouched for is
 //! recent enough ([`Liveness`]: 2/3 of the timeout after it was *sent*);
 //! losing the connection, or no vouched keepalive in time, is `Suspended`;
-//! no vouched keepalive for a whole timeout is `Expired`, as is the server
-//! saying so. An attach does not make the client `Connected`: the keepalive
+//! the server saying the session expired, or no member answering anything
+//! for a whole timeout, is `Expired`. An attach does not make the client `Connected`: the keepalive
 //! sent right after it does, once answered. A member that cannot vouch for
 //! half a timeout is left for the next one.
 //!
@@ -132,6 +132,8 @@ struct Actor {
     last_zxid: u64,
     /// Last frame of any kind on the current connection (is it alive?).
     last_frame: Instant,
+    /// Last frame from any member (is the cluster reachable at all?).
+    last_heard: Instant,
     /// What the cluster vouched for (is the session alive?).
     liveness: Liveness,
     last_keepalive: Instant,
@@ -213,6 +215,7 @@ pub(crate) async fn start(
                     // to this client, and a member it moves to must have it.
                     last_zxid: zxid,
                     last_frame: now,
+                    last_heard: now,
                     liveness: Liveness::new(timeout, sent),
                     last_keepalive: now,
                     keepalive_retry: None,
@@ -497,6 +500,7 @@ impl Actor {
             return; // from a connection we already left
         }
         self.last_frame = Instant::now();
+        self.last_heard = self.last_frame;
         match frame.frame {
             Some(server_frame::Frame::Event(e)) => {
                 // An event is not contact: a member cut off from the leader
@@ -666,8 +670,9 @@ impl Actor {
                 }
             }
         }
-        if self.liveness.presumed_expired(now) {
-            self.expire("no keepalive vouched for during a whole session timeout");
+        if self.liveness.presumed_lost(now) && now.duration_since(self.last_heard) > self.timeout {
+            // No member has answered anything for a whole timeout.
+            self.expire("no member reachable for a whole session timeout");
             return false;
         }
         self.update_state(now);

@@ -190,6 +190,7 @@ impl Driver {
             tick: Duration::from_millis(cfg.tick_ms),
             election: cfg.election_timeout(),
             no_grace: cfg.faults.expire_without_grace(),
+            no_rebuild: cfg.faults.no_deadline_rebuild(),
         };
         let mut d = Driver {
             raw,
@@ -204,7 +205,7 @@ impl Driver {
             // after it and must not match a new request; a ReadIndex answer
             // to a request from before a restart must not serve a new read.
             next_request_id: rng.gen::<u64>() >> 1,
-            reads: Reads::new(cfg.id, rng.gen::<u64>() >> 1),
+            reads: Reads::new(cfg.id, if cfg.faults.read_ctx_restarts() { 1 } else { rng.gen::<u64>() >> 1 }),
             sessions: Sessions::new(cfg.id, timing, now),
             rng,
             leader: 0,
@@ -441,10 +442,15 @@ impl Driver {
                 // Checked against a linearizable state (a lagging member or
                 // one cut off from the leader must not resume a session whose
                 // expiry committed), at or past what the client saw.
+                let min_index = a.last_zxid;
+                if self.cfg.faults.attach_from_local_state() {
+                    // Deliberate bug: no leader check, no ReadIndex.
+                    self.reads.wait(min_index, Deferred { conn, req, since: now, min_index });
+                    return;
+                }
                 if !self.leader_alive(now) {
                     return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
                 }
-                let min_index = a.last_zxid;
                 self.reads.push(Deferred { conn, req, since: now, min_index });
             }
             Some(B::Keepalive(_)) => self.on_keepalive(conn, id, session, now),

@@ -31,10 +31,20 @@ pub struct Faults {
     /// stepped down, with no drain or tick-gap check: a leader resuming
     /// from a pause expires live sessions through the new leader (S2).
     pub expire_from_stale_role: bool,
+    /// ReadIndex contexts start at 1 on every start: an answer to a read
+    /// from before a restart serves a new read (S7).
+    pub read_ctx_restarts: bool,
+    /// Attach is answered from local state, without a ReadIndex or a live
+    /// leader (S3).
+    pub attach_from_local_state: bool,
+    /// A new leader never lowers its fresh deadlines from the members'
+    /// records: under frequent leader changes a dead client's session
+    /// never expires (L1).
+    pub no_deadline_rebuild: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 11] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -43,6 +53,9 @@ pub const NAMES: [&str; 8] = [
     "contact-from-local-answers",
     "keepalive-without-quorum",
     "expire-from-stale-role",
+    "read-ctx-restarts",
+    "attach-from-local-state",
+    "no-deadline-rebuild",
 ];
 
 impl Faults {
@@ -59,6 +72,9 @@ impl Faults {
                 "contact-from-local-answers" => f.contact_from_local_answers = true,
                 "keepalive-without-quorum" => f.keepalive_without_quorum = true,
                 "expire-from-stale-role" => f.expire_from_stale_role = true,
+                "read-ctx-restarts" => f.read_ctx_restarts = true,
+                "attach-from-local-state" => f.attach_from_local_state = true,
+                "no-deadline-rebuild" => f.no_deadline_rebuild = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -89,4 +105,7 @@ impl Faults {
     query!(contact_from_local_answers);
     query!(keepalive_without_quorum);
     query!(expire_from_stale_role);
+    query!(read_ctx_restarts);
+    query!(attach_from_local_state);
+    query!(no_deadline_rebuild);
 }

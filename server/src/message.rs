@@ -58,7 +58,7 @@ pub enum Input {
         from: u64,
         term: u64,
         round: u64,
-        report: Option<Vec<SessionAge>>,
+        report: Option<Report>,
     },
     /// The transport could not deliver to this peer.
     Unreachable(u64),
@@ -82,7 +82,16 @@ pub enum PeerOut {
     Touch { ids: Vec<u64>, batch: u64 },
     TouchAck { batch: u64, expired: Vec<u64>, expiring: Vec<u64> },
     Sync { term: u64, round: u64, ids: Vec<u64>, want_report: bool },
-    SyncAck { term: u64, round: u64, report: Option<Vec<SessionAge>> },
+    SyncAck { term: u64, round: u64, report: Option<Report> },
+}
+
+/// A member's session records, for a new leader (see `sessions.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// How long ago the member started: it has no records from before.
+    pub boot_age_ms: u64,
+    /// Per session: how long ago the member last recorded it.
+    pub ages: Vec<SessionAge>,
 }
 
 impl PeerOut {

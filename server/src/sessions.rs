@@ -15,9 +15,11 @@
 //!    shares a member with the quorum that acknowledged the touch. That
 //!    member acknowledged in the old term, so it voted for the new leader
 //!    later: the new leader's election happened after `s`. It starts every
-//!    session at (its election + `T`), and lowers that only to (latest
-//!    record a quorum reports + `T`): some member of any quorum recorded the
-//!    last vouched-for touch, so that is never before `s + T` either.
+//!    session at (its election + `T`), and lowers that to (the latest record
+//!    a quorum reports + `T`) but not below (its election + `T/2`, time for
+//!    the clients of a failed leader to find this one): some member of any
+//!    quorum recorded the last vouched-for touch, so neither is before
+//!    `s + T`.
 //! 3. Expiry is proposed only by a member that is leader in raft-rs's live
 //!    state (never the cached role, never forwarded), that has applied its
 //!    term's first entry (so it knows every earlier expiry), whose input
@@ -25,9 +27,10 @@
 //!    in the turn after a tick gap: a member that was paused (SIGSTOP, a VM
 //!    stall) restarts every deadline instead of expiring from stale ones.
 //!
-//! So a leader change never shortens a session's life, and under
-//! leaderships shorter than `T` a dead client's session still expires: a new
-//! leader learns from the reports when the session was last heard of.
+//! So a leader change never shortens a session's life below what was
+//! vouched for, and under leaderships shorter than `T` (but longer than
+//! `T/2`) a dead client's session still expires: a new leader learns from
+//! the reports when the session was last heard of.
 //!
 //! # The protocol
 //! - Follower: a keepalive waits for the next touch forward (`Touch`, by
@@ -49,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{ErrorCode, SessionAge};
 
-use crate::message::{ConnId, PeerOut};
+use crate::message::{ConnId, PeerOut, Report};
 use crate::state::StateMachine;
 
 /// Ticks between background rounds (touches of requests other than
@@ -77,6 +80,29 @@ impl Voters {
         !self.incoming.is_empty() && majority(&self.incoming) && majority(&self.outgoing)
     }
 
+    /// The earliest instant `x` such that some quorum's members all have
+    /// `at[m] <= x`: the smallest "latest record" over every quorum (None
+    /// if the members in `at` hold no quorum). Every quorum shares a member
+    /// with any other, so a touch some quorum recorded is at or before the
+    /// latest record of *every* quorum, this one included.
+    pub fn quorum_floor(&self, at: &BTreeMap<u64, Instant>) -> Option<Instant> {
+        let half = |set: &[u64]| -> Option<Option<Instant>> {
+            if set.is_empty() {
+                return Some(None);
+            }
+            let mut v: Vec<Instant> = set.iter().filter_map(|m| at.get(m).copied()).collect();
+            v.sort();
+            let q = set.len() / 2 + 1;
+            v.get(q - 1).map(|x| Some(*x))
+        };
+        if self.incoming.is_empty() {
+            return None;
+        }
+        let a = half(&self.incoming)?;
+        let b = half(&self.outgoing)?;
+        a.max(b)
+    }
+
     /// Every voter but `me`.
     pub fn others(&self, me: u64) -> BTreeSet<u64> {
         self.incoming.iter().chain(self.outgoing.iter()).copied().filter(|v| *v != me).collect()
@@ -93,12 +119,16 @@ pub struct Timing {
     /// Grace for a new leader before expiring (0 only with the deliberate
     /// bug `expire-without-grace`).
     pub no_grace: bool,
+    /// Deliberate bug `no-deadline-rebuild`: keep the fresh deadlines.
+    pub no_rebuild: bool,
 }
 
 /// The state of one member's session layer.
 pub struct Sessions {
     me: u64,
     timing: Timing,
+    /// When this member started: it has no records from before.
+    booted: Instant,
     /// When this member last recorded activity of each session (a touch it
     /// saw as leader, a `Sync` from a leader, the session's creation).
     seen: BTreeMap<u64, Instant>,
@@ -131,13 +161,29 @@ struct Lead {
     deadlines: BTreeMap<u64, Instant>,
     /// Sessions whose expiry was proposed, with when.
     expiring: BTreeMap<u64, Instant>,
-    /// Reports received: member -> (when received, session -> recorded at).
-    reports: BTreeMap<u64, (Instant, BTreeMap<u64, Instant>)>,
+    /// Reports received: member -> its records as instants here.
+    reports: BTreeMap<u64, Records>,
     rebuilt: bool,
     next_round: u64,
     open: Round,
     in_flight: BTreeMap<u64, Round>,
     last_round: Instant,
+}
+
+/// One member's records, converted to this member's clock (each instant
+/// is at or after the true one: the report's transit time only adds).
+#[derive(Clone)]
+struct Records {
+    booted: Instant,
+    seen: BTreeMap<u64, Instant>,
+}
+
+impl Records {
+    /// The latest this member can have vouched for `sid`: its record, or,
+    /// lacking one, its start (what it knew before is lost).
+    fn latest(&self, sid: u64) -> Instant {
+        self.seen.get(&sid).copied().unwrap_or(self.booted)
+    }
 }
 
 #[derive(Default)]
@@ -172,6 +218,7 @@ impl Sessions {
         Sessions {
             me,
             timing,
+            booted: now,
             seen: BTreeMap::new(),
             lead: None,
             touched: BTreeSet::new(),
@@ -329,11 +376,12 @@ impl Sessions {
     }
 
     /// This member's records, as ages.
-    pub fn report(&self, now: Instant) -> Vec<SessionAge> {
-        self.seen
-            .iter()
-            .map(|(sid, at)| SessionAge { session_id: *sid, age_ms: now.saturating_duration_since(*at).as_millis() as u64 })
-            .collect()
+    pub fn report(&self, now: Instant) -> Report {
+        let age = |at: Instant| now.saturating_duration_since(at).as_millis() as u64;
+        Report {
+            boot_age_ms: age(self.booted),
+            ages: self.seen.iter().map(|(sid, at)| SessionAge { session_id: *sid, age_ms: age(*at) }).collect(),
+        }
     }
 
     /// A voter's `SyncAck`.
@@ -343,7 +391,7 @@ impl Sessions {
         from: u64,
         term: u64,
         round: u64,
-        report: Option<Vec<SessionAge>>,
+        report: Option<Report>,
         voters: &Voters,
         sm: &StateMachine,
         now: Instant,
@@ -353,11 +401,9 @@ impl Sessions {
             return Vec::new();
         }
         if let Some(report) = report {
-            let seen = report
-                .iter()
-                .map(|a| (a.session_id, now.checked_sub(Duration::from_millis(a.age_ms)).unwrap_or(now)))
-                .collect();
-            lead.reports.insert(from, (now, seen));
+            let back = |ms: u64| now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
+            let seen = report.ages.iter().map(|a| (a.session_id, back(a.age_ms))).collect();
+            lead.reports.insert(from, Records { booted: back(report.boot_age_ms), seen });
         }
         let complete = match lead.in_flight.get_mut(&round) {
             Some(r) => {
@@ -372,14 +418,17 @@ impl Sessions {
                 out = self.complete(r, sm);
             }
         }
-        self.maybe_rebuild(voters, sm, now);
+        self.maybe_rebuild(voters, sm);
         out
     }
 
     /// Lowers the fresh deadlines of a new leader to what a quorum's
-    /// records allow (rule 2), once a quorum has reported.
-    fn maybe_rebuild(&mut self, voters: &Voters, sm: &StateMachine, now: Instant) {
-        let mine = self.seen.clone();
+    /// records allow (rule 2), once a quorum has reported. For each session
+    /// the bound is the smallest, over every quorum of reporters, of that
+    /// quorum's latest record (`Voters::quorum_floor`): a member that
+    /// restarted and lost its records counts with its start instead.
+    fn maybe_rebuild(&mut self, voters: &Voters, sm: &StateMachine) {
+        let mine = Records { booted: self.booted, seen: self.seen.clone() };
         let Some(lead) = self.lead.as_mut() else { return };
         if lead.rebuilt {
             return;
@@ -390,16 +439,22 @@ impl Sessions {
             return;
         }
         lead.rebuilt = true;
-        let mut all = lead.reports.clone();
-        all.insert(self.me, (now, mine));
+        if self.timing.no_rebuild || self.timing.no_grace {
+            return;
+        }
+        let mut all = std::mem::take(&mut lead.reports);
+        all.insert(self.me, mine);
         for (sid, t) in sm.sessions() {
             let t = Duration::from_millis(t as u64);
-            let latest = all.values().map(|(at, seen)| seen.get(&sid).copied().unwrap_or(*at)).max().unwrap_or(now);
+            let latest: BTreeMap<u64, Instant> = all.iter().map(|(m, r)| (*m, r.latest(sid))).collect();
+            let Some(floor) = voters.quorum_floor(&latest) else { continue };
             let fresh = lead.since + t;
             let d = lead.deadlines.entry(sid).or_insert(fresh);
-            *d = (*d).min(latest + t);
+            // Never before what a quorum may have vouched for (floor + T);
+            // and, for the clients of a failed leader that must first find
+            // this one, never before half a timeout after this election.
+            *d = (*d).min(floor + t).max(lead.since + t / 2);
         }
-        lead.reports.clear();
     }
 
     /// A round acknowledged by a quorum: answer what waited for it.
@@ -486,7 +541,7 @@ impl Sessions {
             .collect();
         if voters.has_quorum(&r.acks) {
             out.extend(self.complete(r, sm));
-            self.maybe_rebuild(voters, sm, now);
+            self.maybe_rebuild(voters, sm);
         } else {
             lead.in_flight.insert(number, r);
         }
@@ -645,5 +700,116 @@ mod tests {
         assert!(!j.has_quorum(&[1, 2].into()));
         assert!(j.has_quorum(&[1, 3, 4].into()));
         assert_eq!(j.others(3), [1, 2, 4, 5].into());
+    }
+
+    fn timing() -> Timing {
+        Timing {
+            tick: Duration::from_millis(50),
+            election: Duration::from_millis(500),
+            no_grace: false,
+            no_rebuild: false,
+        }
+    }
+
+    fn with_sessions(ids: &[u64]) -> StateMachine {
+        use baton_proto::{command, Command, NewSession};
+        let mut sm = StateMachine::new();
+        for id in ids {
+            let ns = NewSession { timeout_ms: 1000, secret: bytes::Bytes::from_static(b"s") };
+            sm.apply(*id, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        }
+        sm
+    }
+
+    fn answered(acts: &[Action]) -> Vec<(u64, ErrorCode)> {
+        acts.iter()
+            .filter_map(|a| match a {
+                Action::Reply { id, code, .. } => Some((*id, *code)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Finding S6: a keepalive is answered only by the acknowledgement of
+    /// the forward that carried it, never by a later one (its own may have
+    /// been lost with a connection).
+    #[test]
+    fn a_follower_answers_a_keepalive_only_for_its_own_batch() {
+        let t0 = Instant::now();
+        let sm = with_sessions(&[1, 2]);
+        let voters = Voters { incoming: vec![1, 2, 3], outgoing: vec![] };
+        let mut s = Sessions::new(2, timing(), t0);
+        s.keepalive(10, 100, 1, &sm, t0);
+        let sent = s.flush(1, &voters, &sm, t0);
+        assert!(matches!(&sent[..], [Action::Send { to: 1, out: PeerOut::Touch { batch: 1, .. } }]), "{sent:?}");
+        // Batch 1 is lost; session 2's keepalive goes in batch 2.
+        s.keepalive(11, 200, 2, &sm, t0);
+        let sent = s.flush(1, &voters, &sm, t0);
+        assert!(matches!(&sent[..], [Action::Send { to: 1, out: PeerOut::Touch { batch: 2, .. } }]), "{sent:?}");
+        let acts = s.on_touch_ack(true, 2, &[], &[], &sm);
+        assert_eq!(answered(&acts), vec![(200, ErrorCode::Ok)], "only batch 2's keepalive");
+        // An ack from someone else than the leader answers nothing.
+        assert!(s.on_touch_ack(false, 1, &[], &[], &sm).is_empty());
+        // Batch 1's keepalive gives up with a retryable error, never OK.
+        let acts = s.tick(&voters, &sm, t0 + Duration::from_secs(2));
+        assert_eq!(answered(&acts), vec![(100, ErrorCode::NoLeader)]);
+    }
+
+    /// The leader answers a keepalive only once a quorum acknowledged the
+    /// round that recorded it in its term.
+    #[test]
+    fn a_leader_answers_a_keepalive_after_a_quorum_recorded_it() {
+        let t0 = Instant::now();
+        let sm = with_sessions(&[1]);
+        let voters = Voters { incoming: vec![1, 2, 3], outgoing: vec![] };
+        let mut s = Sessions::new(1, timing(), t0);
+        s.become_leader(5, 0, t0);
+        s.keepalive(10, 100, 1, &sm, t0);
+        let acts = s.flush(0, &voters, &sm, t0);
+        assert!(answered(&acts).is_empty(), "not before a quorum: {acts:?}");
+        let round = acts
+            .iter()
+            .find_map(|a| match a {
+                Action::Send { out: PeerOut::Sync { round, term: 5, .. }, .. } => Some(*round),
+                _ => None,
+            })
+            .expect("a sync round");
+        // An ack from an older term does not count.
+        assert!(answered(&s.on_sync_ack(2, 4, round, None, &voters, &sm, t0)).is_empty());
+        let acts = s.on_sync_ack(3, 5, round, None, &voters, &sm, t0);
+        assert_eq!(answered(&acts), vec![(100, ErrorCode::Ok)]);
+    }
+
+    /// A voter acknowledges a sync only in the sender's term, following it,
+    /// but records the touches either way.
+    #[test]
+    fn a_voter_acks_only_its_leader_in_its_term() {
+        let t0 = Instant::now();
+        let mut s = Sessions::new(2, timing(), t0);
+        assert!(s.on_sync(1, 5, 1, &[7], false, 6, 3, t0).is_none());
+        assert!(s.on_sync(1, 5, 1, &[7], false, 5, 3, t0).is_none());
+        assert!(s.on_sync(1, 5, 1, &[7], true, 5, 1, t0).is_some());
+        let r = s.report(t0 + Duration::from_millis(30));
+        assert_eq!(r.ages.len(), 1);
+        assert_eq!(r.ages[0].age_ms, 30);
+    }
+
+    #[test]
+    fn quorum_floor_is_the_best_quorums_latest_record() {
+        let t0 = Instant::now();
+        let at = |v: &[(u64, u64)]| -> BTreeMap<u64, Instant> {
+            v.iter().map(|(m, s)| (*m, t0 + Duration::from_secs(*s))).collect()
+        };
+        let v = Voters { incoming: vec![1, 2, 3], outgoing: vec![] };
+        // Member 3 restarted at 9: the quorum {1, 2} bounds it at 2.
+        assert_eq!(v.quorum_floor(&at(&[(1, 1), (2, 2), (3, 9)])), Some(t0 + Duration::from_secs(2)));
+        // Only two reports: the only quorum is those two.
+        assert_eq!(v.quorum_floor(&at(&[(1, 1), (3, 9)])), Some(t0 + Duration::from_secs(9)));
+        assert_eq!(v.quorum_floor(&at(&[(1, 1)])), None);
+        let j = Voters { incoming: vec![1, 2, 3], outgoing: vec![3, 4, 5] };
+        assert_eq!(
+            j.quorum_floor(&at(&[(1, 1), (2, 2), (3, 3), (4, 7), (5, 8)])),
+            Some(t0 + Duration::from_secs(7))
+        );
     }
 }

@@ -28,7 +28,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, info, warn};
 
-use crate::message::{Input, PeerOut, PeerSink};
+use crate::message::{Input, PeerOut, PeerSink, Report};
 
 /// Messages written per flush at most.
 const MAX_BATCH: usize = 512;
@@ -85,8 +85,8 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
         }
         PeerOut::SyncAck { term, round, report } => {
             let has_report = report.is_some();
-            let report = report.unwrap_or_default();
-            (peer_frame::Frame::SyncAck(SessionSyncAck { term, round, has_report, report }), false)
+            let Report { boot_age_ms, ages } = report.unwrap_or_default();
+            (peer_frame::Frame::SyncAck(SessionSyncAck { term, round, has_report, report: ages, boot_age_ms }), false)
         }
     };
     Some((PeerFrame { frame: Some(frame) }.encode_to_vec().into(), snap))
@@ -241,7 +241,7 @@ async fn frames(
                 });
             }
             Some(peer_frame::Frame::SyncAck(a)) => {
-                let report = a.has_report.then_some(a.report);
+                let report = a.has_report.then_some(Report { boot_age_ms: a.boot_age_ms, ages: a.report });
                 let _ = input.send(Input::SyncAck { from: peer, term: a.term, round: a.round, report });
             }
             Some(peer_frame::Frame::Hello(_)) | None => anyhow::bail!("unexpected peer frame"),

@@ -59,6 +59,10 @@ pub struct Opts {
     pub net_delay_us: (u64, u64),
     /// Disk write (fsync) time, in microseconds.
     pub disk_delay_us: (u64, u64),
+    /// Inputs a member takes per turn at most (the runtime's
+    /// `MAX_INPUTS_PER_TURN`); a resumed member works through its queue in
+    /// turns of this size, ticking after each.
+    pub max_inputs_per_turn: usize,
     pub faults: Faults,
 }
 
@@ -72,6 +76,7 @@ impl Default for Opts {
             session_ms: 1000,
             net_delay_us: (100, 2_000),
             disk_delay_us: (200, 3_000),
+            max_inputs_per_turn: baton_server::driver::MAX_INPUTS_PER_TURN,
             faults: Faults::default(),
         }
     }
@@ -169,8 +174,12 @@ pub struct SimClient {
     /// Polls stale reads every 50 ms (finding S1's workload).
     pub stale_poll: bool,
     pub rule: ContactRule,
+    /// When the last keepalive went out.
+    pub last_keepalive_sent: Option<Instant>,
     /// With `ContactRule::AnyAnswer`: when the last OK answer arrived.
     any_answer: Option<Instant>,
+    /// When any member last answered anything.
+    last_heard: Instant,
     /// Every state change: (time since start, state).
     pub states: Vec<(Duration, &'static str)>,
 }
@@ -196,6 +205,15 @@ impl SimClient {
     }
 }
 
+/// A connection a test drives by hand ([`Sim::raw_call`]).
+pub struct RawConn {
+    pub member: u64,
+    life: u64,
+    conn: ConnId,
+    rx: UnboundedReceiver<ServerFrame>,
+    next_id: u64,
+}
+
 pub struct Sim {
     pub opts: Opts,
     pub start: Instant,
@@ -206,10 +224,14 @@ pub struct Sim {
     pending: BTreeMap<u64, Ev>,
     seq: u64,
     cut: BTreeSet<(u64, u64)>,
+    /// Links whose messages wait until released (delay without loss).
+    held: BTreeMap<(u64, u64), Vec<(u64, Input)>>,
     last_delivery: BTreeMap<(u64, u64), Instant>,
     pub clients: Vec<SimClient>,
     next_conn: ConnId,
     expiries_seen: BTreeSet<u64>,
+    /// Every ReadIndex context a member sent: (member, context bytes).
+    pub read_contexts: Vec<(u64, Vec<u8>)>,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
 }
@@ -230,10 +252,12 @@ impl Sim {
             pending: BTreeMap::new(),
             seq: 0,
             cut: BTreeSet::new(),
+            held: BTreeMap::new(),
             last_delivery: BTreeMap::new(),
             clients: Vec::new(),
             next_conn: 1,
             expiries_seen: BTreeSet::new(),
+            read_contexts: Vec::new(),
             violations: Vec::new(),
             trace: Vec::new(),
         };
@@ -357,6 +381,24 @@ impl Sim {
         self.log(format!("cut client {c}"));
     }
 
+    /// Holds every message `from -> to` until [`Sim::release`].
+    pub fn hold(&mut self, from: u64, to: u64) {
+        self.held.entry((from, to)).or_default();
+        self.log(format!("hold {from} -> {to}"));
+    }
+
+    /// Delivers what `from -> to` held, in order, and stops holding.
+    pub fn release(&mut self, from: u64, to: u64) {
+        let q = self.held.remove(&(from, to)).unwrap_or_default();
+        self.log(format!("release {from} -> {to} ({} messages)", q.len()));
+        // What waited in the sender's queue goes to whichever process now
+        // listens there (a restarted member's new connection).
+        let life = self.members.get(&to).map(|m| m.life).unwrap_or(0);
+        for (_, input) in q {
+            self.send_net(from, to, life, input);
+        }
+    }
+
     pub fn heal(&mut self) {
         self.cut.clear();
         self.log("heal".into());
@@ -440,7 +482,9 @@ impl Sim {
             last_zxid: 0,
             stale_poll: false,
             rule: ContactRule::Keepalives,
+            last_keepalive_sent: None,
             any_answer: None,
+            last_heard: now,
             states: Vec::new(),
         });
         self.at(now, Ev::ClientTick(i));
@@ -511,6 +555,7 @@ impl Sim {
         cl.last_keepalive = self.now;
         cl.keepalive_retry = None;
         cl.pending.retain(|_, (k, _)| *k != Req::Keepalive);
+        cl.last_keepalive_sent = Some(self.now);
         self.client_send(c, request::Body::Keepalive(KeepaliveReq {}), Req::Keepalive);
     }
 
@@ -522,7 +567,9 @@ impl Sim {
             return;
         }
         if let Some(l) = cl.liveness {
-            if l.presumed_expired(now) && cl.rule == ContactRule::Keepalives {
+            // As the real client: Expired when no member answered anything
+            // for a whole timeout (otherwise only when told).
+            if l.presumed_lost(now) && now.duration_since(cl.last_heard) > cl.timeout {
                 self.clients[c].expired = true;
                 self.note_state(c);
                 return;
@@ -584,6 +631,7 @@ impl Sim {
         let code = ErrorCode::try_from(r.error).unwrap_or(ErrorCode::Internal);
         let cl = &mut self.clients[c];
         cl.last_zxid = cl.last_zxid.max(r.zxid);
+        cl.last_heard = now;
         let Some((kind, sent)) = cl.pending.remove(&r.id) else { return };
         if code == ErrorCode::Ok && cl.rule == ContactRule::AnyAnswer {
             cl.any_answer = Some(now);
@@ -640,6 +688,10 @@ impl Sim {
         if self.cut.contains(&(from, to)) {
             return;
         }
+        if let Some(q) = self.held.get_mut(&(from, to)) {
+            q.push((life, input));
+            return;
+        }
         let (lo, hi) = self.opts.net_delay_us;
         let delay = Duration::from_micros(self.rng.gen_range(lo..=hi));
         let last = self.last_delivery.get(&(from, to)).copied().unwrap_or(self.now);
@@ -652,6 +704,13 @@ impl Sim {
         let Some(m) = self.members.get(&id) else { return };
         let out: Vec<(u64, PeerOut)> = std::mem::take(&mut *m.out.lock().unwrap_or_else(|p| p.into_inner()));
         for (to, msg) in out {
+            if let PeerOut::Raft(m) = &msg {
+                if m.get_msg_type() == raft::prelude::MessageType::MsgReadIndex {
+                    if let Some(e) = m.entries.first() {
+                        self.read_contexts.push((id, e.data.to_vec()));
+                    }
+                }
+            }
             let life = self.members.get(&to).map(|m| m.life).unwrap_or(0);
             self.send_net(id, to, life, msg.into_input(id));
         }
@@ -789,18 +848,91 @@ impl Sim {
                     return;
                 }
                 m.paused = false;
-                let inbox = std::mem::take(&mut m.inbox);
-                let d = m.driver.as_mut().expect("a paused member is running");
-                for i in inbox {
-                    d.handle(i, now);
+                let mut inbox: VecDeque<Input> = std::mem::take(&mut m.inbox).into();
+                self.log(format!("resume {id} ({} inputs queued)", inbox.len()));
+                // The runtime's turns: up to `max_inputs_per_turn` inputs,
+                // the overdue tick (told whether the queue was drained),
+                // then the Ready.
+                let per_turn = self.opts.max_inputs_per_turn.max(1);
+                loop {
+                    let Some(m) = self.members.get_mut(&id) else { return };
+                    let Some(d) = m.driver.as_mut() else { return };
+                    for _ in 0..per_turn {
+                        match inbox.pop_front() {
+                            Some(i) => d.handle(i, now),
+                            None => break,
+                        }
+                    }
+                    d.tick(now, inbox.is_empty());
+                    if let Err(e) = d.end_turn(now) {
+                        panic!("member {id}: {e}");
+                    }
+                    self.flush_member(id);
+                    if inbox.is_empty() {
+                        break;
+                    }
                 }
-                if let Err(e) = d.end_turn(now) {
-                    panic!("member {id}: {e}");
-                }
-                self.log(format!("resume {id}"));
-                self.flush_member(id);
             }
         }
+    }
+
+    // ------------------------------------------------------------ raw requests
+
+    /// Opens a connection to `member` that the test drives by hand.
+    pub fn raw_conn(&mut self, member: u64) -> RawConn {
+        let life = self.members.get(&member).map(|m| m.life).unwrap_or(0);
+        let (tx, rx) = unbounded_channel();
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.send_net(CLIENT_NET + 999, member, life, Input::ConnOpened { conn, tx });
+        RawConn { member, life, conn, rx, next_id: 1 }
+    }
+
+    /// Sends `body` on `rc` (writes get `seq` = the request id); returns
+    /// the request id.
+    pub fn raw_send(&mut self, rc: &mut RawConn, body: request::Body) -> u64 {
+        let id = rc.next_id;
+        rc.next_id += 1;
+        let write = matches!(
+            body,
+            request::Body::Create(_) | request::Body::Set(_) | request::Body::Delete(_) | request::Body::Multi(_)
+        );
+        let req = Request { id, seq: if write { id } else { 0 }, body: Some(body), ..Default::default() };
+        let life = self.members.get(&rc.member).map(|m| m.life).unwrap_or(0);
+        if life != rc.life {
+            return id; // the member restarted: this connection is gone
+        }
+        self.send_net(CLIENT_NET + 999, rc.member, rc.life, Input::Client { conn: rc.conn, req });
+        id
+    }
+
+    /// Runs until request `id`'s answer on `rc` (at most `limit`).
+    pub fn raw_wait(&mut self, rc: &mut RawConn, id: u64, limit: Duration) -> Option<baton_proto::Response> {
+        let end = self.now + limit;
+        loop {
+            while let Ok(f) = rc.rx.try_recv() {
+                if let Some(server_frame::Frame::Response(r)) = f.frame {
+                    if r.id == id {
+                        return Some(r);
+                    }
+                }
+            }
+            if self.now >= end {
+                return None;
+            }
+            self.run_for(Duration::from_millis(1));
+        }
+    }
+
+    /// [`Sim::raw_send`] then [`Sim::raw_wait`].
+    pub fn raw_call(&mut self, rc: &mut RawConn, body: request::Body, limit: Duration) -> Option<baton_proto::Response> {
+        let id = self.raw_send(rc, body);
+        self.raw_wait(rc, id, limit)
+    }
+
+    /// The session id and secret of client `c`.
+    pub fn client_session(&self, c: usize) -> (u64, Bytes) {
+        (self.clients[c].session, self.clients[c].secret.clone())
     }
 
     // ------------------------------------------------------------ queries
