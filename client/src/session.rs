@@ -61,8 +61,15 @@ pub(crate) enum Cmd {
         /// A write's slot, held until the actor is done with the write.
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     },
-    NewWatch { spec: WatchSpec, events: mpsc::UnboundedSender<WatchEvent>, id: oneshot::Sender<WatchSpec> },
-    WatchSeen { id: u64, existed: bool },
+    NewWatch {
+        spec: WatchSpec,
+        events: mpsc::UnboundedSender<WatchEvent>,
+        id: oneshot::Sender<WatchSpec>,
+    },
+    WatchSeen {
+        id: u64,
+        existed: bool,
+    },
     DropWatch(u64),
     LastZxid(oneshot::Sender<u64>),
     Close(Option<oneshot::Sender<Result<()>>>),

@@ -40,14 +40,14 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{
     client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
-    ExistsResp, ExpireSessions, GetResp, NewSession, Request, Response, ServerFrame, StatusResp, WatchEvent,
-    WatchKind, WatchSpec,
+    ExistsResp, ExpireSessions, GetResp, NewSession, Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
+    WatchSpec,
 };
 use prost::Message as _;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use raft::prelude::*;
 use raft::StateRole;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, error, info, warn};
 
@@ -633,7 +633,10 @@ impl Driver {
         for spec in &a.watches {
             match missed_event(&sm, spec, a.last_zxid) {
                 Some(ev) => {
-                    self.send_event(&Fired { conn, watch_id: spec.watch_id, ty: ev, path: spec.path.clone() }, sm.applied());
+                    self.send_event(
+                        &Fired { conn, watch_id: spec.watch_id, ty: ev, path: spec.path.clone() },
+                        sm.applied(),
+                    );
                     if spec.persistent {
                         self.watches.add(conn, spec, &sm);
                     }
@@ -658,9 +661,7 @@ impl Driver {
     fn leader_alive(&self, now: Instant) -> bool {
         match self.raw.raft.state {
             StateRole::Leader => true,
-            _ => {
-                self.raw.raft.leader_id != 0 && now.duration_since(self.leader_contact) < self.cfg.election_timeout()
-            }
+            _ => self.raw.raft.leader_id != 0 && now.duration_since(self.leader_contact) < self.cfg.election_timeout(),
         }
     }
 
@@ -694,7 +695,12 @@ impl Driver {
             }
         }
         for d in self.reads.retry(now, timeout) {
-            self.reply_err(d.conn, d.req.id, ErrorCode::Timeout, "no ReadIndex within the request timeout (no leader?)");
+            self.reply_err(
+                d.conn,
+                d.req.id,
+                ErrorCode::Timeout,
+                "no ReadIndex within the request timeout (no leader?)",
+            );
         }
         let voters = self.voters();
         let acts = {
@@ -707,10 +713,7 @@ impl Driver {
         let may_expire = if stale_role {
             self.role == StateRole::Leader
         } else {
-            self.raw.raft.state == StateRole::Leader
-                && self.sessions.caught_up(self.sm().applied())
-                && drained
-                && !gap
+            self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) && drained && !gap
         };
         if may_expire {
             let due = self.sessions.due(now, timeout);

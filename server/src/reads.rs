@@ -130,7 +130,12 @@ impl Reads {
 
     /// Reads that can be served at `applied`, and reads that waited longer
     /// than `timeout` for it (with the index they needed).
-    pub fn take_ready(&mut self, applied: u64, now: Instant, timeout: Duration) -> (Vec<Deferred>, Vec<(u64, Deferred)>) {
+    pub fn take_ready(
+        &mut self,
+        applied: u64,
+        now: Instant,
+        timeout: Duration,
+    ) -> (Vec<Deferred>, Vec<(u64, Deferred)>) {
         if self.waiting.is_empty() {
             return (Vec::new(), Vec::new());
         }

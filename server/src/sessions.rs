@@ -63,8 +63,16 @@ const ROUND_EVERY_TICKS: u32 = 2;
 #[derive(Debug)]
 pub enum Action {
     /// Answer a keepalive (`Ok`: the session is vouched for).
-    Reply { conn: ConnId, id: u64, code: ErrorCode, msg: String },
-    Send { to: u64, out: PeerOut },
+    Reply {
+        conn: ConnId,
+        id: u64,
+        code: ErrorCode,
+        msg: String,
+    },
+    Send {
+        to: u64,
+        out: PeerOut,
+    },
 }
 
 /// The voters of the current configuration (both halves while joint).
@@ -807,9 +815,6 @@ mod tests {
         assert_eq!(v.quorum_floor(&at(&[(1, 1), (3, 9)])), Some(t0 + Duration::from_secs(9)));
         assert_eq!(v.quorum_floor(&at(&[(1, 1)])), None);
         let j = Voters { incoming: vec![1, 2, 3], outgoing: vec![3, 4, 5] };
-        assert_eq!(
-            j.quorum_floor(&at(&[(1, 1), (2, 2), (3, 3), (4, 7), (5, 8)])),
-            Some(t0 + Duration::from_secs(7))
-        );
+        assert_eq!(j.quorum_floor(&at(&[(1, 1), (2, 2), (3, 3), (4, 7), (5, 8)])), Some(t0 + Duration::from_secs(7)));
     }
 }

@@ -229,7 +229,12 @@ async fn frames(
                 let _ = input.send(Input::Touch { from: peer, ids: t.session_ids, batch: t.batch });
             }
             Some(peer_frame::Frame::TouchAck(a)) => {
-                let _ = input.send(Input::TouchAck { from: peer, batch: a.batch, expired: a.expired, expiring: a.expiring });
+                let _ = input.send(Input::TouchAck {
+                    from: peer,
+                    batch: a.batch,
+                    expired: a.expired,
+                    expiring: a.expiring,
+                });
             }
             Some(peer_frame::Frame::Sync(s)) => {
                 let _ = input.send(Input::Sync {

@@ -50,7 +50,11 @@ fn s1_run(rule: ContactRule) -> Sim {
     s.isolate_peers(follower);
     s.run_for(T * 4);
     let sid = s.clients[c].session;
-    assert!(!s.session_exists(leader, sid) || s.leader() != Some(leader), "the majority expired the session\n{}", s.report());
+    assert!(
+        !s.session_exists(leader, sid) || s.leader() != Some(leader),
+        "the majority expired the session\n{}",
+        s.report()
+    );
     s
 }
 
@@ -380,7 +384,8 @@ fn t90_randomized_seeds_keep_the_session_guarantee() {
 /// session bugs on its own, without a script.
 #[test]
 fn t91_randomized_runs_catch_the_planted_session_faults() {
-    let planted: [(&str, fn(&mut Faults)); 4] = [
+    type Plant = (&'static str, fn(&mut Faults));
+    let planted: [Plant; 4] = [
         ("contact-from-local-answers", |f| f.contact_from_local_answers = true),
         ("keepalive-without-quorum", |f| f.keepalive_without_quorum = true),
         ("expire-from-stale-role", |f| f.expire_from_stale_role = true),

@@ -41,9 +41,9 @@ use baton_server::kv::{Kv, MemKv};
 use baton_server::message::{ConnId, Input, PeerOut, PeerSink};
 use baton_server::syncer::{Persist, SyncJob, Synced};
 use bytes::Bytes;
+use raft::StateRole;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use raft::StateRole;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// The simulator's knobs.
@@ -530,7 +530,11 @@ impl Sim {
         cl.attached = false;
         cl.pending.clear();
         if cl.session == 0 {
-            self.client_send(c, request::Body::CreateSession(CreateSessionReq { timeout_ms: self.opts.session_ms }), Req::Create);
+            self.client_send(
+                c,
+                request::Body::CreateSession(CreateSessionReq { timeout_ms: self.opts.session_ms }),
+                Req::Create,
+            );
         } else {
             let a = AttachReq {
                 session_id: cl.session,
@@ -590,10 +594,8 @@ impl Sim {
         // connection went silent.
         let modern = cl.rule == ContactRule::Keepalives;
         let switch = modern && cl.liveness.is_some_and(|l| l.should_switch(now)) && cl.keepalive_retry.is_some();
-        let stalled = cl
-            .pending
-            .values()
-            .any(|(k, t)| modern && *k == Req::Keepalive && now.duration_since(*t) > cl.timeout / 2);
+        let stalled =
+            cl.pending.values().any(|(k, t)| modern && *k == Req::Keepalive && now.duration_since(*t) > cl.timeout / 2);
         if switch || stalled {
             self.client_drop_conn(c);
             return;
@@ -925,7 +927,12 @@ impl Sim {
     }
 
     /// [`Sim::raw_send`] then [`Sim::raw_wait`].
-    pub fn raw_call(&mut self, rc: &mut RawConn, body: request::Body, limit: Duration) -> Option<baton_proto::Response> {
+    pub fn raw_call(
+        &mut self,
+        rc: &mut RawConn,
+        body: request::Body,
+        limit: Duration,
+    ) -> Option<baton_proto::Response> {
         let id = self.raw_send(rc, body);
         self.raw_wait(rc, id, limit)
     }
@@ -974,10 +981,7 @@ impl Sim {
 
     /// Every running member's state-machine dump, by member.
     pub fn dumps(&self) -> BTreeMap<u64, (u64, String)> {
-        self.members
-            .values()
-            .filter_map(|m| m.driver.as_ref().map(|d| (m.id, (d.applied(), d.dump()))))
-            .collect()
+        self.members.values().filter_map(|m| m.driver.as_ref().map(|d| (m.id, (d.applied(), d.dump())))).collect()
     }
 
     /// Whether `member` still has session `sid`.
