@@ -322,6 +322,20 @@ impl Client {
         rx.await.unwrap_or(0)
     }
 
+    /// The earliest moment the cluster may have expired this session, as
+    /// far as this client knows: one session timeout after the send of the
+    /// last keepalive it vouched for ([`liveness`]). Until then a lock this
+    /// client holds cannot have gone to anyone else (clocks running at the
+    /// same rate); after it, it may have.
+    pub async fn may_be_lost_at(&self) -> std::time::Instant {
+        let (tx, rx) = oneshot::channel();
+        let now = std::time::Instant::now();
+        if self.inner.cmds.send(Cmd::Proven(tx)).is_err() {
+            return now;
+        }
+        rx.await.map(|p| p + self.inner.timeout).unwrap_or(now)
+    }
+
     async fn call(&self, body: request::Body) -> Result<Response> {
         if let Some(n) = data_len(&body) {
             if n > baton_proto::MAX_DATA {

@@ -72,6 +72,8 @@ pub(crate) enum Cmd {
     },
     DropWatch(u64),
     LastZxid(oneshot::Sender<u64>),
+    /// The send time of the latest vouched keepalive.
+    Proven(oneshot::Sender<Instant>),
     Close(Option<oneshot::Sender<Result<()>>>),
 }
 
@@ -336,6 +338,7 @@ impl Actor {
                                 Cmd::Close(Some(tx)) => { let _ = tx.send(Ok(())); return; }
                                 Cmd::Close(None) => return,
                                 Cmd::LastZxid(tx) => { let _ = tx.send(self.last_zxid); }
+                                Cmd::Proven(tx) => { let _ = tx.send(self.liveness.proven()); }
                                 Cmd::NewWatch { spec, id, .. } => { let _ = id.send(spec); }
                                 _ => {}
                             }
@@ -421,6 +424,9 @@ impl Actor {
             }
             Cmd::LastZxid(tx) => {
                 let _ = tx.send(self.last_zxid);
+            }
+            Cmd::Proven(tx) => {
+                let _ = tx.send(self.liveness.proven());
             }
             Cmd::Close(_) => {}
         }

@@ -373,3 +373,48 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
     assert!(matches!(fresh.acquire_permit("pool", 0).await, Err(Error::Invalid(_))));
     assert!(matches!(fresh.get("/_baton/nope").await, Err(Error::Server { code: ErrorCode::NoNode, .. })));
 }
+
+/// Runs `baton lock NAME <args> -- true` against the cluster; returns the
+/// exit code and how long it took.
+fn cli_lock(c: &Cluster, name: &str, args: &[&str]) -> (i32, Duration) {
+    let t = Instant::now();
+    let out = Command::new(baton_bin())
+        .arg("--endpoints")
+        .arg(c.endpoints().join(","))
+        .args(["lock", name, "--session-timeout", "10s"])
+        .args(args)
+        .args(["--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("baton runs");
+    (out.status.code().unwrap_or(-1), t.elapsed())
+}
+
+/// Finding L2: a `baton lock --timeout` that gives up (or a zero-timeout
+/// try) must not leave its queue node behind: the CLI closes its session on
+/// every exit, so the next waiter is not blocked for a session timeout.
+#[tokio::test]
+async fn t95_the_cli_leaves_no_waiter_node_when_it_gives_up() {
+    let c = Cluster::start(3, &[]).await;
+    let cls = clients(&c, 2).await;
+    let held = cls[0].lock("cli").await.unwrap();
+    let (code, took) = cli_lock(&c, "cli", &["--timeout", "0.5s"]);
+    assert_ne!(code, 0, "acquired a held lock");
+    assert!(took < SECS(5), "giving up took {took:?}");
+    let (code, took) = cli_lock(&c, "cli", &["--timeout", "0s"]);
+    assert_ne!(code, 0, "a zero-timeout try took a held lock");
+    assert!(took < SECS(5), "a zero-timeout try waited {took:?}");
+    // Only the holder's node is queued: nothing of the CLI's is left.
+    assert_eq!(queue_len(&cls[0], "/_baton/locks/cli").await, 1, "the CLI left a node behind");
+    held.release().await.unwrap();
+    // The next taker gets it at once, not after a session timeout.
+    let t = Instant::now();
+    let g = cls[1].lock_with_timeout("cli", SECS(3)).await.unwrap().expect("free within 3 s");
+    assert!(t.elapsed() < SECS(3));
+    g.release().await.unwrap();
+    // A zero-timeout try on a free lock runs the command.
+    let (code, _) = cli_lock(&c, "cli", &["--timeout", "0s"]);
+    assert_eq!(code, 0, "a try on a free lock failed");
+    assert_eq!(queue_len(&cls[0], "/_baton/locks/cli").await, 0);
+}

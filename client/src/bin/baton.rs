@@ -75,7 +75,8 @@ enum Cmd {
     /// Run a command while holding lock NAME; its token is in BATON_FENCE_TOKEN.
     Lock {
         name: String,
-        /// Give up if the lock is not acquired within this time.
+        /// Give up if the lock is not acquired within this time (0s: only
+        /// if it is free now).
         #[arg(long, value_parser = parse_duration)]
         timeout: Option<Duration>,
         /// Session timeout: how long after this process dies the lock frees.
@@ -84,6 +85,13 @@ enum Cmd {
         /// After SIGTERM on lock loss, wait this long before SIGKILL.
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         grace: Duration,
+        /// When the session is suspended (no recent proof it is alive, e.g.
+        /// its member restarts): `wait` keeps the command running until the
+        /// session expires or a whole session timeout passes without proof
+        /// (someone else may hold the lock from then on); `kill` stops it at
+        /// once.
+        #[arg(long, value_enum, default_value = "wait")]
+        on_suspend: OnSuspend,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -97,6 +105,10 @@ enum Cmd {
         session_timeout: Duration,
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         grace: Duration,
+        /// As for `lock`: `wait` rides out a suspended session until another
+        /// candidate may lead; `kill` stops the command at once.
+        #[arg(long, value_enum, default_value = "wait")]
+        on_suspend: OnSuspend,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -119,6 +131,17 @@ enum Cmd {
         #[arg(long, default_value_t = 64)]
         size: usize,
     },
+}
+
+/// What `baton lock` / `baton elect` do with the command while the session
+/// is suspended (Curator's connection-state error policies).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum OnSuspend {
+    /// Keep running until the session expires or goes a whole timeout
+    /// without proof of life (session-based policy).
+    Wait,
+    /// Stop the command at the first doubt (standard policy).
+    Kill,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -203,37 +226,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { workload, clients, duration, size } => {
             return bench(&endpoints, workload, clients, duration, size).await
         }
-        Cmd::Lock { name, timeout, session_timeout, grace, command } => {
+        Cmd::Lock { name, timeout, session_timeout, grace, on_suspend, command } => {
             let c = Client::connect_with(ClientConfig::new(endpoints.clone()).session_timeout(session_timeout)).await?;
-            let guard = match timeout {
-                Some(t) => c
-                    .lock_with_timeout(&name, t)
-                    .await?
-                    .ok_or_else(|| anyhow::anyhow!("lock {name} not acquired within {t:?}"))?,
-                None => c.lock(&name).await?,
-            };
-            let token = guard.fencing_token();
-            eprintln!("baton: holding lock {name} (token {token})");
-            let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", name.clone())];
-            let what = format!("lock {name}");
-            let code = supervise(&command, &env, &endpoints, guard.lost(), guard.verify(), grace, &what).await?;
-            // After a loss the session may be gone: bounded, best-effort cleanup.
-            let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
+            let r = run_locked(&c, &name, timeout, grace, on_suspend, &command, &endpoints).await;
+            // Every exit closes the session: its nodes (a held lock, or a
+            // waiter's queue node after a timeout or Ctrl-C) go at once
+            // instead of blocking others for a session timeout.
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
-            std::process::exit(code);
+            std::process::exit(r?);
         }
-        Cmd::Elect { name, value, session_timeout, grace, command } => {
+        Cmd::Elect { name, value, session_timeout, grace, on_suspend, command } => {
             let c = Client::connect_with(ClientConfig::new(endpoints.clone()).session_timeout(session_timeout)).await?;
-            let value = value.unwrap_or_else(|| format!("{}:{}", hostname(), std::process::id()));
-            let lead = c.campaign(&name, value.into_bytes()).await?;
-            let token = lead.token();
-            eprintln!("baton: leader of {name} (token {token})");
-            let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_ELECTION_NAME", name.clone())];
-            let what = format!("leadership of {name}");
-            let code = supervise(&command, &env, &endpoints, lead.lost(), lead.verify(), grace, &what).await?;
-            let _ = tokio::time::timeout(Duration::from_secs(2), lead.resign()).await;
+            let r = run_elected(&c, &name, value, grace, on_suspend, &command, &endpoints).await;
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
-            std::process::exit(code);
+            std::process::exit(r?);
         }
         _ => {}
     }
@@ -358,6 +364,75 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
         Cmd::Status | Cmd::Bench { .. } | Cmd::Lock { .. } | Cmd::Elect { .. } => {}
     }
     Ok(())
+}
+
+/// `baton lock`: acquire (or give up), run the command, release. Returns
+/// the exit code; the caller closes the session whatever happens.
+async fn run_locked(
+    c: &Client,
+    name: &str,
+    timeout: Option<Duration>,
+    grace: Duration,
+    on_suspend: OnSuspend,
+    command: &[String],
+    endpoints: &[String],
+) -> anyhow::Result<i32> {
+    let guard = tokio::select! {
+        g = async {
+            match timeout {
+                Some(t) => c
+                    .lock_with_timeout(name, t)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("lock {name} not acquired within {t:?}")),
+                None => Ok(c.lock(name).await?),
+            }
+        } => g?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted while waiting for lock {name}"),
+    };
+    let token = guard.fencing_token();
+    eprintln!("baton: holding lock {name} (token {token})");
+    let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", name.to_string())];
+    let what = format!("lock {name}");
+    let lost = async {
+        match on_suspend {
+            OnSuspend::Kill => guard.lost().await,
+            OnSuspend::Wait => guard.may_be_taken().await,
+        }
+    };
+    let code = supervise(command, &env, endpoints, lost, guard.verify(), grace, &what).await?;
+    // After a loss the session may be gone: bounded, best-effort release.
+    let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
+    Ok(code)
+}
+
+/// `baton elect`: campaign, run the command while leader, resign.
+async fn run_elected(
+    c: &Client,
+    name: &str,
+    value: Option<String>,
+    grace: Duration,
+    on_suspend: OnSuspend,
+    command: &[String],
+    endpoints: &[String],
+) -> anyhow::Result<i32> {
+    let value = value.unwrap_or_else(|| format!("{}:{}", hostname(), std::process::id()));
+    let lead = tokio::select! {
+        l = c.campaign(name, value.into_bytes()) => l?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted while campaigning in {name}"),
+    };
+    let token = lead.token();
+    eprintln!("baton: leader of {name} (token {token})");
+    let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_ELECTION_NAME", name.to_string())];
+    let what = format!("leadership of {name}");
+    let lost = async {
+        match on_suspend {
+            OnSuspend::Kill => lead.lost().await,
+            OnSuspend::Wait => lead.may_be_replaced().await,
+        }
+    };
+    let code = supervise(command, &env, endpoints, lost, lead.verify(), grace, &what).await?;
+    let _ = tokio::time::timeout(Duration::from_secs(2), lead.resign()).await;
+    Ok(code)
 }
 
 fn hostname() -> String {

@@ -14,7 +14,7 @@
 use tokio::sync::mpsc;
 
 use super::lock::{wait_first, HeldMark};
-use super::queue::{enqueue, recipe_dir, session_lost, sorted_children, QueueNode};
+use super::queue::{enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, QueueNode};
 use crate::{Client, Error, Result, SessionState};
 
 const PREFIX: &str = "n-";
@@ -44,7 +44,8 @@ impl Leadership {
     pub fn name(&self) -> &str {
         &self.name
     }
-    /// True while the session is connected (leadership not in doubt).
+    /// True while the session is `Connected`: the cluster vouched for it
+    /// recently enough that no other candidate can lead yet.
     pub fn is_leader(&self) -> bool {
         *self.node.client.state().borrow() == SessionState::Connected
     }
@@ -57,6 +58,11 @@ impl Leadership {
     /// Resolves when leadership is in doubt or gone.
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
+    }
+    /// Resolves when another candidate may lead: the session expired, or
+    /// went a whole session timeout without proof of life.
+    pub async fn may_be_replaced(&self) -> SessionState {
+        may_be_taken(&self.node.client).await
     }
     /// Changes the value observers see, without giving up leadership.
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<()> {

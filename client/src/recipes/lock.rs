@@ -23,7 +23,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::queue::{delete_own, enqueue, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode};
+use super::queue::{
+    delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode,
+};
 use crate::{Client, Error, Op, OpResult, Result, SessionState};
 
 /// Prefix of lock queue nodes.
@@ -86,6 +88,13 @@ impl LockGuard {
     /// cannot fire while this process is paused: fence your writes.
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
+    }
+    /// Resolves when someone else may hold the lock: the session expired,
+    /// or went a whole session timeout without proof of life. Weaker than
+    /// [`LockGuard::lost`] (which fires at the first doubt): use it to ride
+    /// out a member restart, with fenced writes.
+    pub async fn may_be_taken(&self) -> SessionState {
+        may_be_taken(&self.node.client).await
     }
     /// Runs `ops` atomically, only if no higher token than this guard's was
     /// used on `resource` before (and records this token).
@@ -152,8 +161,11 @@ impl Client {
     }
 
     /// Waits at most `timeout` for lock `name`; `None` when it timed out
-    /// (the waiter's node is deleted).
+    /// (the waiter's node is deleted). A zero timeout is [`Client::try_lock`].
     pub async fn lock_with_timeout(&self, name: &str, timeout: Duration) -> Result<Option<LockGuard>> {
+        if timeout.is_zero() {
+            return self.try_lock(name).await;
+        }
         match tokio::time::timeout(timeout, self.lock(name)).await {
             Ok(r) => r.map(Some),
             Err(_) => Ok(None),

@@ -2,11 +2,21 @@
 //! participant under one parent, ordered by sequence number, each waiter
 //! watching exactly one node ahead of it (no herd effect).
 //!
+//! Names: `<prefix><attempt>-<10-digit seq>`, where `<attempt>` is random
+//! per enqueue (Curator's "protected" mode). After an ambiguous create the
+//! participant finds *its* node by that name, never an older leftover of the
+//! same session (a cancelled attempt whose delete is still on its way).
+//!
 //! Cancellation: the create runs in its own task. If the caller is dropped
 //! before the reply, the task deletes the node when the reply arrives; if
-//! the reply is lost (ambiguous), the node is found again by its owner
-//! (this session) rather than orphaned. After that, [`QueueNode`]'s `Drop`
-//! deletes the node in the background unless it was handed to a guard.
+//! the reply is lost (ambiguous), the node is found again by its attempt
+//! name rather than orphaned. After that, [`QueueNode`]'s `Drop` deletes the
+//! node in the background unless it was handed to a guard. Every background
+//! delete retries (with backoff, for up to one session timeout) until the
+//! node is gone or the session is: a waiter that gave up never blocks the
+//! next one for longer than the cluster needs to answer. A process about to
+//! exit should close its client instead, which ends the session and deletes
+//! every node it owns at once (the CLI does).
 
 use std::time::Duration;
 
@@ -58,22 +68,42 @@ impl Drop for QueueNode {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (c, p) = (self.client.clone(), self.path.clone());
-            rt.spawn(async move {
-                let _ = c.delete(&p, None).await;
-            });
+            rt.spawn(async move { delete_in_background(&c, &p).await });
         }
     }
 }
 
-/// Creates `dir/prefix<seq>` (ephemeral, sequential, parents on demand).
+/// Deletes `path` until it is gone, the session is, or one session timeout
+/// has passed (backoff 50 ms doubling to 1 s).
+pub(crate) async fn delete_in_background(c: &Client, path: &str) {
+    let until = tokio::time::Instant::now() + c.session_timeout().max(Duration::from_secs(1));
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match c.delete(path, None).await {
+            Ok(()) | Err(Error::SessionExpired) | Err(Error::Closed) => return,
+            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => return,
+            Err(_) if tokio::time::Instant::now() + pause >= until => return,
+            Err(_) => {}
+        }
+        if *c.state().borrow() == SessionState::Expired {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Creates `dir/<prefix><attempt>-<seq>` (ephemeral, sequential, parents
+/// on demand).
 pub(crate) async fn enqueue(client: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> Result<QueueNode> {
     let (tx, rx) = oneshot::channel::<Result<(String, u64)>>();
-    let (c, d, p) = (client.clone(), dir.to_string(), prefix.to_string());
+    let attempt: u64 = rand::random();
+    let (c, d, p) = (client.clone(), dir.to_string(), format!("{prefix}{attempt:016x}-"));
     tokio::spawn(async move {
         let r = create_or_find(&c, &d, &p, data).await;
         if let Err(Ok((path, _))) = tx.send(r) {
             // The caller went away: do not leave its node behind.
-            let _ = c.delete(&path, None).await;
+            delete_in_background(&c, &path).await;
         }
     });
     let (path, czxid) = rx.await.map_err(|_| Error::Closed)??;
@@ -86,9 +116,10 @@ async fn create_or_find(c: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> R
     match c.create(&format!("{dir}/{prefix}"), data, opts).await {
         Ok((path, stat)) => Ok((path, stat.czxid)),
         Err(e) if e.is_ambiguous() => {
-            // Did it happen? Our node is the one this session owns.
+            // Did it happen? Our node carries this attempt's name (the
+            // prefix holds a random attempt id), and this session owns it.
             for kid in c.children(dir).await.unwrap_or_default() {
-                if !kid.starts_with(prefix) {
+                if !kid.starts_with(prefix) || kid.len() != prefix.len() + 10 {
                     continue;
                 }
                 let path = format!("{dir}/{kid}");
@@ -159,6 +190,41 @@ pub(crate) async fn session_lost(c: &Client) -> SessionState {
         }
         if st.changed().await.is_err() {
             return SessionState::Expired;
+        }
+    }
+}
+
+/// Resolves when another session may hold what `client`'s session holds:
+/// the session is Expired, or has gone without proof of life for a whole
+/// timeout (the cluster may have expired it). Until then a `Suspended`
+/// session still holds everything (Curator's session-based error policy);
+/// `session_lost` is the cautious choice that gives up at `Suspended`.
+pub(crate) async fn may_be_taken(c: &Client) -> SessionState {
+    let mut st = c.state();
+    loop {
+        let s = *st.borrow_and_update();
+        match s {
+            SessionState::Expired => return s,
+            SessionState::Connected => {
+                if st.changed().await.is_err() {
+                    return SessionState::Expired;
+                }
+            }
+            SessionState::Suspended => {
+                let at = tokio::time::Instant::from_std(c.may_be_lost_at().await);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {
+                        if *st.borrow() != SessionState::Connected {
+                            return *st.borrow();
+                        }
+                    }
+                    r = st.changed() => {
+                        if r.is_err() {
+                            return SessionState::Expired;
+                        }
+                    }
+                }
+            }
         }
     }
 }

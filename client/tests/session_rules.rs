@@ -1,0 +1,148 @@
+//! The client's session rules against a scripted fake member (a TCP
+//! listener in this test that speaks just enough of the protocol), so the
+//! exact bytes the client sends can be counted and the answers chosen.
+//!
+//! - Finding S5: a write holds its slot until the session actor is done
+//!   with it, even when the caller stopped waiting: the server never sees
+//!   more than `MAX_WRITES_IN_FLIGHT` unanswered writes of one session.
+//! - Finding R7: `last_zxid` starts at the index that created the session.
+//! - Finding S1: only keepalives answered OK make the client `Connected`;
+//!   a member that answers everything else (stale reads, status) but not
+//!   keepalives leaves it `Suspended`.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_client::{Client, ClientConfig, SessionState, MAX_WRITES_IN_FLIGHT};
+use baton_proto::{request, response, ClientFrame, CreateSessionResp, Empty, ErrorCode, Response, ServerFrame};
+use futures::{SinkExt, StreamExt};
+use prost::Message as _;
+use tokio::net::TcpListener;
+
+/// What the fake member does with keepalives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keepalives {
+    Ok,
+    NoLeader,
+}
+
+#[derive(Default)]
+struct Seen {
+    write_seqs: BTreeSet<u64>,
+}
+
+/// Serves one client connection: creates the session (index 42), answers
+/// keepalives as told, reads and status at once, and never answers a write.
+async fn fake_member(keepalives: Keepalives) -> (String, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound").to_string();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut f = tokio_util::codec::Framed::new(sock, baton_proto::codec(1 << 24));
+                while let Some(Ok(frame)) = f.next().await {
+                    let Ok(ClientFrame { request: Some(req) }) = ClientFrame::decode(frame) else { return };
+                    use request::Body as B;
+                    let ok = |body| Response { id: req.id, zxid: 42, body: Some(body), ..Default::default() };
+                    let resp = match &req.body {
+                        Some(B::CreateSession(c)) => ok(response::Body::CreateSession(CreateSessionResp {
+                            session_id: 42,
+                            secret: bytes::Bytes::from_static(b"secret"),
+                            timeout_ms: c.timeout_ms,
+                        })),
+                        Some(B::Keepalive(_)) if keepalives == Keepalives::Ok => ok(response::Body::Empty(Empty {})),
+                        Some(B::Keepalive(_)) => Response {
+                            id: req.id,
+                            error: ErrorCode::NoLeader as i32,
+                            message: "cut off".into(),
+                            ..Default::default()
+                        },
+                        Some(B::Create(_)) | Some(B::Set(_)) => {
+                            s.lock().unwrap().write_seqs.insert(req.seq);
+                            continue;
+                        }
+                        _ => ok(response::Body::Empty(Empty {})),
+                    };
+                    let out = ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) };
+                    if f.send(bytes::Bytes::from(out.encode_to_vec())).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn abandoned_writes_keep_their_slots_until_the_actor_gives_up() {
+    let (addr, seen) = fake_member(Keepalives::Ok).await;
+    let cfg = ClientConfig::new([addr]).session_timeout(Duration::from_secs(30)).op_timeout(Duration::from_secs(20));
+    let c = Client::connect_with(cfg).await.expect("session");
+    // 3,000 writes whose callers give up after 5 ms.
+    let mut tasks = Vec::new();
+    for i in 0..3000 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_millis(5), c.set(&format!("/k{i}"), "v", None)).await;
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = seen.lock().unwrap().write_seqs.len();
+    assert!(n > 0, "no write reached the member");
+    assert!(n <= MAX_WRITES_IN_FLIGHT, "{n} unanswered writes in flight, over {MAX_WRITES_IN_FLIGHT}");
+}
+
+#[tokio::test]
+async fn last_zxid_starts_at_the_sessions_creation() {
+    let (addr, _) = fake_member(Keepalives::Ok).await;
+    let c = Client::connect(vec![addr]).await.expect("session");
+    assert_eq!(c.last_zxid().await, 42);
+}
+
+#[tokio::test]
+async fn only_vouched_keepalives_keep_a_client_connected() {
+    let (addr, _) = fake_member(Keepalives::NoLeader).await;
+    let cfg = ClientConfig::new([addr]).session_timeout(Duration::from_millis(1500));
+    let c = Client::connect_with(cfg).await.expect("session");
+    assert_eq!(*c.state().borrow(), SessionState::Connected);
+    // Stale reads and status are answered all along; keepalives are not.
+    let poll = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = c.get_opts("/", true).await;
+                let _ = c.status().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    // Suspended no later than 2/3 of the timeout after the create was sent.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(*c.state().borrow(), SessionState::Suspended);
+    poll.abort();
+}
+
+#[tokio::test]
+async fn vouched_keepalives_keep_it_connected() {
+    let (addr, _) = fake_member(Keepalives::Ok).await;
+    let cfg = ClientConfig::new([addr]).session_timeout(Duration::from_millis(1500));
+    let c = Client::connect_with(cfg).await.expect("session");
+    let mut st = c.state();
+    let stayed = tokio::time::timeout(Duration::from_millis(3000), async {
+        loop {
+            if st.changed().await.is_err() || *st.borrow() != SessionState::Connected {
+                return false;
+            }
+        }
+    })
+    .await;
+    assert!(stayed.is_err(), "left Connected although every keepalive was answered");
+}
