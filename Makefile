@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps build release demo test lint jepsen-smoke compare-smoke compare bench clean
+.PHONY: deps peer-deps build release demo test lint sim jepsen-smoke compare-smoke compare bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -34,8 +34,17 @@ lint: deps
 # safety test, a short Jepsen run of every workload, and a short compare.
 test: lint build peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
+	$(MAKE) sim
 	$(MAKE) jepsen-smoke
 	$(MAKE) compare-smoke
+
+# The deterministic simulator: the session scripts (findings S1-S7, L1, each
+# with a planted-bug twin) and BATON_SIM_SEEDS random fault schedules
+# (default 2,000, ~1.5 min). The twins need the deliberate bugs compiled in.
+# Replay a failing seed: BATON_SIM_SEED=<n> make sim
+sim:
+	$(CARGO) test -p baton-server --features fault-injection --test sessions -- --test-threads=2 --nocapture \
+	  2>&1 | grep -E '^test |seeds|caught|panicked|failed|VIOLATION|test result' ; exit $${PIPESTATUS[0]}
 
 # Every compare workload for a few seconds on all three targets, to keep
 # the adapters working (debug build: the figures mean nothing).

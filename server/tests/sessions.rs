@@ -358,7 +358,7 @@ fn t90_randomized_seeds_keep_the_session_guarantee() {
         }
         return;
     }
-    let seeds: u64 = std::env::var("BATON_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let seeds: u64 = std::env::var("BATON_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let started = std::time::Instant::now();
     let failed: Vec<(u64, String)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..2u64)
