@@ -280,6 +280,23 @@ fn t81_l1_planted_fresh_deadlines_only_never_expire_it() {
 /// restarts, frozen clients), then 10 s healed. Checks the session
 /// guarantee all along, and that the replicas agree at the end.
 fn random_run(seed: u64, faults: Faults) -> Result<(), String> {
+    let s = random_sim(seed, faults);
+    if !s.violations.is_empty() {
+        return Err(s.report());
+    }
+    let dumps = s.dumps();
+    let top = dumps.values().map(|(a, _)| *a).max().unwrap_or(0);
+    let at_top: Vec<&String> = dumps.values().filter(|(a, _)| *a == top).map(|(_, d)| d).collect();
+    if at_top.len() < 2 || at_top.windows(2).any(|w| w[0] != w[1]) {
+        return Err(format!("replicas disagree or lag at the end: {:?}\n{}", dumps.keys(), s.report()));
+    }
+    if s.leader().is_none() {
+        return Err(format!("no leader 10 s after healing\n{}", s.report()));
+    }
+    Ok(())
+}
+
+fn random_sim(seed: u64, faults: Faults) -> Sim {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
     let session_ms = [1000u32, 2000, 3000][rng.gen_range(0..3)];
@@ -334,19 +351,22 @@ fn random_run(seed: u64, faults: Faults) -> Result<(), String> {
         }
     }
     s.run_for(ms(10_000));
-    if !s.violations.is_empty() {
-        return Err(s.report());
+    s
+}
+
+/// A seed is the whole run: the same seed twice gives the same trace, the
+/// same client states and the same replicas, byte for byte.
+#[test]
+fn t92_a_seed_replays_exactly() {
+    for seed in [3, 17] {
+        let a = random_sim(seed, Faults::default());
+        let b = random_sim(seed, Faults::default());
+        assert!(a.trace.len() > 10, "a run does something");
+        assert_eq!(a.trace, b.trace, "seed {seed}: traces differ");
+        assert_eq!(a.dumps(), b.dumps(), "seed {seed}: states differ");
+        let states = |s: &Sim| s.clients.iter().map(|c| c.states.clone()).collect::<Vec<_>>();
+        assert_eq!(states(&a), states(&b));
     }
-    let dumps = s.dumps();
-    let top = dumps.values().map(|(a, _)| *a).max().unwrap_or(0);
-    let at_top: Vec<&String> = dumps.values().filter(|(a, _)| *a == top).map(|(_, d)| d).collect();
-    if at_top.len() < 2 || at_top.windows(2).any(|w| w[0] != w[1]) {
-        return Err(format!("replicas disagree or lag at the end: {:?}\n{}", dumps.keys(), s.report()));
-    }
-    if s.leader().is_none() {
-        return Err(format!("no leader 10 s after healing\n{}", s.report()));
-    }
-    Ok(())
 }
 
 #[test]
