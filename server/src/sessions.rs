@@ -58,6 +58,8 @@ use crate::state::StateMachine;
 /// Ticks between background rounds (touches of requests other than
 /// keepalives, which go at once).
 const ROUND_EVERY_TICKS: u32 = 2;
+/// Ticks between prunes of records of sessions that no longer exist.
+const PRUNE_EVERY_TICKS: u64 = 100;
 
 /// Something for the driver to do.
 #[derive(Debug)]
@@ -148,6 +150,7 @@ pub struct Sessions {
     next_forward: Instant,
     /// Follower: keepalives waiting for their batch's acknowledgement.
     keepalives: Vec<Waiting>,
+    ticks: u64,
 }
 
 struct Waiting {
@@ -233,6 +236,7 @@ impl Sessions {
             batch: 1,
             next_forward: now,
             keepalives: Vec::new(),
+            ticks: 0,
         }
     }
 
@@ -572,6 +576,12 @@ impl Sessions {
     /// wait, give sessions without a deadline a fresh one.
     pub fn tick(&mut self, voters: &Voters, sm: &StateMachine, now: Instant) -> Vec<Action> {
         let give_up = self.timing.election * 2;
+        // Records of sessions that ended without this member applying it
+        // (a snapshot install) go now and then.
+        self.ticks += 1;
+        if self.ticks % PRUNE_EVERY_TICKS == 0 {
+            self.seen.retain(|sid, _| sm.session_exists(*sid));
+        }
         let mut out = Vec::new();
         let (old, keep): (Vec<Waiting>, Vec<Waiting>) =
             self.keepalives.drain(..).partition(|k| now.duration_since(k.since) > give_up);
