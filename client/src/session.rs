@@ -13,7 +13,8 @@
 //! the server saying the session expired, or no member answering anything
 //! for a whole timeout, is `Expired`. An attach does not make the client `Connected`: the keepalive
 //! sent right after it does, once answered. A member that cannot vouch for
-//! half a timeout is left for the next one.
+//! half a timeout, or leaves a keepalive unanswered for a keepalive period
+//! (T/3), is left for the next one.
 //!
 //! Retries: a request answered with NO_LEADER / BUSY / SHUTTING_DOWN (not
 //! applied) or LEADER_CHANGED / TIMEOUT (maybe applied) is sent again until
@@ -698,6 +699,16 @@ impl Actor {
             } else if ready && self.liveness.should_switch(now) && self.keepalive_retry.is_some() {
                 // This member has refused to vouch for half a timeout.
                 debug!(endpoint = %self.endpoint(), "member cannot vouch for the session; switching");
+                self.drop_conn();
+            } else if self.pending.values().any(|p| {
+                p.kind == Kind::Keepalive
+                    && p.sent
+                    && now.duration_since(p.sent_at) >= self.timeout / KEEPALIVE_FRACTION
+            }) {
+                // A keepalive unanswered for a keepalive period: the member
+                // hangs (paused, overloaded). A new leader keeps sessions
+                // only half a timeout after its election: find it in time.
+                debug!(endpoint = %self.endpoint(), "keepalive unanswered; switching");
                 self.drop_conn();
             } else if ready {
                 let due = now.duration_since(self.last_keepalive) >= self.timeout / KEEPALIVE_FRACTION

@@ -131,6 +131,31 @@ fn t21_s2_planted_expiry_from_the_stale_role_is_caught() {
     assert!(!s.violations.is_empty(), "the planted S2 fault went unnoticed:\n{}", s.report());
 }
 
+/// Liveness: the clients of a leader that hangs (paused for 2 T) find the
+/// new leader and keep their sessions (a new leader keeps every session at
+/// least T/2 after its election; a client leaves a member that leaves a
+/// keepalive unanswered for T/3).
+#[test]
+fn t22_the_clients_of_a_hung_leader_keep_their_sessions() {
+    for (seed, session_ms) in [(30, 2000), (31, 2000), (32, 3000), (33, 3000), (34, 5000)] {
+        let t = ms(session_ms);
+        let (mut s, leader, _) = cluster(seed, Opts { session_ms: session_ms as u32, ..Opts::default() });
+        let mut eps = vec![1, 2, 3];
+        eps.retain(|m| *m != leader);
+        eps.insert(0, leader);
+        let c = s.add_client("a", eps);
+        assert!(s.await_connected(c, ms(3000)));
+        s.run_for(t);
+        s.pause(leader, t * 2);
+        s.run_for(t * 3);
+        assert_clean(&s);
+        let sid = s.clients[c].session;
+        let alive = (1..=3).filter(|m| s.session_exists(*m, sid)).count();
+        assert_eq!(alive, 3, "seed {seed}, T = {session_ms} ms: the session was lost\n{}", s.report());
+        assert_eq!(s.client_state(c), "Connected", "seed {seed}\n{}", s.report());
+    }
+}
+
 // ---------------------------------------------------------------- S3
 
 /// A session expires on the majority while member `cut` is cut off and

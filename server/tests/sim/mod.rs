@@ -547,6 +547,8 @@ impl Sim {
     }
 
     fn client_drop_conn(&mut self, c: usize) {
+        let (name, member) = (self.clients[c].name.clone(), self.client_member(c).unwrap_or(0));
+        self.log(format!("client {name}: leaves member {member}"));
         if let Some((member, life, conn, _)) = self.clients[c].conn.take() {
             self.send_net(CLIENT_NET + c as u64, member, life, Input::ConnClosed { conn });
         }
@@ -594,8 +596,10 @@ impl Sim {
         // connection went silent.
         let modern = cl.rule == ContactRule::Keepalives;
         let switch = modern && cl.liveness.is_some_and(|l| l.should_switch(now)) && cl.keepalive_retry.is_some();
-        let stalled =
-            cl.pending.values().any(|(k, t)| modern && *k == Req::Keepalive && now.duration_since(*t) > cl.timeout / 2);
+        let stalled = cl
+            .pending
+            .values()
+            .any(|(k, t)| modern && *k == Req::Keepalive && now.duration_since(*t) >= cl.timeout / KEEPALIVE_FRACTION);
         if switch || stalled {
             self.client_drop_conn(c);
             return;
@@ -635,6 +639,11 @@ impl Sim {
         cl.last_zxid = cl.last_zxid.max(r.zxid);
         cl.last_heard = now;
         let Some((kind, sent)) = cl.pending.remove(&r.id) else { return };
+        if kind != Req::StaleRead && code != ErrorCode::Ok || kind == Req::Attach {
+            let (name, member) = (cl.name.clone(), cl.conn.as_ref().map(|x| x.0).unwrap_or(0));
+            self.log(format!("client {name}: {kind:?} at member {member}: {code:?} {}", r.message));
+        }
+        let cl = &mut self.clients[c];
         if code == ErrorCode::Ok && cl.rule == ContactRule::AnyAnswer {
             cl.any_answer = Some(now);
         }
