@@ -517,7 +517,9 @@ impl Sessions {
         let Some(lead) = self.lead.as_mut() else {
             // Follower: forward at once if a keepalive waits on this batch.
             let urgent = self.keepalives.iter().any(|k| k.batch == self.batch);
-            if leader == 0 || self.touched.is_empty() || !(urgent || now >= self.next_forward) {
+            // (`leader == me`: raft-rs already leads, this layer learns it
+            // with the Ready's soft state; nothing to forward to.)
+            if leader == 0 || leader == me || self.touched.is_empty() || !(urgent || now >= self.next_forward) {
                 return Vec::new();
             }
             let ids: Vec<u64> = std::mem::take(&mut self.touched).into_iter().collect();
