@@ -418,3 +418,36 @@ async fn t95_the_cli_leaves_no_waiter_node_when_it_gives_up() {
     assert_eq!(code, 0, "a try on a free lock failed");
     assert_eq!(queue_len(&cls[0], "/_baton/locks/cli").await, 0);
 }
+
+/// `baton lock --on-suspend`: the member the CLI is connected to is killed
+/// and restarted while the command runs. `wait` (the default) rides out the
+/// suspension (the session, and the lock, survive it); `kill` stops the
+/// command at the first doubt and exits 75.
+#[tokio::test]
+async fn t96_on_suspend_wait_rides_out_a_member_restart_and_kill_does_not() {
+    let mut c = Cluster::start(3, &[]).await;
+    let leader = c.wait_leader(SECS(10)).await;
+    let follower = (1..=3).find(|m| *m != leader).expect("3 members");
+    for (policy, want) in [("wait", 0), ("kill", 75)] {
+        let child = Command::new(baton_bin())
+            .arg("--endpoints")
+            .arg(c.endpoints_from(follower).join(","))
+            .args(["lock", "ride", "--session-timeout", "6s", "--grace", "1s", "--on-suspend", policy])
+            .args(["--", "sleep", "4"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("baton runs");
+        let watcher = c.client().await;
+        eventually(SECS(5), "the CLI holds the lock", || async {
+            (queue_len(&watcher, "/_baton/locks/ride").await == 1).then_some(())
+        })
+        .await;
+        c.kill(follower);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.start_member(follower);
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("wait");
+        assert_eq!(out.status.code(), Some(want), "--on-suspend {policy}");
+        watcher.close().await.unwrap();
+    }
+}
