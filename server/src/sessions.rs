@@ -581,7 +581,7 @@ impl Sessions {
         // Records of sessions that ended without this member applying it
         // (a snapshot install) go now and then.
         self.ticks += 1;
-        if self.ticks % PRUNE_EVERY_TICKS == 0 {
+        if self.ticks.is_multiple_of(PRUNE_EVERY_TICKS) {
             self.seen.retain(|sid, _| sm.session_exists(*sid));
         }
         let mut out = Vec::new();
