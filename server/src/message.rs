@@ -3,7 +3,7 @@
 //! and how a client connection is named ([`ConnId`]).
 //!
 //! This module is the seam between the deterministic driver
-//! (`driver.rs` and its pieces) and the runtime (`node.rs`, `transport.rs`,
+//! (`driver/` and its pieces) and the runtime (`node.rs`, `transport.rs`,
 //! `listener.rs`): the runtime turns sockets and timers into `Input`s, the
 //! simulator (`sim.rs`) makes them up from a seeded schedule. Nothing here
 //! does I/O.

@@ -11,7 +11,7 @@
 //! 4. `tick` when due (with whether this turn drained the queue);
 //! 5. `end_turn`: ReadIndex, Ready, reads, session rounds.
 //!
-//! Everything that decides lives in `driver.rs` and takes `now` as an
+//! Everything that decides lives in `driver/` and takes `now` as an
 //! argument; this file only reads the clock and moves messages.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

@@ -1,0 +1,561 @@
+//! The Raft driver: owns the raft-rs `RawNode`, the state machine, the
+//! client connections' pending requests, and the pieces that decide what to
+//! answer: [`Reads`] (ReadIndex), [`Watches`], [`Sessions`] (liveness and
+//! expiry).
+//!
+//! It does no I/O and reads no clock: every call takes `now`, randomness
+//! comes from a seeded generator, peers are reached through a [`PeerSink`]
+//! and the disk through a [`Persist`]. The runtime (`node.rs`) calls it from
+//! one thread with the wall clock, sockets and a syncer thread; the
+//! simulator (`sim.rs`) calls it with a manual clock, a seeded network and a
+//! queue for a disk, and replays a run exactly from its seed.
+//!
+//! Layout: this file holds the driver's state, its inputs, time (ticks,
+//! expiry) and the end of a turn; `requests.rs` what it answers clients
+//! (and the listeners' local reads); `ready.rs` the Ready handling, from
+//! persisting to applying entries.
+//!
+//! One loop turn, as the runtime drives it:
+//! 1. [`Driver::handle`] every queued input: step peer messages, propose
+//!    writes, queue linearizable reads, count touches and keepalives;
+//! 2. [`Driver::on_persisted`] for every write the syncer finished (sends
+//!    the messages that waited for it, `on_persist_ready`);
+//! 3. [`Driver::tick`] when a tick is due (raft-rs tick, timeouts, expiry);
+//! 4. [`Driver::end_turn`]: one ReadIndex for the turn's reads; the `Ready`
+//!    in the order raft-rs documents (send messages, install a snapshot,
+//!    apply committed entries, stage new entries and the hard state, queue
+//!    the batch to the syncer, `advance_append_async`); reads now applied;
+//!    session rounds and touch forwards.
+//!
+//! Replies are matched to requests by `(origin member, request id)` carried
+//! in the entry, never by queue position; request ids start at a random
+//! value on every start. A pending write fails with `LEADER_CHANGED`
+//! (ambiguous) when the leader changes, and with `TIMEOUT` (ambiguous) after
+//! `request_timeout`; clients retry with the same sequence number and
+//! exactly-once makes that safe.
+//!
+//! Election timeouts: raft-rs draws them from `thread_rng`, which cannot be
+//! seeded. The driver configures raft-rs with a fixed timeout and randomizes
+//! where each countdown starts itself (`randomize_election`), so a simulated
+//! run replays exactly.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+use baton_proto::{
+    client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
+    ExistsResp, ExpireSessions, GetResp, NewSession, Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
+    WatchSpec,
+};
+use prost::Message as _;
+use raft::prelude::*;
+use raft::StateRole;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::{debug, error, info, warn};
+
+use crate::config::Config;
+use crate::kv::{Batch, Kv};
+use crate::message::{ConnId, Input, PeerOut, PeerSink};
+use crate::raft_store::RaftStore;
+use crate::reads::{Deferred, Reads};
+use crate::sessions::{Action, Sessions, Timing, Voters};
+use crate::state::{error_response, StateMachine};
+use crate::syncer::{Persist, SyncJob, Synced};
+use crate::watches::{missed_event, Fired, Watches};
+
+mod ready;
+mod requests;
+
+pub use requests::{fast_read, local_read};
+
+/// The state machine as the driver and the listeners share it.
+pub type SharedState = Arc<RwLock<StateMachine>>;
+
+struct Conn {
+    tx: UnboundedSender<ServerFrame>,
+    session: Option<u64>,
+}
+
+/// A request waiting for its entry to be applied.
+struct PendingWrite {
+    conn: ConnId,
+    client_id: u64,
+    since: Instant,
+    /// Bind the connection to the new session (CreateSession).
+    bind_session: bool,
+}
+
+/// Wall-clock time for entries (`Command::time_ms`), derived from the
+/// monotonic `now` so that the driver never reads a clock itself.
+#[derive(Clone, Copy)]
+pub struct WallClock {
+    pub mono: Instant,
+    pub wall_ms: i64,
+}
+
+impl WallClock {
+    pub fn system(now: Instant) -> Self {
+        let wall_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        WallClock { mono: now, wall_ms }
+    }
+
+    fn at(&self, now: Instant) -> i64 {
+        self.wall_ms + now.saturating_duration_since(self.mono).as_millis() as i64
+    }
+}
+
+/// Expiries this member applied (the simulator checks them against what
+/// clients believed at that moment).
+#[derive(Debug, Clone)]
+pub struct AppliedExpiry {
+    pub index: u64,
+    pub sessions: Vec<u64>,
+}
+
+pub struct Driver {
+    cfg: Config,
+    raw: RawNode<RaftStore>,
+    /// Shared with the client listeners, which answer local (stale) reads
+    /// without a watch straight from it; only this driver writes it.
+    sm: SharedState,
+    /// Writes go through it (in order), never straight to the store.
+    persist: Box<dyn Persist>,
+    peers: Box<dyn PeerSink>,
+    rng: StdRng,
+    wall: WallClock,
+    conns: BTreeMap<ConnId, Conn>,
+    watches: Watches,
+    pending: BTreeMap<u64, PendingWrite>,
+    next_request_id: u64,
+    reads: Reads,
+    sessions: Sessions,
+    /// As of the last `Ready`'s soft state.
+    leader: u64,
+    term: u64,
+    role: StateRole,
+    /// Last time a message from the current leader arrived (followers).
+    leader_contact: Instant,
+    last_tick: Option<Instant>,
+    /// Recorded expiries (simulator only).
+    observed: Option<Vec<AppliedExpiry>>,
+}
+
+/// How many inputs one runtime turn takes at most before a `Ready`; a turn
+/// that took this many did not drain the queue.
+pub const MAX_INPUTS_PER_TURN: usize = 8192;
+
+impl Driver {
+    /// Loads the member's state from `kv`; `seed` feeds every random choice.
+    pub fn new(
+        cfg: Config,
+        kv: &dyn Kv,
+        peers: Box<dyn PeerSink>,
+        persist: Box<dyn Persist>,
+        seed: u64,
+        now: Instant,
+        wall: WallClock,
+    ) -> anyhow::Result<Self> {
+        let voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        let store = RaftStore::load(kv, &voters)?;
+        let mut sm = StateMachine::load(kv)?;
+        if sm.applied() + 1 < store.first() {
+            // The state is older than the log's start (a crash between
+            // installing a snapshot and writing the state): restore it.
+            let snap = store.snapshot(0, 0).map_err(|e| anyhow::anyhow!("snapshot missing: {e}"))?;
+            sm.restore(&snap.data)?;
+        }
+        let applied = sm.applied();
+        sm.set_faults(cfg.faults);
+        if cfg.faults.any() {
+            warn!(faults = ?cfg.faults, "DELIBERATE BUGS ARE ON: this member is for harness tests only");
+        }
+        let rcfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            // Fixed at the top of the range; `randomize_election` starts
+            // each countdown part-way, from the seeded generator.
+            min_election_tick: 2 * cfg.election_ticks - 1,
+            max_election_tick: 2 * cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            applied,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            read_only_option: raft::ReadOnlyOption::Safe,
+            ..Default::default()
+        };
+        rcfg.validate()?;
+        let logger = crate::logging::slog_logger(cfg.id);
+        let raw = RawNode::new(&rcfg, store, &logger)?;
+        info!(id = cfg.id, applied, first = raw.store().first(), last = raw.store().last(), "raft node started");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let timing = Timing {
+            tick: Duration::from_millis(cfg.tick_ms),
+            election: cfg.election_timeout(),
+            no_grace: cfg.faults.expire_without_grace(),
+            no_rebuild: cfg.faults.no_deadline_rebuild(),
+        };
+        let mut d = Driver {
+            raw,
+            sm: Arc::new(RwLock::new(sm)),
+            persist,
+            peers,
+            wall,
+            conns: BTreeMap::new(),
+            watches: Watches::default(),
+            pending: BTreeMap::new(),
+            // Random starts: an entry proposed before a restart may commit
+            // after it and must not match a new request; a ReadIndex answer
+            // to a request from before a restart must not serve a new read.
+            next_request_id: rng.gen::<u64>() >> 1,
+            reads: Reads::new(cfg.id, if cfg.faults.read_ctx_restarts() { 1 } else { rng.gen::<u64>() >> 1 }),
+            sessions: Sessions::new(cfg.id, timing, now),
+            rng,
+            leader: 0,
+            term: 0,
+            role: StateRole::Follower,
+            leader_contact: now,
+            last_tick: None,
+            observed: None,
+            cfg,
+        };
+        d.randomize_election();
+        Ok(d)
+    }
+
+    /// The state machine, for the listeners' local reads.
+    pub fn shared_state(&self) -> SharedState {
+        self.sm.clone()
+    }
+
+    fn sm(&self) -> RwLockReadGuard<'_, StateMachine> {
+        self.sm.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sm_mut(&self) -> RwLockWriteGuard<'_, StateMachine> {
+        self.sm.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ------------------------------------------------------------ for tests
+
+    /// Records every applied expiry from now on (simulator).
+    pub fn observe_expiries(&mut self) {
+        self.observed = Some(Vec::new());
+    }
+
+    pub fn take_expiries(&mut self) -> Vec<AppliedExpiry> {
+        self.observed.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    pub fn id(&self) -> u64 {
+        self.cfg.id
+    }
+
+    /// raft-rs's live role and term.
+    pub fn raft_role(&self) -> (StateRole, u64) {
+        (self.raw.raft.state, self.raw.raft.term)
+    }
+
+    pub fn applied(&self) -> u64 {
+        self.sm().applied()
+    }
+
+    pub fn session_exists(&self, sid: u64) -> bool {
+        self.sm().session_exists(sid)
+    }
+
+    /// A canonical dump of the state machine (replicas must agree).
+    pub fn dump(&self) -> String {
+        self.sm().dump()
+    }
+
+    // ------------------------------------------------------------ inputs
+
+    /// Handles one input (not `Shutdown` or `Persisted`: the runtime's).
+    pub fn handle(&mut self, input: Input, now: Instant) {
+        match input {
+            Input::ConnOpened { conn, tx } => {
+                self.conns.insert(conn, Conn { tx, session: None });
+            }
+            Input::ConnClosed { conn } => {
+                self.conns.remove(&conn);
+                self.watches.remove_conn(conn);
+                self.reads.remove_conn(conn);
+                self.sessions.remove_conn(conn);
+            }
+            Input::Client { conn, req } => self.on_request(conn, req, now),
+            Input::Peer(m) => {
+                if m.to != self.cfg.id {
+                    return;
+                }
+                if m.from == self.leader {
+                    self.leader_contact = now;
+                }
+                if let Err(e) = self.raw.step(*m) {
+                    debug!("step: {e}");
+                }
+            }
+            Input::Touch { from, ids, batch } => {
+                let sm = Arc::clone(&self.sm);
+                let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+                self.sessions.on_touch(from, batch, ids, &sm, now);
+            }
+            Input::TouchAck { from, batch, expired, expiring } => {
+                let from_leader = from == self.raw.raft.leader_id && from != self.cfg.id;
+                let acts = {
+                    let sm = Arc::clone(&self.sm);
+                    let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+                    self.sessions.on_touch_ack(from_leader, batch, &expired, &expiring, &sm)
+                };
+                self.act(acts);
+            }
+            Input::Sync { from, term, round, ids, want_report } => {
+                let (t, l) = (self.raw.raft.term, self.raw.raft.leader_id);
+                if let Some(a) = self.sessions.on_sync(from, term, round, &ids, want_report, t, l, now) {
+                    self.act(vec![a]);
+                }
+            }
+            Input::SyncAck { from, term, round, report } => {
+                let voters = self.voters();
+                let acts = {
+                    let sm = Arc::clone(&self.sm);
+                    let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+                    self.sessions.on_sync_ack(from, term, round, report, &voters, &sm, now)
+                };
+                self.act(acts);
+            }
+            Input::Unreachable(to) => self.raw.report_unreachable(to),
+            Input::PeerGone(from) => self.leader_gone(from),
+            Input::SnapshotSent { to, ok } => {
+                let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+                self.raw.report_snapshot(to, status);
+            }
+            Input::Shutdown | Input::Persisted => {}
+        }
+        self.randomize_election();
+    }
+
+    /// raft-rs draws election timeouts from `thread_rng`, which cannot be
+    /// seeded. It is configured with a fixed timeout of `2 * base - 1`
+    /// ticks instead, and whenever a non-leader's countdown restarts (term
+    /// or role change, a message from the leader), it starts part-way, at
+    /// a seeded draw in `[0, base)`: the election fires after `[base,
+    /// 2 * base)` ticks, as raft-rs's own randomization would, and a
+    /// simulated run replays exactly. Leaders are left alone (their
+    /// check-quorum counts the same ticks).
+    fn randomize_election(&mut self) {
+        let base = self.cfg.election_ticks;
+        let r = &mut self.raw.raft;
+        if r.state != StateRole::Leader && r.election_elapsed == 0 {
+            r.election_elapsed = self.rng.gen_range(0..base);
+        }
+    }
+
+    /// Fast failure detection: when the leader's connection to us closes
+    /// (a killed process's sockets close at once), leave the leader's lease
+    /// and hold an election within 1-3 ticks instead of a full randomized
+    /// election timeout. Only liveness depends on this: if the leader is
+    /// alive, its next heartbeat (every `heartbeat_ticks`) resets the timer
+    /// before anything happens, and the other followers still refuse
+    /// (pre-)votes while they hear from it.
+    fn leader_gone(&mut self, from: u64) {
+        let base = self.cfg.election_ticks;
+        let extra = self.rng.gen_range(1..=3usize);
+        let r = &mut self.raw.raft;
+        if r.state != raft::StateRole::Follower || r.leader_id != from {
+            return;
+        }
+        let fire_at = r.randomized_election_timeout();
+        r.election_elapsed = r.election_elapsed.max(fire_at.saturating_sub(extra)).max(base);
+        info!(leader = from, ticks = extra, "leader's connection closed: election soon");
+    }
+
+    fn act(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Reply { conn, id, code: ErrorCode::Ok, .. } => self.reply_ok(conn, id),
+                Action::Reply { conn, id, code, msg } => self.reply_err(conn, id, code, msg),
+                Action::Send { to, out } => self.peers.send(to, out),
+            }
+        }
+    }
+
+    fn voters(&self) -> Voters {
+        let cs = self.raw.store().conf_state();
+        Voters { incoming: cs.voters.clone(), outgoing: cs.voters_outgoing.clone() }
+    }
+
+    // ------------------------------------------------------------ time
+
+    /// True on a leader, or on a follower that heard from its leader within
+    /// an election timeout.
+    fn leader_alive(&self, now: Instant) -> bool {
+        match self.raw.raft.state {
+            StateRole::Leader => true,
+            _ => self.raw.raft.leader_id != 0 && now.duration_since(self.leader_contact) < self.cfg.election_timeout(),
+        }
+    }
+
+    /// One tick: raft-rs's tick, request and read timeouts, session rounds,
+    /// and expiry. `drained`: this turn took every queued input.
+    pub fn tick(&mut self, now: Instant, drained: bool) {
+        self.raw.tick();
+        self.randomize_election();
+        // A gap between ticks much longer than a tick: this member was
+        // paused. Its deadlines are stale; restart them (sessions.rs, rule 3).
+        let gap = self.last_tick.is_some_and(|t| now.duration_since(t) > self.cfg.election_timeout() / 2);
+        self.last_tick = Some(now);
+        let stale_role = self.cfg.faults.expire_from_stale_role();
+        if gap && !stale_role {
+            let sm = Arc::clone(&self.sm);
+            self.sessions.restart_deadlines(&sm.read().unwrap_or_else(|p| p.into_inner()), now);
+            info!("tick gap (this member was paused?): session deadlines restart");
+        }
+        // Pending writes that waited too long: ambiguous.
+        let timeout = self.cfg.request_timeout();
+        let late: Vec<u64> =
+            self.pending.iter().filter(|(_, p)| now.duration_since(p.since) > timeout).map(|(k, _)| *k).collect();
+        for rid in late {
+            if let Some(p) = self.pending.remove(&rid) {
+                self.reply_err(
+                    p.conn,
+                    p.client_id,
+                    ErrorCode::Timeout,
+                    "no commit within the request timeout; the write may or may not happen",
+                );
+            }
+        }
+        for d in self.reads.retry(now, timeout) {
+            self.reply_err(
+                d.conn,
+                d.req.id,
+                ErrorCode::Timeout,
+                "no ReadIndex within the request timeout (no leader?)",
+            );
+        }
+        let voters = self.voters();
+        let acts = {
+            let sm = Arc::clone(&self.sm);
+            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            self.sessions.tick(&voters, &sm, now)
+        };
+        self.act(acts);
+        // Expiry (sessions.rs, rule 3).
+        let may_expire = if stale_role {
+            self.role == StateRole::Leader
+        } else {
+            self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) && drained && !gap
+        };
+        if may_expire {
+            let due = self.sessions.due(now, timeout);
+            if !due.is_empty() {
+                self.propose_expiry(due, now, stale_role);
+            }
+        }
+    }
+
+    fn propose_expiry(&mut self, due: Vec<u64>, now: Instant, may_forward: bool) {
+        // Never forwarded: a member that is not leader in raft-rs's live
+        // state proposes nothing (raft-rs would hand it to the new leader).
+        if self.raw.raft.state != StateRole::Leader && !may_forward {
+            return;
+        }
+        info!(sessions = ?due, "expiring sessions");
+        let cmd = Command {
+            origin: self.cfg.id,
+            time_ms: self.wall.at(now),
+            body: Some(command::Body::Expire(ExpireSessions { session_ids: due })),
+            ..Default::default()
+        };
+        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
+            debug!("expiry not proposed: {e}");
+        }
+    }
+
+    // ------------------------------------------------------------ ready
+
+    /// The end of a loop turn: the turn's ReadIndex, the `Ready`, reads now
+    /// servable, session rounds and forwards.
+    pub fn end_turn(&mut self, now: Instant) -> anyhow::Result<()> {
+        if let Some(ctx) = self.reads.issue(now) {
+            self.raw.read_index(ctx);
+        }
+        if self.raw.has_ready() {
+            self.handle_ready(now)?;
+        }
+        self.serve_ready_reads(now);
+        let voters = self.voters();
+        let leader = self.raw.raft.leader_id;
+        let acts = {
+            let sm = Arc::clone(&self.sm);
+            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            let mut acts = self.sessions.flush(leader, &voters, &sm, now);
+            if self.cfg.faults.keepalive_without_quorum() {
+                acts.extend(self.sessions.complete_all_now(&sm));
+            }
+            acts
+        };
+        self.act(acts);
+        self.randomize_election();
+        Ok(())
+    }
+
+    fn serve_ready_reads(&mut self, now: Instant) {
+        let applied = self.sm().applied();
+        let (ready, late) = self.reads.take_ready(applied, now, self.cfg.request_timeout());
+        for d in ready {
+            self.serve(d.conn, &d.req, now);
+        }
+        for (idx, d) in late {
+            self.reply_err(
+                d.conn,
+                d.req.id,
+                ErrorCode::Timeout,
+                format!("this member has applied {applied}, the read needs {idx}"),
+            );
+        }
+    }
+
+    // ------------------------------------------------------------ misc
+
+    pub fn status(&self) -> StatusResp {
+        let r = &self.raw.raft;
+        StatusResp {
+            id: self.cfg.id,
+            role: match r.state {
+                StateRole::Leader => "leader",
+                StateRole::Follower => "follower",
+                StateRole::Candidate => "candidate",
+                StateRole::PreCandidate => "pre-candidate",
+            }
+            .into(),
+            term: r.term,
+            commit_index: r.raft_log.committed,
+            applied_index: self.sm().applied(),
+            leader_id: r.leader_id,
+            first_index: self.raw.store().first(),
+            sessions: self.sm().session_count() as u64,
+            nodes: self.sm().node_count() as u64,
+            voters: self.raw.store().conf_state().voters.clone(),
+        }
+    }
+
+    /// Fails every pending write (ambiguous) and stops the syncer after
+    /// the queued writes.
+    pub fn shutdown(&mut self) {
+        info!("shutting down");
+        let msg = "member shutting down; the write may or may not happen";
+        for (_, p) in std::mem::take(&mut self.pending) {
+            self.reply_err(p.conn, p.client_id, ErrorCode::Timeout, msg);
+        }
+        warn!(conns = self.conns.len(), "{msg}");
+        self.persist.stop();
+    }
+}

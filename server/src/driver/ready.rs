@@ -1,0 +1,253 @@
+//! The Ready handling, in the order raft-rs documents for async readies:
+//! soft state, messages, snapshot, read states, committed entries (applied
+//! here: replies and watch events go out), new entries and hard state staged
+//! for the syncer, `advance_append_async`; and what follows a finished
+//! write (`on_persisted`).
+
+use super::*;
+
+impl Driver {
+    pub(super) fn handle_ready(&mut self, now: Instant) -> anyhow::Result<()> {
+        let mut rd = self.raw.ready();
+        let mut batch = Batch::default();
+        // New entries, a snapshot or a changed term/vote must be on disk
+        // before anyone hears that we have them; a Ready with only commits
+        // and messages needs no fsync.
+        let must_sync = rd.must_sync() || !rd.snapshot().is_empty();
+
+        if let Some(ss) = rd.ss() {
+            self.on_soft_state(ss.leader_id, ss.raft_state, now);
+        }
+        // Messages the leader may send before persisting (thesis 10.2.1).
+        self.send_messages(rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            self.install_snapshot(rd.snapshot().clone(), &mut batch)?;
+        }
+        self.reads.on_read_states(&rd.take_read_states());
+        // Committed entries come only once they are persisted here too.
+        self.apply_entries(rd.take_committed_entries(), now)?;
+        if !rd.entries().is_empty() {
+            self.raw.mut_store().append(rd.entries(), &mut batch)?;
+            if self.cfg.faults.ack_before_commit() {
+                self.ack_early(rd.entries());
+            }
+        }
+        if let Some(hs) = rd.hs() {
+            self.raw.mut_store().set_hard_state(hs.clone(), &mut batch)?;
+        }
+        self.sm_mut().flush(&mut batch);
+        self.maybe_compact(&mut batch)?;
+        let number = rd.number();
+        // On a follower raft-rs files every message as "after persisting".
+        // Forwarded proposals and ReadIndex requests carry nothing this
+        // member persisted: send them now rather than behind an fsync.
+        let (at_once, after): (Vec<Message>, Vec<Message>) = rd
+            .take_persisted_messages()
+            .into_iter()
+            .partition(|m| matches!(m.get_msg_type(), MessageType::MsgPropose | MessageType::MsgReadIndex));
+        self.send_messages(at_once);
+        // The store already holds the new entries in memory (raft-rs reads
+        // them from there); the syncer makes them durable in order, and
+        // `on_persisted` sends `after` and reports the number once it has.
+        self.raw.advance_append_async(rd);
+        self.persist.submit(SyncJob { number, batch, sync: must_sync, after });
+        self.advance_applied();
+        Ok(())
+    }
+
+    /// Tells raft-rs what is applied, as far as it allows (a snapshot
+    /// installed but not yet persisted is reported once it is).
+    pub(super) fn advance_applied(&mut self) {
+        let log = &self.raw.raft.raft_log;
+        let cap = log.committed.min(log.persisted);
+        let applied = self.sm().applied().min(cap);
+        if applied > self.raw.raft.raft_log.applied {
+            self.raw.advance_apply_to(applied);
+        }
+    }
+
+    /// A write the syncer finished: send what waited for it.
+    pub fn on_persisted(&mut self, done: Synced) {
+        self.send_messages(done.after);
+        if done.number > 0 {
+            self.raw.on_persist_ready(done.number);
+        }
+        self.advance_applied();
+    }
+
+    pub(super) fn on_soft_state(&mut self, leader: u64, role: StateRole, now: Instant) {
+        let term = self.raw.raft.term;
+        let was_leader = self.role == StateRole::Leader;
+        let is_leader = role == StateRole::Leader;
+        if leader != self.leader || term != self.term || was_leader != is_leader {
+            if leader != self.leader {
+                info!(leader, term, ?role, "leader changed");
+            }
+            // Forwarded proposals may be lost with the old leader.
+            let pending: Vec<(u64, PendingWrite)> = std::mem::take(&mut self.pending).into_iter().collect();
+            for (_, p) in pending {
+                self.reply_err(
+                    p.conn,
+                    p.client_id,
+                    ErrorCode::LeaderChanged,
+                    "leader changed; the write may or may not happen (retry with the same seq)",
+                );
+            }
+            // ReadIndex requests go to the new leader.
+            self.reads.requeue();
+            let mut acts = self.sessions.leader_changed();
+            if is_leader {
+                // raft-rs appended this term's first (empty) entry on
+                // becoming leader: applying up to here means every earlier
+                // expiry is known.
+                let term_start = self.raw.raft.raft_log.last_index();
+                info!(term, term_start, "became leader");
+                acts.extend(self.sessions.become_leader(term, term_start, now));
+            }
+            self.act(acts);
+        }
+        if leader != self.leader {
+            self.leader_contact = now;
+        }
+        self.leader = leader;
+        self.term = term;
+        self.role = role;
+    }
+
+    pub(super) fn send_messages(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            let to = m.to;
+            self.peers.send(to, PeerOut::Raft(Box::new(m)));
+        }
+    }
+
+    pub(super) fn install_snapshot(&mut self, snap: Snapshot, batch: &mut Batch) -> anyhow::Result<()> {
+        let index = snap.get_metadata().index;
+        info!(index, bytes = snap.data.len(), "installing snapshot");
+        self.sm_mut().restore(&snap.data)?;
+        self.raw.mut_store().apply_snapshot(snap, batch)?;
+        // Watches registered before may have missed changes in between.
+        let fired = {
+            let sm = Arc::clone(&self.sm);
+            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            self.watches.after_snapshot(&sm)
+        };
+        for f in fired {
+            self.send_event(&f, index);
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_entries(&mut self, entries: Vec<Entry>, now: Instant) -> anyhow::Result<()> {
+        for e in entries {
+            if e.index <= self.sm().applied() {
+                continue;
+            }
+            match e.entry_type {
+                EntryType::EntryNormal if e.data.is_empty() => self.sm_mut().skip(e.index),
+                EntryType::EntryNormal => self.apply_command(e.index, &e.data, now),
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    let cs = if e.entry_type == EntryType::EntryConfChange {
+                        let mut cc = ConfChange::default();
+                        protobuf::Message::merge_from_bytes(&mut cc, &e.data)?;
+                        self.raw.apply_conf_change(&cc)?
+                    } else {
+                        let mut cc = ConfChangeV2::default();
+                        protobuf::Message::merge_from_bytes(&mut cc, &e.data)?;
+                        self.raw.apply_conf_change(&cc)?
+                    };
+                    let mut b = Batch::default();
+                    self.raw.mut_store().set_conf_state(cs, &mut b)?;
+                    self.persist.submit(SyncJob { number: 0, batch: b, sync: false, after: Vec::new() });
+                    self.sm_mut().skip(e.index);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_command(&mut self, index: u64, data: &[u8], now: Instant) {
+        let cmd = match Command::decode(data) {
+            Ok(c) => c,
+            Err(e) => {
+                // Every member decodes the same bytes the same way: skipping
+                // is deterministic.
+                error!(index, "undecodable entry skipped: {e}");
+                self.sm_mut().skip(index);
+                return;
+            }
+        };
+        // The write lock is held until the events and the reply are queued:
+        // a listener's local read that sees this entry is answered after
+        // them on the same connection (ZooKeeper's order: the event first).
+        // Nothing below may lock the state again on this thread.
+        let shared = Arc::clone(&self.sm);
+        let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
+        let applied = sm.apply(index, &cmd);
+        for ch in &applied.changes {
+            for f in self.watches.fire(ch) {
+                self.send_event(&f, index);
+            }
+        }
+        for sid in &applied.ended_sessions {
+            self.sessions.ended(*sid);
+        }
+        if let Some(command::Body::NewSession(ns)) = &cmd.body {
+            self.sessions.created(index, ns.timeout_ms, now);
+        }
+        if let (Some(log), Some(command::Body::Expire(_))) = (self.observed.as_mut(), &cmd.body) {
+            log.push(AppliedExpiry { index, sessions: applied.ended_sessions.clone() });
+        }
+        if cmd.origin == self.cfg.id {
+            if let Some(p) = self.pending.remove(&cmd.request_id) {
+                if let Some(mut resp) = applied.reply {
+                    resp.id = p.client_id;
+                    if p.bind_session && resp.error == 0 {
+                        if let (Some(c), Some(response::Body::CreateSession(cs))) =
+                            (self.conns.get_mut(&p.conn), &resp.body)
+                        {
+                            c.session = Some(cs.session_id);
+                        }
+                    }
+                    self.reply(p.conn, resp);
+                }
+            }
+        }
+    }
+
+    /// Fault `ack-before-commit`: answers this member's proposals as soon
+    /// as they are in its log, from a speculative copy of the state.
+    pub(super) fn ack_early(&mut self, entries: &[Entry]) {
+        let mut spec = self.sm().clone();
+        for e in entries {
+            if e.entry_type != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            let Ok(cmd) = Command::decode(&e.data[..]) else { continue };
+            let applied = spec.apply(e.index, &cmd);
+            // Only client writes are acked early (sessions must exist first).
+            if cmd.origin != self.cfg.id || !matches!(cmd.body, Some(command::Body::Write(_))) {
+                continue;
+            }
+            if let (Some(p), Some(mut resp)) = (self.pending.remove(&cmd.request_id), applied.reply) {
+                resp.id = p.client_id;
+                self.reply(p.conn, resp);
+            }
+        }
+    }
+
+    pub(super) fn maybe_compact(&mut self, batch: &mut Batch) -> anyhow::Result<()> {
+        let applied = self.sm().applied();
+        let first = self.raw.store().first();
+        if applied < first || applied - first + 1 < self.cfg.snapshot_entries {
+            return Ok(());
+        }
+        // Keep a tail of the log so a briefly lagging follower catches up
+        // from entries instead of a whole snapshot.
+        let keep = self.cfg.snapshot_entries / 4;
+        let data = self.sm().snapshot();
+        debug!(applied, first, bytes = data.len(), "compacting log");
+        self.raw.mut_store().compact(applied, data, applied.saturating_sub(keep), batch)?;
+        Ok(())
+    }
+}

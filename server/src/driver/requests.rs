@@ -1,0 +1,374 @@
+//! What the driver answers clients: writes are checked and proposed,
+//! linearizable reads and attaches queued for a ReadIndex, keepalives handed
+//! to the session layer, local reads served; and the listeners' fast path
+//! for local reads that needs no driver turn.
+
+use super::*;
+
+impl Driver {
+    pub(super) fn reply(&self, conn: ConnId, resp: Response) {
+        if let Some(c) = self.conns.get(&conn) {
+            let _ = c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) });
+        }
+    }
+
+    /// An empty success at the current applied index.
+    pub(super) fn reply_ok(&self, conn: ConnId, id: u64) {
+        let r = Response {
+            id,
+            zxid: self.sm().applied(),
+            body: Some(response::Body::Empty(Empty {})),
+            ..Default::default()
+        };
+        self.reply(conn, r);
+    }
+
+    pub(super) fn reply_err(&self, conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) {
+        let mut r = error_response(self.sm().applied(), code, msg);
+        r.id = id;
+        self.reply(conn, r);
+    }
+
+    pub(super) fn on_request(&mut self, conn: ConnId, req: Request, now: Instant) {
+        let Some(c) = self.conns.get(&conn) else { return };
+        let session = c.session;
+        if let Some(sid) = session {
+            let sm = Arc::clone(&self.sm);
+            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            self.sessions.touch(sid, &sm, now);
+        }
+        let id = req.id;
+        use request::Body as B;
+        match &req.body {
+            None => self.reply_err(conn, id, ErrorCode::BadRequest, "empty or unknown request (newer protocol?)"),
+            Some(B::Status(_)) => {
+                let r = Response {
+                    id,
+                    zxid: self.sm().applied(),
+                    body: Some(response::Body::Status(self.status())),
+                    ..Default::default()
+                };
+                self.reply(conn, r);
+            }
+            Some(B::CreateSession(cs)) => {
+                let timeout = self.cfg.negotiate_timeout(cs.timeout_ms);
+                let secret: [u8; 16] = self.rng.gen();
+                let cmd = Command {
+                    body: Some(command::Body::NewSession(NewSession {
+                        timeout_ms: timeout,
+                        secret: secret.to_vec().into(),
+                    })),
+                    ..Default::default()
+                };
+                self.propose(conn, id, cmd, true, now);
+            }
+            Some(B::Attach(a)) => {
+                // Checked against a linearizable state (a lagging member or
+                // one cut off from the leader must not resume a session whose
+                // expiry committed), at or past what the client saw.
+                let min_index = a.last_zxid;
+                if self.cfg.faults.attach_from_local_state() {
+                    // Deliberate bug: no leader check, no ReadIndex.
+                    self.reads.wait(min_index, Deferred { conn, req, since: now, min_index });
+                    return;
+                }
+                if !self.leader_alive(now) {
+                    return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
+                }
+                self.reads.push(Deferred { conn, req, since: now, min_index });
+            }
+            Some(B::Keepalive(_)) => self.on_keepalive(conn, id, session, now),
+            Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => {
+                if let Some(Err((code, msg))) = r.watch.as_ref().map(check_spec) {
+                    return self.reply_err(conn, id, code, msg);
+                }
+                if r.stale || self.cfg.faults.stale_reads() {
+                    self.serve(conn, &req, now);
+                } else {
+                    self.reads.push(Deferred { conn, req, since: now, min_index: 0 });
+                }
+            }
+            Some(B::AddWatch(w)) => {
+                let Some(spec) = w.watch.clone() else {
+                    return self.reply_err(conn, id, ErrorCode::BadRequest, "add_watch without a watch");
+                };
+                if let Err((code, msg)) = check_spec(&spec) {
+                    return self.reply_err(conn, id, code, msg);
+                }
+                let sm = Arc::clone(&self.sm);
+                self.watches.add(conn, &spec, &sm.read().unwrap_or_else(|p| p.into_inner()));
+                self.reply_ok(conn, id);
+            }
+            Some(B::RemoveWatch(rw)) => {
+                self.watches.remove(conn, rw.watch_id);
+                self.reply_ok(conn, id);
+            }
+            Some(B::CloseSession(_))
+            | Some(B::Create(_))
+            | Some(B::Set(_))
+            | Some(B::Delete(_))
+            | Some(B::Multi(_)) => {
+                let Some(sid) = session else {
+                    return self.reply_err(
+                        conn,
+                        id,
+                        ErrorCode::BadRequest,
+                        "writes need a session: create or attach one first",
+                    );
+                };
+                if !self.sm().session_exists(sid) {
+                    return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
+                }
+                if let Some(msg) = precheck_write(&req) {
+                    return self.reply_err(conn, id, msg.0, msg.1);
+                }
+                let op = match req.body {
+                    Some(B::CloseSession(c)) => client_write::Op::CloseSession(c),
+                    Some(B::Create(c)) => client_write::Op::Create(c),
+                    Some(B::Set(s)) => client_write::Op::Set(s),
+                    Some(B::Delete(d)) => client_write::Op::Delete(d),
+                    Some(B::Multi(m)) => client_write::Op::Multi(m),
+                    _ => return,
+                };
+                let cmd = Command {
+                    body: Some(command::Body::Write(ClientWrite {
+                        session_id: sid,
+                        seq: req.seq,
+                        acked_below: req.acked_below,
+                        op: Some(op),
+                    })),
+                    ..Default::default()
+                };
+                self.propose(conn, id, cmd, false, now);
+            }
+        }
+    }
+
+    /// A keepalive is answered OK only once a quorum has recorded the touch
+    /// in the current leader's term (`sessions.rs`, the rule).
+    pub(super) fn on_keepalive(&mut self, conn: ConnId, id: u64, session: Option<u64>, now: Instant) {
+        let Some(sid) = session else {
+            return self.reply_err(conn, id, ErrorCode::BadRequest, "no session attached to this connection");
+        };
+        let exists = self.sm().session_exists(sid);
+        if self.cfg.faults.contact_from_local_answers() {
+            // Deliberate bug: vouch from local state alone.
+            return match exists {
+                true => self.reply_ok(conn, id),
+                false => self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired")),
+            };
+        }
+        if !self.leader_alive(now) {
+            // A member cut off from the leader cannot vouch for the session:
+            // the majority side may be expiring it right now.
+            return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
+        }
+        if !exists {
+            return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
+        }
+        if self.sessions.is_expiring(sid) {
+            return self.reply_err(conn, id, ErrorCode::Busy, "this session's expiry is proposed; retry");
+        }
+        let sm = Arc::clone(&self.sm);
+        let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+        self.sessions.keepalive(conn, id, sid, &sm, now);
+    }
+
+    pub(super) fn propose(&mut self, conn: ConnId, client_id: u64, mut cmd: Command, bind_session: bool, now: Instant) {
+        let rid = self.next_request_id;
+        self.next_request_id += 1;
+        cmd.origin = self.cfg.id;
+        cmd.request_id = rid;
+        cmd.time_ms = self.wall.at(now);
+        match self.raw.propose(vec![], cmd.encode_to_vec()) {
+            Ok(()) => {
+                self.pending.insert(rid, PendingWrite { conn, client_id, since: now, bind_session });
+            }
+            Err(e) => self.reply_err(
+                conn,
+                client_id,
+                ErrorCode::NoLeader,
+                format!("proposal refused ({e}); no leader known, retry"),
+            ),
+        }
+    }
+
+    /// Answers a read (or attach) from local state.
+    pub(super) fn serve(&mut self, conn: ConnId, req: &Request, now: Instant) {
+        use request::Body as B;
+        let id = req.id;
+        let (zxid, result) = {
+            let sm = self.sm();
+            let zxid = sm.applied();
+            let result: Result<response::Body, (ErrorCode, String)> = match &req.body {
+                Some(B::Get(_)) | Some(B::Exists(_)) => local_read(&sm, &req.body),
+                Some(B::Children(r)) => sm.children(&r.path).map(|(mut children, stat)| {
+                    if self.cfg.faults.grant_without_predecessor() {
+                        let me = self.conns.get(&conn).and_then(|c| c.session).unwrap_or(0);
+                        children.retain(|k| {
+                            let owner =
+                                sm.stat_of(&format!("{}/{k}", r.path.trim_end_matches('/'))).map(|s| s.ephemeral_owner);
+                            owner.is_none_or(|o| o == 0 || o == me)
+                        });
+                    }
+                    response::Body::Children(ChildrenResp { children, stat: Some(stat) })
+                }),
+                Some(B::Attach(_)) => Ok(response::Body::Empty(Empty {})),
+                _ => Err((ErrorCode::BadRequest, "not a read".into())),
+            };
+            (zxid, result)
+        };
+        let result = match (&req.body, result) {
+            (Some(B::Attach(a)), Ok(body)) => self.attach(conn, a, now).map(|_| body),
+            (Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)), Ok(body)) => {
+                if let Some(spec) = &r.watch {
+                    let sm = Arc::clone(&self.sm);
+                    self.watches.add(conn, spec, &sm.read().unwrap_or_else(|p| p.into_inner()));
+                }
+                Ok(body)
+            }
+            (_, r) => r,
+        };
+        let resp = match result {
+            Ok(body) => Response { id, zxid, body: Some(body), ..Default::default() },
+            Err((code, msg)) => {
+                let mut r = error_response(zxid, code, msg);
+                r.id = id;
+                r
+            }
+        };
+        self.reply(conn, resp);
+    }
+
+    pub(super) fn attach(&mut self, conn: ConnId, a: &AttachReq, now: Instant) -> Result<(), (ErrorCode, String)> {
+        self.sm().check_session(a.session_id, &a.secret)?;
+        if self.sessions.is_expiring(a.session_id) {
+            return Err((ErrorCode::Busy, "this session's expiry is proposed; retry".into()));
+        }
+        for spec in &a.watches {
+            check_spec(spec)?;
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.session = Some(a.session_id);
+        }
+        let sm = Arc::clone(&self.sm);
+        let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+        self.sessions.touch(a.session_id, &sm, now);
+        for spec in &a.watches {
+            match missed_event(&sm, spec, a.last_zxid) {
+                Some(ev) => {
+                    self.send_event(
+                        &Fired { conn, watch_id: spec.watch_id, ty: ev, path: spec.path.clone() },
+                        sm.applied(),
+                    );
+                    if spec.persistent {
+                        self.watches.add(conn, spec, &sm);
+                    }
+                }
+                None => self.watches.add(conn, spec, &sm),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn send_event(&self, f: &Fired, zxid: u64) {
+        if let Some(c) = self.conns.get(&f.conn) {
+            let ev = WatchEvent { watch_id: f.watch_id, r#type: f.ty as i32, path: f.path.clone(), zxid };
+            let _ = c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Event(ev)) });
+        }
+    }
+}
+
+/// Checks a watch registration: a valid path and a known kind.
+fn check_spec(spec: &WatchSpec) -> Result<(), (ErrorCode, String)> {
+    baton_proto::validate_path(&spec.path).map_err(|m| (ErrorCode::InvalidPath, m))?;
+    WatchKind::try_from(spec.kind)
+        .map(|_| ())
+        .map_err(|_| (ErrorCode::BadRequest, format!("unknown watch kind {} (newer protocol?)", spec.kind)))
+}
+
+/// Checks a write before it is proposed (the state machine checks again).
+fn precheck_write(req: &Request) -> Option<(ErrorCode, String)> {
+    use request::Body as B;
+    let mut paths: Vec<&str> = Vec::new();
+    let mut data = 0usize;
+    match &req.body {
+        Some(B::Create(c)) => {
+            paths.push(&c.path);
+            data = c.data.len();
+        }
+        Some(B::Set(s)) => {
+            paths.push(&s.path);
+            data = s.data.len();
+        }
+        Some(B::Delete(d)) => paths.push(&d.path),
+        Some(B::Multi(m)) => {
+            for o in &m.ops {
+                match &o.op {
+                    Some(baton_proto::op::Op::Create(c)) => {
+                        paths.push(&c.path);
+                        data = data.max(c.data.len());
+                    }
+                    Some(baton_proto::op::Op::Set(s)) => {
+                        paths.push(&s.path);
+                        data = data.max(s.data.len());
+                    }
+                    Some(baton_proto::op::Op::Delete(d)) => paths.push(&d.path),
+                    Some(baton_proto::op::Op::Check(c)) => paths.push(&c.path),
+                    Some(baton_proto::op::Op::CheckFence(_)) => {}
+                    None => return Some((ErrorCode::BadRequest, "empty op in multi".into())),
+                }
+            }
+        }
+        _ => {}
+    }
+    if req.seq == 0 {
+        return Some((ErrorCode::BadRequest, "write without a sequence number".into()));
+    }
+    if data > baton_proto::MAX_DATA {
+        return Some((ErrorCode::TooLarge, format!("data is {data} bytes, over {}", baton_proto::MAX_DATA)));
+    }
+    for p in paths {
+        if let Err(m) = baton_proto::validate_path(p) {
+            return Some((ErrorCode::InvalidPath, m));
+        }
+    }
+    None
+}
+
+/// A get or exists answered from local state (no watch, no session needed).
+pub fn local_read(sm: &StateMachine, body: &Option<request::Body>) -> Result<response::Body, (ErrorCode, String)> {
+    use request::Body as B;
+    match body {
+        Some(B::Get(r)) => sm.get(&r.path).map(|(data, stat)| response::Body::Get(GetResp { data, stat: Some(stat) })),
+        Some(B::Exists(r)) => sm.exists(&r.path).map(|stat| response::Body::Exists(ExistsResp { stat })),
+        Some(B::Children(r)) => sm
+            .children(&r.path)
+            .map(|(children, stat)| response::Body::Children(ChildrenResp { children, stat: Some(stat) })),
+        _ => Err((ErrorCode::BadRequest, "not a read".into())),
+    }
+}
+
+/// The listener's fast path: a local read without a watch, answered from
+/// the shared state without waiting for the driver thread (which may be in
+/// an fsync). Linearizable reads and anything with a watch go to the driver.
+pub fn fast_read(state: &SharedState, req: &Request) -> Option<Response> {
+    use request::Body as B;
+    let r = match &req.body {
+        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => r,
+        _ => return None,
+    };
+    if !r.stale || r.watch.is_some() {
+        return None;
+    }
+    let sm = state.read().unwrap_or_else(|p| p.into_inner());
+    let zxid = sm.applied();
+    Some(match local_read(&sm, &req.body) {
+        Ok(body) => Response { id: req.id, zxid, body: Some(body), ..Default::default() },
+        Err((code, msg)) => {
+            let mut resp = error_response(zxid, code, msg);
+            resp.id = req.id;
+            resp
+        }
+    })
+}
