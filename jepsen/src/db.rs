@@ -1,6 +1,13 @@
 //! DB automation: real `batond` processes on free loopback ports, every
 //! link through the harness's proxies, logs collected into the run folder,
 //! and everything torn down on drop (so on error, Ctrl-C and panic too).
+//!
+//! Timing: a test cluster runs with explicit Raft timing ([`TICK_MS`],
+//! [`ELECTION_TICKS`], the server's defaults) and `--min-session-ms` at the
+//! server's floor (twice the election timeout, [`session_floor_ms`]), so any
+//! session timeout a run asks for (`DbOpts::session_ms`) at or above the
+//! floor is granted as asked; a smaller one is refused before anything
+//! starts. A benchmark cluster (`direct`) runs with the server's defaults.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -13,9 +20,33 @@ use baton_client::member_status;
 
 use crate::proxy::{LinkId, Proxies};
 
-/// Session timeout the harness's clients ask for (ms): pauses of 3-8 s
-/// outlive it.
+/// Default session timeout the harness's clients ask for (ms): pauses of
+/// 3-8 s outlive it. `baton-jepsen test --session-timeout` overrides it.
 pub const SESSION_MS: u64 = 2000;
+
+/// Raft tick (ms) test clusters run with (the server's default).
+pub const TICK_MS: u64 = 50;
+/// Base election timeout in ticks (the server's default).
+pub const ELECTION_TICKS: u64 = 10;
+
+/// The smallest session timeout members grant (ms): twice the election
+/// timeout, as the server requires of `--min-session-ms`.
+pub fn session_floor_ms() -> u64 {
+    2 * TICK_MS * ELECTION_TICKS
+}
+
+/// Refuses a session timeout the members cannot grant.
+pub fn check_session_ms(ms: u64) -> anyhow::Result<()> {
+    let floor = session_floor_ms();
+    if ms < floor {
+        anyhow::bail!(
+            "session timeout {ms} ms is under the members' floor of {floor} ms \
+             (2 x election timeout = 2 x {ELECTION_TICKS} ticks x {TICK_MS} ms; batond refuses a smaller \
+             --min-session-ms): use --session-timeout {floor} or more"
+        );
+    }
+    Ok(())
+}
 
 pub struct DbOpts {
     pub nodes: u64,
@@ -29,6 +60,9 @@ pub struct DbOpts {
     /// Members talk to each other directly, with no proxies on any link
     /// (for benchmarks: a proxy hop would be counted against Baton).
     pub direct: bool,
+    /// The session timeout the run's clients ask for (ms): members start
+    /// with timing that grants it (module doc). None: the server's defaults.
+    pub session_ms: Option<u64>,
 }
 
 struct Member {
@@ -50,6 +84,7 @@ pub struct Db {
     bin: PathBuf,
     server_faults: Vec<String>,
     direct: bool,
+    session_ms: Option<u64>,
 }
 
 /// A free loopback port below Linux's ephemeral range (32768-60999), so no
@@ -96,6 +131,9 @@ pub fn locate_bin(faulty: bool) -> anyhow::Result<PathBuf> {
 
 impl Db {
     pub async fn start(o: DbOpts) -> anyhow::Result<Db> {
+        if let Some(ms) = o.session_ms {
+            check_session_ms(ms)?;
+        }
         std::fs::create_dir_all(&o.dir)?;
         // Fresh data dirs: a reused run folder must not leak old state.
         for id in 1..=o.nodes {
@@ -169,6 +207,7 @@ impl Db {
             bin: o.bin,
             server_faults: o.server_faults,
             direct: o.direct,
+            session_ms: o.session_ms,
         };
         for id in 1..=o.nodes {
             db.start_member(id)?;
@@ -180,6 +219,7 @@ impl Db {
     fn start_member(&mut self, id: u64) -> anyhow::Result<()> {
         let faults = self.server_faults.clone();
         let direct = self.direct;
+        let session_ms = self.session_ms;
         let bin = self.bin.clone();
         let m = &mut self.members[(id - 1) as usize];
         if m.child.is_some() {
@@ -199,6 +239,12 @@ impl Db {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if let Some(ms) = session_ms {
+            cmd.arg(format!("--tick-ms={TICK_MS}"))
+                .arg(format!("--election-ticks={ELECTION_TICKS}"))
+                .arg(format!("--min-session-ms={}", session_floor_ms()))
+                .arg(format!("--max-session-ms={}", ms.max(120_000)));
+        }
         for f in faults {
             cmd.arg(format!("--server-fault={f}"));
         }

@@ -9,6 +9,20 @@
 //! never". A process that got an `info` is retired and replaced by a fresh
 //! one (new process id), as Jepsen does, since its next operation would
 //! otherwise be concurrent with the unfinished one.
+//!
+//! # Session-state notes
+//! Besides operations, the history holds *notes* of every client's session
+//! state (`Connected` / `Suspended` / `Expired`), one per change a watcher
+//! task saw on `Client::state()`: a lone `info` entry with `f` =
+//! [`SESSION_STATE`], under the watcher's own process id (which never
+//! invokes anything, so [`History::pairs`] never pairs a note with an
+//! operation), and value `{"of": <the worker process using the client>,
+//! "role": "main" | "storage" | "observer", "slot": N, "session": <id>,
+//! "state": "connected" | "suspended" | "expired"}`. The first note is the
+//! state when the client was handed to its worker, recorded before the
+//! worker's first operation. A note's time is when the watcher *saw* the
+//! change (a little after it happened); [`StateLog`] answers "was this
+//! client `Connected` at time t" from the notes.
 
 use serde::{Deserialize, Serialize};
 
@@ -100,6 +114,32 @@ impl History {
         out
     }
 
+    /// The session-state notes of clients in `role`, keyed by the worker
+    /// process that used the client (see the module doc).
+    pub fn session_states(&self, role: &str) -> std::collections::HashMap<u64, StateLog> {
+        let mut out: std::collections::HashMap<u64, StateLog> = std::collections::HashMap::new();
+        for op in self.ops.iter().filter(|o| o.f == SESSION_STATE && o.ty != OpType::Invoke) {
+            let v = &op.value;
+            if v.get("role").and_then(|r| r.as_str()) != Some(role) {
+                continue;
+            }
+            let (Some(of), Some(state)) =
+                (v.get("of").and_then(|x| x.as_u64()), v.get("state").and_then(|x| x.as_str()))
+            else {
+                continue;
+            };
+            let log = out.entry(of).or_default();
+            if let Some(sid) = v.get("session").and_then(|x| x.as_u64()) {
+                log.session = sid;
+            }
+            log.changes.push((op.time, state.to_string()));
+        }
+        for log in out.values_mut() {
+            log.changes.sort_by_key(|(t, _)| *t);
+        }
+        out
+    }
+
     /// Writes one JSON object per line.
     pub fn write_jsonl(&self, path: &std::path::Path) -> std::io::Result<()> {
         use std::io::Write;
@@ -119,6 +159,60 @@ impl History {
             h.ops.push(op);
         }
         Ok(h)
+    }
+}
+
+/// `f` of a session-state note (see the module doc).
+pub const SESSION_STATE: &str = "session-state";
+
+/// One client's recorded session states, in time order.
+#[derive(Debug, Clone, Default)]
+pub struct StateLog {
+    /// The session id (0 if no note carried one).
+    pub session: u64,
+    /// (time ns, state) as recorded: "connected", "suspended", "expired".
+    pub changes: Vec<(u64, String)>,
+}
+
+impl StateLog {
+    /// The recorded state at `t`: the last note at or before `t` (None
+    /// before the first note).
+    pub fn state_at(&self, t: u64) -> Option<&str> {
+        let i = self.changes.partition_point(|(at, _)| *at <= t);
+        i.checked_sub(1).map(|i| self.changes[i].1.as_str())
+    }
+
+    /// The first time in `[from, to)` at which the client was recorded
+    /// `Connected`: `from` itself if the last note before it says so, else
+    /// the first note to `Connected` inside the interval.
+    pub fn connected_within(&self, from: u64, to: u64) -> Option<u64> {
+        if from >= to {
+            return None;
+        }
+        if self.state_at(from) == Some("connected") {
+            return Some(from);
+        }
+        self.changes.iter().find(|(at, s)| *at > from && *at < to && s == "connected").map(|(at, _)| *at)
+    }
+
+    /// When the client last stopped being `Connected` at or before `t`, or
+    /// (if it was still `Connected` at `t`) the next note after `t`, capped
+    /// at `to`. None if it was never recorded `Connected` by `t`.
+    pub fn connected_end(&self, t: u64, to: u64) -> Option<u64> {
+        let i = self.changes.partition_point(|(at, _)| *at <= t);
+        if i == 0 {
+            return None;
+        }
+        if self.changes[i - 1].1 == "connected" {
+            return Some(self.changes.get(i).map(|(at, _)| *at).unwrap_or(to).min(to));
+        }
+        // Walk back to the note that ended the last Connected stretch.
+        (1..i).rev().find(|j| self.changes[j - 1].1 == "connected").map(|j| self.changes[j].0)
+    }
+
+    /// The notes in `[from, to]` (for reports).
+    pub fn between(&self, from: u64, to: u64) -> Vec<(u64, String)> {
+        self.changes.iter().filter(|(at, _)| *at >= from && *at <= to).cloned().collect()
     }
 }
 

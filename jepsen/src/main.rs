@@ -46,9 +46,15 @@ enum Cmd {
         out: Option<PathBuf>,
         /// Run batond-faulty with this deliberate bug (repeatable):
         /// stale-reads, ack-before-commit, no-fence-check,
-        /// grant-without-predecessor, expire-without-grace.
+        /// grant-without-predecessor, expire-without-grace,
+        /// contact-from-local-answers, keepalive-without-quorum,
+        /// expire-from-stale-role (see server/src/faults.rs).
         #[arg(long = "server-fault")]
         server_fault: Vec<String>,
+        /// Session timeout of the run's clients (ms); at least the members'
+        /// floor of 2 x election timeout (1000 ms).
+        #[arg(long = "session-timeout", default_value_t = baton_jepsen::db::SESSION_MS)]
+        session_timeout: u64,
     },
     /// Benchmark one workload on one target (starts its cluster; median of --runs runs).
     Bench {
@@ -274,7 +280,22 @@ fn main() {
                     }
                 }
             }
-            Cmd::Test { target, workload, nemesis, time_limit, nodes, concurrency, seed, out, server_fault } => {
+            Cmd::Test {
+                target,
+                workload,
+                nemesis,
+                time_limit,
+                nodes,
+                concurrency,
+                seed,
+                out,
+                server_fault,
+                session_timeout,
+            } => {
+                if let Err(e) = baton_jepsen::db::check_session_ms(session_timeout) {
+                    eprintln!("baton-jepsen: {e}");
+                    return 2;
+                }
                 let seed = seed.unwrap_or_else(rand::random);
                 if target != Kind::Baton {
                     if target != Kind::Etcd || workload != Workload::Lock {
@@ -312,6 +333,7 @@ fn main() {
                     seed,
                     out: out.clone(),
                     server_faults: server_fault,
+                    session_timeout: Duration::from_millis(session_timeout),
                 };
                 // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
                 let r = tokio::select! {

@@ -9,7 +9,26 @@
 //! - `partition`: isolate one member, split majority/minority, a majorities
 //!   ring (every member sees a majority, no two the same), or one-way drops.
 //! - `leader`: kill, pause or isolate the current leader.
+//! - `isolate-peers`: cut every peer link of one member, both directions,
+//!   and keep every client link up, so its clients stay connected to a
+//!   member cut off from the leader (the session-contact findings: a member
+//!   that vouches for a session from its own state, a deposed leader that
+//!   still answers keepalives). Half the time the leader, half the time a
+//!   follower; either way it prefers the member that a client holding a
+//!   lock or leadership talks to (as the holder reported it, else the
+//!   holder's home), best one that just started a long hold (waiting up to
+//!   4 s), since a holder connected to the cut-off member and still holding
+//!   when its session could expire is what exposes those bugs. Held 2-4 session timeouts
+//!   (the cut-off member's sessions have expired or moved by then), not
+//!   4-8 s, so a run sees more of them.
+//! - `pause-leader-long`: SIGSTOP the current leader for 1.5-3 session
+//!   timeouts, then SIGCONT (the window is that long, not 4-8 s): a new
+//!   leader takes over meanwhile, and the old one resumes with session
+//!   deadlines that are long stale and a role it no longer has.
 //! - `all`: a random mix of the above.
+//!
+//! Every fault is recorded as a [`FaultWindow`] (kind = the label printed,
+//! from the moment it is applied to its heal) for the checkers and plots.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +49,8 @@ pub enum NemesisKind {
     Pause,
     Partition,
     Leader,
+    IsolatePeers,
+    PauseLeaderLong,
     All,
 }
 
@@ -41,7 +62,18 @@ enum Fault {
     Partitioned,
 }
 
-/// Runs until `run.stop`; heals everything before returning.
+/// The kinds `all` mixes.
+const MIX: [NemesisKind; 6] = [
+    NemesisKind::Kill,
+    NemesisKind::Pause,
+    NemesisKind::Partition,
+    NemesisKind::Leader,
+    NemesisKind::IsolatePeers,
+    NemesisKind::PauseLeaderLong,
+];
+
+/// Runs until `run.stop`; heals everything before returning. The session
+/// timeout (`run.session`) sizes `pause-leader-long`.
 pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: StdRng, client_slots: Vec<usize>) {
     if kind == NemesisKind::None {
         return;
@@ -53,13 +85,10 @@ pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: 
             break;
         }
         let k = match kind {
-            NemesisKind::All => *[NemesisKind::Kill, NemesisKind::Pause, NemesisKind::Partition, NemesisKind::Leader]
-                .choose(&mut rng)
-                .unwrap_or(&NemesisKind::Partition),
+            NemesisKind::All => *MIX.choose(&mut rng).unwrap_or(&NemesisKind::Partition),
             k => k,
         };
-        let start = run.now();
-        let (fault, label, detail) = {
+        let (fault, label, detail, hold, start) = {
             let mut db = db.lock().await;
             match apply(&mut db, &run, k, nodes, &mut rng, &client_slots).await {
                 Some(x) => x,
@@ -67,7 +96,8 @@ pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: 
             }
         };
         println!("[{:>5.1}s] nemesis: {label} {detail}", start as f64 / 1e9);
-        run.sleep(Duration::from_millis(rng.gen_range(4000..8000))).await;
+        let hold = hold.unwrap_or_else(|| Duration::from_millis(rng.gen_range(4000..8000)));
+        run.sleep(hold).await;
         {
             let mut db = db.lock().await;
             heal(&mut db, &run, fault);
@@ -88,6 +118,43 @@ pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: 
     }
 }
 
+/// The home member of client slot `slot` (as `Db::slot_endpoints` has it).
+fn home_of(slot: usize, nodes: u64) -> u64 {
+    slot as u64 % nodes + 1
+}
+
+/// Waits up to 4 s for a holder (lock or leadership) whose member (the one
+/// its client reported talking to, else its home) `pick` accepts: for 2 s
+/// only one that means to hold on for long and was granted less than half
+/// a session timeout ago (it will still hold when sessions could expire),
+/// then any. Returns that member and a description of the holder.
+async fn holder_member(run: &Run, nodes: u64, pick: impl Fn(u64) -> bool) -> Option<(u64, String)> {
+    let fresh = run.session.as_nanos() as u64 / 2;
+    for i in 0..200 {
+        let now = run.now();
+        let found = run
+            .holder_list()
+            .into_iter()
+            .filter(|(_, h)| i >= 100 || (h.long && now.saturating_sub(h.since) < fresh))
+            .map(|(s, h)| (s, h, h.member.unwrap_or_else(|| home_of(s, nodes))))
+            .find(|(_, _, m)| pick(*m));
+        if let Some((s, h, m)) = found {
+            let how = if h.member.is_some() { "reported" } else { "home" };
+            let long = if h.long { ", long hold" } else { "" };
+            let age = now.saturating_sub(h.since) / 1_000_000;
+            return Some((m, format!("holder slot {s} on it ({how}{long}, granted {age} ms ago)")));
+        }
+        if run.stopped() {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Applies one fault of kind `k`: (what to heal, label, detail, how long
+/// to hold it if not the usual 4-8 s, when it was applied). Some kinds
+/// first wait for a holder; the window starts at the action itself.
 async fn apply(
     db: &mut Db,
     run: &Run,
@@ -95,16 +162,17 @@ async fn apply(
     nodes: u64,
     rng: &mut StdRng,
     client_slots: &[usize],
-) -> Option<(Fault, &'static str, String)> {
+) -> Option<(Fault, &'static str, String, Option<Duration>, u64)> {
     let members: Vec<u64> = (1..=nodes).collect();
     let minority = ((nodes - 1) / 2).max(1) as usize;
     match k {
         NemesisKind::Kill => {
             let victims: Vec<u64> = members.choose_multiple(rng, minority).copied().collect();
+            let at = run.now();
             for v in &victims {
                 db.kill(*v);
             }
-            Some((Fault::Killed(victims.clone()), "kill", format!("members {victims:?}")))
+            Some((Fault::Killed(victims.clone()), "kill", format!("members {victims:?}"), None, at))
         }
         NemesisKind::Pause => {
             // Prefer a client that holds a lock or leadership right now
@@ -120,22 +188,27 @@ async fn apply(
             let targets: Vec<usize> = if holders.is_empty() { client_slots.to_vec() } else { holders };
             if !targets.is_empty() && rng.gen_bool(0.5) {
                 let slot = *targets.choose(rng)?;
+                let at = run.now();
                 run.set_paused(slot, true);
                 db.proxies.stall_slot(slot, true);
                 Some((
                     Fault::ClientPaused(slot),
                     "pause",
                     format!("client slot {slot} (process frozen, links stalled)"),
+                    None,
+                    at,
                 ))
             } else {
                 let v = *members.choose(rng)?;
+                let at = run.now();
                 db.pause(v);
-                Some((Fault::Paused(v), "pause", format!("member {v} (SIGSTOP)")))
+                Some((Fault::Paused(v), "pause", format!("member {v} (SIGSTOP)"), None, at))
             }
         }
         NemesisKind::Partition => {
             let mut order = members.clone();
             order.shuffle(rng);
+            let at = run.now();
             let (label, detail) = match rng.gen_range(0..4) {
                 0 => {
                     let x = order[0];
@@ -167,24 +240,83 @@ async fn apply(
                     ("partition", format!("one-way: {x} cannot send to {y}"))
                 }
             };
-            Some((Fault::Partitioned, label, detail))
+            Some((Fault::Partitioned, label, detail, None, at))
         }
         NemesisKind::Leader => {
             let leader = db.leader().await?;
+            let at = run.now();
             match rng.gen_range(0..3) {
                 0 => {
                     db.kill(leader);
-                    Some((Fault::Killed(vec![leader]), "leader", format!("kill -9 leader {leader}")))
+                    Some((Fault::Killed(vec![leader]), "leader", format!("kill -9 leader {leader}"), None, at))
                 }
                 1 => {
                     db.pause(leader);
-                    Some((Fault::Paused(leader), "leader", format!("SIGSTOP leader {leader}")))
+                    Some((Fault::Paused(leader), "leader", format!("SIGSTOP leader {leader}"), None, at))
                 }
                 _ => {
                     db.proxies.apply(|a, b| (a == leader) != (b == leader));
-                    Some((Fault::Partitioned, "leader", format!("isolate leader {leader}")))
+                    Some((Fault::Partitioned, "leader", format!("isolate leader {leader}"), None, at))
                 }
             }
+        }
+        NemesisKind::IsolatePeers => {
+            let leader = db.leader().await;
+            let (x, role, holder) = match leader {
+                Some(l) if rng.gen_bool(0.5) => {
+                    // The leader, once a holder's client talks to it.
+                    let h = holder_member(run, nodes, |m| m == l).await;
+                    (l, "leader", h.map(|h| h.1))
+                }
+                _ => {
+                    let followers: Vec<u64> = members.iter().copied().filter(|m| Some(*m) != leader).collect();
+                    let (x, h) = match holder_member(run, nodes, |m| Some(m) != leader).await {
+                        Some((m, h)) => (m, Some(h)),
+                        None => (*followers.choose(rng)?, None),
+                    };
+                    (x, if leader.is_some() { "follower" } else { "member (no leader known)" }, h)
+                }
+            };
+            // The leader may have changed while we waited.
+            let role = match (role, db.leader().await) {
+                ("leader", Some(l)) if l != x => "former leader",
+                (r, _) => r,
+            };
+            let holder = holder.unwrap_or_else(|| "no holder on it".into());
+            // 2-4 session timeouts: the cut-off member's sessions are expired
+            // (or their clients moved) well within that.
+            let t = run.session.as_millis() as u64;
+            let hold = Duration::from_millis(rng.gen_range(t * 2..=t * 4));
+            let at = run.now();
+            db.proxies.isolate_peers(x);
+            Some((
+                Fault::Partitioned,
+                "isolate-peers",
+                format!(
+                    "{role} {x}: every peer link cut both ways, client links up, for {} ms; {holder}",
+                    hold.as_millis()
+                ),
+                Some(hold),
+                at,
+            ))
+        }
+        NemesisKind::PauseLeaderLong => {
+            let leader = db.leader().await?;
+            let t = run.session.as_millis() as u64;
+            let hold = Duration::from_millis(rng.gen_range(t * 3 / 2..=t * 3));
+            let at = run.now();
+            db.pause(leader);
+            Some((
+                Fault::Paused(leader),
+                "pause-leader-long",
+                format!(
+                    "SIGSTOP leader {leader} for {} ms ({:.1} x the session timeout)",
+                    hold.as_millis(),
+                    hold.as_secs_f64() / run.session.as_secs_f64()
+                ),
+                Some(hold),
+                at,
+            ))
         }
         NemesisKind::None | NemesisKind::All => None,
     }

@@ -8,6 +8,13 @@
 //! while a stalled client sees a silent server and must time out. Nothing is
 //! ever dropped mid-frame, so framing stays intact.
 //!
+//! Faults: [`Proxies::apply`] cuts by a grudge between members (peer links,
+//! and client links that cross it); [`Proxies::isolate_peers`] cuts only
+//! one member's peer links, both ways, and leaves every client link open
+//! (its clients still reach it, it reaches no peer);
+//! [`Proxies::stall_slot`] stalls one client slot; [`Proxies::heal`] opens
+//! everything.
+//!
 //! Everything listens and connects on 127.0.0.1 only.
 
 use std::collections::HashMap;
@@ -110,6 +117,17 @@ impl Proxies {
                     l.backward.set(blocked);
                 }
             }
+        }
+    }
+
+    /// Cuts every peer link of member `x`, both directions, and opens every
+    /// other link: `x`'s clients (and everyone else's) still reach it, but it
+    /// hears from no peer and no peer hears from it.
+    pub fn isolate_peers(&self, x: u64) {
+        for (id, l) in &self.links {
+            let cut = matches!(*id, LinkId::Peer { from, to } if from == x || to == x);
+            l.forward.set(cut);
+            l.backward.set(cut);
         }
     }
 

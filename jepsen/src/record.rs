@@ -1,18 +1,29 @@
 //! Shared run state: the history being recorded, process ids, the stop
-//! signal, and which client slots the nemesis has paused.
+//! signal, the run's session timeout, and which client slots the nemesis
+//! has paused.
+//!
+//! Every client a worker uses is handed to [`Run::watch_state`], which
+//! records its session state at once and then every change it sees, as
+//! session-state notes (`crate::history`, module doc). A watcher ends when
+//! its client's actor is gone, after it recorded `Expired`, or when the
+//! history has been taken; it takes nothing but the state channel, so it
+//! never keeps a session alive.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_client::{Client, ClientConfig, Error};
+use baton_client::{Client, ClientConfig, Error, SessionState};
 use serde_json::Value;
 
-use crate::history::{FaultWindow, History, Op, OpType};
+use crate::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
 
 /// Everything workers and the nemesis share.
 pub struct Run {
     start: Instant,
+    /// Wall clock at `start` (ms since the Unix epoch), to line the history
+    /// up with the members' logs.
+    pub start_unix_ms: u64,
     history: Mutex<History>,
     next_process: AtomicU64,
     pub stop: AtomicBool,
@@ -23,8 +34,24 @@ pub struct Run {
     pub slot_endpoints: Vec<Vec<String>>,
     pub storage_endpoints: Vec<Vec<String>>,
     /// Client slots that currently hold a lock or leadership (the pause
-    /// nemesis prefers them).
-    holders: Mutex<std::collections::BTreeSet<usize>>,
+    /// and isolate-peers nemeses prefer them).
+    holders: Mutex<std::collections::BTreeMap<usize, Holder>>,
+    /// Session timeout every client of the run asks for.
+    pub session: Duration,
+    /// The history was taken: state watchers stop.
+    finished: AtomicBool,
+}
+
+/// What the run knows about a current holder (for targeted faults).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Holder {
+    /// The member its client talked to when granted (from `status`).
+    pub member: Option<u64>,
+    /// It means to hold on for a while (until its session leaves
+    /// `Connected`, or a few session timeouts).
+    pub long: bool,
+    /// When it was granted (run time, ns).
+    pub since: u64,
 }
 
 /// How an operation ended, from a client error.
@@ -36,10 +63,15 @@ pub fn classify(e: &Error, is_write: bool) -> OpType {
 }
 
 impl Run {
-    pub fn new(slot_endpoints: Vec<Vec<String>>, storage_endpoints: Vec<Vec<String>>) -> Arc<Run> {
+    pub fn new(slot_endpoints: Vec<Vec<String>>, storage_endpoints: Vec<Vec<String>>, session: Duration) -> Arc<Run> {
         let slots = slot_endpoints.len();
+        let start_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
         Arc::new(Run {
             start: Instant::now(),
+            start_unix_ms,
             history: Mutex::new(History::default()),
             next_process: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -49,6 +81,8 @@ impl Run {
             slot_endpoints,
             storage_endpoints,
             holders: Mutex::new(Default::default()),
+            session,
+            finished: AtomicBool::new(false),
         })
     }
 
@@ -82,6 +116,7 @@ impl Run {
     }
 
     pub fn take_history(&self) -> History {
+        self.finished.store(true, Ordering::SeqCst);
         std::mem::take(&mut *self.history.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -92,14 +127,46 @@ impl Run {
     pub fn set_holder(&self, slot: usize, holds: bool) {
         let mut h = self.holders.lock().unwrap_or_else(|p| p.into_inner());
         if holds {
-            h.insert(slot);
+            h.insert(slot, Holder { since: self.now(), ..Holder::default() });
         } else {
             h.remove(&slot);
         }
     }
 
+    /// Records which member a holder's client is talking to.
+    pub fn set_holder_member(&self, slot: usize, member: u64) {
+        if let Some(h) = self.holders.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&slot) {
+            h.member = Some(member);
+        }
+    }
+
     pub fn holders(&self) -> Vec<usize> {
-        self.holders.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect()
+        self.holders.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect()
+    }
+
+    /// Current holders.
+    pub fn holder_list(&self) -> Vec<(usize, Holder)> {
+        self.holders.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, h)| (*s, *h)).collect()
+    }
+
+    /// Marks holder `slot` as holding on for long (see `Holder::long`).
+    pub fn set_holder_long(&self, slot: usize) {
+        if let Some(h) = self.holders.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&slot) {
+            h.long = true;
+        }
+    }
+
+    /// Marks `slot` a holder and asks its client in the background which
+    /// member it talks to (`status` is answered by that member from its own
+    /// state and vouches for nothing; the worker does not wait for it).
+    pub fn became_holder(self: &Arc<Self>, slot: usize, c: &Client) {
+        self.set_holder(slot, true);
+        let (run, c) = (self.clone(), c.clone());
+        tokio::spawn(async move {
+            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), c.status()).await {
+                run.set_holder_member(slot, s.id);
+            }
+        });
     }
 
     pub fn set_paused(&self, slot: usize, paused: bool) {
@@ -139,15 +206,61 @@ impl Run {
 
     async fn connect(&self, endpoints: Vec<String>) -> Option<Client> {
         while !self.stopped() {
-            let cfg = ClientConfig::new(endpoints.clone())
-                .session_timeout(Duration::from_millis(crate::db::SESSION_MS))
-                .op_timeout(Duration::from_secs(5));
+            let cfg =
+                ClientConfig::new(endpoints.clone()).session_timeout(self.session).op_timeout(Duration::from_secs(5));
             match Client::connect_with(cfg).await {
                 Ok(c) => return Some(c),
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
         None
+    }
+}
+
+impl Run {
+    /// Records `c`'s session state now and every change after it, as
+    /// session-state notes of worker process `of` (see the module doc).
+    /// Call it when the client is handed to its worker, before its first
+    /// operation.
+    pub fn watch_state(self: &Arc<Self>, c: &Client, of: u64, role: &'static str, slot: usize) {
+        let me = self.new_process();
+        let session = c.session_id();
+        let mut rx = c.state();
+        let first = *rx.borrow_and_update();
+        self.note_state(me, of, role, slot, session, first);
+        if first == SessionState::Expired {
+            return;
+        }
+        let run = self.clone();
+        tokio::spawn(async move {
+            let mut last = first;
+            while !run.finished.load(Ordering::SeqCst) {
+                // Bounded wait, so a finished run is noticed.
+                match tokio::time::timeout(Duration::from_millis(200), rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return, // the client's actor is gone
+                    Err(_) => continue,
+                }
+                let s = *rx.borrow_and_update();
+                if s != last {
+                    run.note_state(me, of, role, slot, session, s);
+                    last = s;
+                }
+                if s == SessionState::Expired {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn note_state(&self, me: u64, of: u64, role: &str, slot: usize, session: u64, s: SessionState) {
+        let state = match s {
+            SessionState::Connected => "connected",
+            SessionState::Suspended => "suspended",
+            SessionState::Expired => "expired",
+        };
+        let v = serde_json::json!({"of": of, "role": role, "slot": slot, "session": session, "state": state});
+        self.push(me, OpType::Info, SESSION_STATE, None, v, None);
     }
 }
 

@@ -1,5 +1,10 @@
 //! One test run: start the cluster, run the workloads' clients and the
 //! nemesis for the time limit, heal, take final readings, check, report.
+//!
+//! The run's session timeout (`TestOpts::session_timeout`) is what every
+//! client asks for; the members start with timing that grants it, and a
+//! timeout under the members' floor (2 x election timeout) is refused
+//! before anything starts.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -7,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_client::{Client, ClientConfig};
+use clap::ValueEnum;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::json;
@@ -26,6 +32,8 @@ pub struct TestOpts {
     pub seed: u64,
     pub out: PathBuf,
     pub server_faults: Vec<String>,
+    /// Session timeout of the run's clients (default `db::SESSION_MS`).
+    pub session_timeout: Duration,
 }
 
 pub struct Outcome {
@@ -34,17 +42,19 @@ pub struct Outcome {
 }
 
 pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
+    crate::db::check_session_ms(o.session_timeout.as_millis() as u64)?;
     let workloads = o.workload.expand();
     let per = o.concurrency.max(2);
     let slots = per * workloads.len();
     let bin = locate_bin(!o.server_faults.is_empty())?;
     println!(
-        "baton-jepsen: workload {} nemesis {:?} time {}s nodes {} concurrency {} seed {} out {}",
+        "baton-jepsen: workload {} nemesis {:?} time {}s nodes {} concurrency {} session {} ms seed {} out {}",
         o.workload.name(),
         o.nemesis,
         o.time_limit.as_secs(),
         o.nodes,
         per,
+        o.session_timeout.as_millis(),
         o.seed,
         o.out.display()
     );
@@ -59,6 +69,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         dir: o.out.clone(),
         server_faults: o.server_faults.clone(),
         direct: false,
+        session_ms: Some(o.session_timeout.as_millis() as u64),
     })
     .await?;
     let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();
@@ -69,7 +80,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         workloads::setup(&admin, *w).await?;
     }
     let db = Arc::new(Mutex::new(db));
-    let run = Run::new(slot_eps, storage_eps);
+    let run = Run::new(slot_eps, storage_eps, o.session_timeout);
 
     println!("[phase] run: {} clients", slots);
     let mut tasks = Vec::new();
@@ -115,7 +126,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     // Final readings through a fresh, unproxied client, after every
     // session of the run has ended or timed out.
     println!("[phase] final reads");
-    tokio::time::sleep(Duration::from_millis(crate::db::SESSION_MS + 3000)).await;
+    tokio::time::sleep(o.session_timeout + Duration::from_secs(3)).await;
     let final_counter = if workloads.contains(&Workload::Lock) { read_counter(&admin).await } else { None };
     let leftover =
         if workloads.contains(&Workload::Session) { admin.children("/jepsen/sessions").await.ok() } else { None };
@@ -128,8 +139,8 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     for w in &workloads {
         let r = match w {
             Workload::Register => crate::checks::register(&history),
-            Workload::Lock => workloads::check_lock(&history, &faults, final_counter),
-            Workload::Election => workloads::check_election(&history, &faults),
+            Workload::Lock => workloads::check_lock(&history, &faults, final_counter, o.session_timeout),
+            Workload::Election => workloads::check_election(&history, &faults, o.session_timeout),
             Workload::Session => workloads::check_session(&history, leftover.clone()),
             Workload::All => continue,
         };
@@ -143,7 +154,9 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     let doc = json!({
         "valid": valid,
         "workload": o.workload.name(),
-        "nemesis": format!("{:?}", o.nemesis).to_lowercase(),
+        "nemesis": o.nemesis.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default(),
+        "session_timeout_ms": o.session_timeout.as_millis() as u64,
+        "start_unix_ms": run.start_unix_ms,
         "seed": o.seed,
         "time_limit_s": o.time_limit.as_secs(),
         "server_faults": o.server_faults,

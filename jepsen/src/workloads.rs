@@ -5,18 +5,33 @@
 //!   checked for linearizability per key ([`crate::linearizability`]).
 //! - `lock`: take the lock, read a counter, write it +1 guarded by
 //!   `check_fence` with the lock's token (through a separate "storage"
-//!   session, as an external resource would be), release.
-//! - `election`: campaign, lead a while, resign; observers record every
+//!   session, as an external resource would be), sometimes hold on for
+//!   1-3 session timeouts (until the session leaves `Connected`), release.
+//! - `election`: campaign, lead a while (half the time 2-4 session timeouts,
+//!   until `is_leader()` turns false), resign; observers record every
 //!   leader change.
 //! - `session`: ephemeral nodes must live exactly as long as their session;
-//!   one-shot watches fire once, in order.
+//!   one-shot watches fire once, in order. Half the slots also run a side
+//!   task of stale reads (`get_opts`/`children_opts` with `stale`) and
+//!   watch churn (stale exists-watches and persistent watches, registered
+//!   and dropped), answers a cut-off member gives from its own state, which
+//!   must never count as contact.
+//!
+//! Every client's session state changes are recorded as history notes
+//! (`Run::watch_state`). The lock and election checkers judge grants
+//! against them: `holder-connected-after-expiry` when an earlier holder,
+//! before invoking its release / resign, was still recorded `Connected`
+//! more than [`state_slack`] (min(50 ms, T/20)) after another session was
+//! granted the same lock / leadership (the session guarantee: the new
+//! grant needs the old session expired, and a correct client leaves
+//! `Connected` at least T/3 before that can commit).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_client::{Client, CreateOptions, Error, ErrorCode, Op, SessionState};
+use baton_client::{Client, CreateOptions, Error, ErrorCode, Op, SessionState, WatchKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -101,6 +116,31 @@ const FENCE: &str = "jepsen-counter";
 const ELECTION: &str = "jepsen";
 const SESSIONS: &str = "/jepsen/sessions";
 
+/// Roles of the clients whose session states are recorded (history notes).
+pub const MAIN: &str = "main";
+const STORAGE: &str = "storage";
+const OBSERVER: &str = "observer";
+/// Chance that a lock holder holds on for 1-3 session timeouts, and a
+/// leader for 2-4 (each ending early once its session is not `Connected`).
+const LONG_HOLD_LOCK: f64 = 0.2;
+const LONG_HOLD_ELECTION: f64 = 0.5;
+/// Rounds of one session's stale poller at most.
+const STALE_POLLS: usize = 5000;
+
+/// Holds on for `timeouts` session timeouts (a random number in the
+/// range), or until `c`'s session is no longer `Connected` (a holder must
+/// then assume it lost what it held), or the run stops.
+async fn linger(run: &Run, c: &Client, rng: &mut StdRng, timeouts: std::ops::Range<f64>) {
+    let until = std::time::Instant::now() + run.session.mul_f64(rng.gen_range(timeouts));
+    let st = c.state();
+    while std::time::Instant::now() < until && !run.stopped() {
+        if *st.borrow() != SessionState::Connected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Creates what the workloads need, through a direct client.
 pub async fn setup(c: &Client, w: Workload) -> anyhow::Result<()> {
     let mk = |p: String, d: &'static str| async move {
@@ -132,7 +172,8 @@ pub async fn worker(run: Arc<Run>, w: Workload, slot: usize, idx: usize, conc: u
         Workload::Lock => lock_worker(run, slot, rng).await,
         Workload::Election if idx == 0 => observer_worker(run, slot).await,
         Workload::Election => election_worker(run, slot, rng).await,
-        Workload::Session => session_worker(run, slot, rng).await,
+        // Half the slots also poll stale reads and churn watches on the side.
+        Workload::Session => session_worker(run, slot, idx % 2 == 1, rng).await,
         Workload::All => {}
     }
 }
@@ -144,6 +185,7 @@ static NEXT_VALUE: AtomicI64 = AtomicI64::new(1);
 async fn register_worker(run: Arc<Run>, slot: usize, reader: bool, mut rng: StdRng) {
     let Some(mut c) = run.connect_slot(slot).await else { return };
     let mut p = run.new_process();
+    run.watch_state(&c, p, MAIN, slot);
     let mut versions: HashMap<String, i32> = HashMap::new();
     while !run.stopped() {
         run.checkpoint(slot).await;
@@ -189,6 +231,7 @@ async fn register_worker(run: Arc<Run>, slot: usize, reader: bool, mut rng: StdR
             let Some(nc) = run.connect_slot(slot).await else { return };
             c = nc;
             p = run.new_process();
+            run.watch_state(&c, p, MAIN, slot);
         }
         run.sleep(Duration::from_millis(rng.gen_range(2..15))).await;
     }
@@ -201,6 +244,8 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
     let Some(mut lc) = run.connect_slot(slot).await else { return };
     let Some(mut sc) = run.connect_storage(slot).await else { return };
     let mut p = run.new_process();
+    run.watch_state(&lc, p, MAIN, slot);
+    run.watch_state(&sc, p, STORAGE, slot);
     while !run.stopped() {
         run.checkpoint(slot).await;
         let mut fresh = false;
@@ -208,8 +253,12 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
         match lc.lock_with_timeout(LOCK, Duration::from_secs(4)).await {
             Ok(Some(g)) => {
                 let t = g.fencing_token();
-                run.set_holder(slot, true);
                 run.complete(p, OpType::Ok, "acquire", Some(LOCK), json!({"token": t}), None);
+                run.became_holder(slot, &lc);
+                let long = rng.gen_bool(LONG_HOLD_LOCK);
+                if long {
+                    run.set_holder_long(slot);
+                }
                 // Pause points sit between the steps, where a real process
                 // could be stopped while it believes it holds the lock.
                 run.checkpoint(slot).await;
@@ -269,6 +318,7 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                                 retire(sc);
                                 let Some(n2) = run.connect_storage(slot).await else { return };
                                 sc = n2;
+                                run.watch_state(&sc, p, STORAGE, slot);
                                 fresh = true;
                             }
                         }
@@ -280,7 +330,14 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                     retire(sc);
                     let Some(n2) = run.connect_storage(slot).await else { return };
                     sc = n2;
+                    run.watch_state(&sc, p, STORAGE, slot);
                 }
+                // Sometimes hold on, as a long-lived holder would, until done
+                // or until the lock is in doubt (session no longer Connected).
+                if long {
+                    linger(&run, &lc, &mut rng, 1.0..3.0).await;
+                }
+                run.checkpoint(slot).await;
                 let lost = *lc.state().borrow() != SessionState::Connected;
                 run.invoke(p, "release", Some(LOCK), json!({"token": t}));
                 run.set_holder(slot, false);
@@ -312,6 +369,7 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
             let Some(n2) = run.connect_slot(slot).await else { return };
             lc = n2;
             p = run.new_process();
+            run.watch_state(&lc, p, MAIN, slot);
         }
         run.sleep(Duration::from_millis(rng.gen_range(0..20))).await;
     }
@@ -325,6 +383,7 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
 async fn election_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
     let Some(mut c) = run.connect_slot(slot).await else { return };
     let mut p = run.new_process();
+    run.watch_state(&c, p, MAIN, slot);
     while !run.stopped() {
         run.checkpoint(slot).await;
         run.invoke(p, "campaign", Some(ELECTION), json!({"value": p}));
@@ -332,9 +391,16 @@ async fn election_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
         match tokio::time::timeout(Duration::from_secs(4), c.campaign(ELECTION, p.to_string())).await {
             Ok(Ok(lead)) => {
                 let t = lead.token();
-                run.set_holder(slot, true);
                 run.complete(p, OpType::Ok, "campaign", Some(ELECTION), json!({"token": t}), None);
-                run.sleep(Duration::from_millis(rng.gen_range(100..800))).await;
+                run.became_holder(slot, &c);
+                if rng.gen_bool(LONG_HOLD_ELECTION) {
+                    run.set_holder_long(slot);
+                    // A long-lived leader: leads until done or until
+                    // `is_leader()` turns false (session not Connected).
+                    linger(&run, &c, &mut rng, 2.0..4.0).await;
+                } else {
+                    run.sleep(Duration::from_millis(rng.gen_range(100..800))).await;
+                }
                 run.checkpoint(slot).await;
                 let lost = !lead.is_leader();
                 run.invoke(p, "resign", Some(ELECTION), json!({"token": t}));
@@ -367,6 +433,7 @@ async fn election_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
             let Some(n) = run.connect_slot(slot).await else { return };
             c = n;
             p = run.new_process();
+            run.watch_state(&c, p, MAIN, slot);
         }
     }
     run.set_holder(slot, false);
@@ -377,6 +444,7 @@ async fn observer_worker(run: Arc<Run>, slot: usize) {
     while !run.stopped() {
         let Some(c) = run.connect_slot(slot).await else { return };
         let p = run.new_process();
+        run.watch_state(&c, p, OBSERVER, slot);
         let Ok(mut obs) = c.observe(ELECTION).await else {
             retire(c);
             continue;
@@ -397,10 +465,11 @@ async fn observer_worker(run: Arc<Run>, slot: usize) {
 
 // ---------------------------------------------------------------- session
 
-async fn session_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
+async fn session_worker(run: Arc<Run>, slot: usize, poller: bool, mut rng: StdRng) {
     while !run.stopped() {
         let Some(c) = run.connect_slot(slot).await else { return };
         let p = run.new_process();
+        run.watch_state(&c, p, MAIN, slot);
         // Was the session ever in doubt? Then losing its node is allowed.
         let disturbed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
@@ -428,6 +497,13 @@ async fn session_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                 continue;
             }
         }
+        // The side task: stale reads and watch churn, under its own
+        // process id, until this session's checks are done.
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let side = poller.then(|| {
+            let seed = rng.gen::<u64>();
+            tokio::spawn(stale_poller(run.clone(), c.clone(), p, path.clone(), done.clone(), seed))
+        });
         // A one-shot watch on a sibling, re-armed after each event.
         let mut watch: Option<baton_client::Watcher> = None;
         let mut checks = 0;
@@ -465,12 +541,76 @@ async fn session_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                 }
             }
         }
+        done.store(true, Ordering::SeqCst);
+        if let Some(side) = side {
+            let _ = tokio::time::timeout(Duration::from_secs(6), side).await;
+        }
         // End the session voluntarily; its node must go with it.
         run.invoke(p, "close", Some(&path), Value::Null);
         match tokio::time::timeout(Duration::from_secs(3), c.close()).await {
             Ok(Ok(())) => run.complete(p, OpType::Ok, "close", Some(&path), Value::Null, None),
             _ => run.complete(p, OpType::Info, "close", Some(&path), Value::Null, Some("close not confirmed".into())),
         }
+    }
+}
+
+/// Stale reads and watch churn on session `c` (worker process `of`):
+/// answers a member gives from its own state, also while it is cut off from
+/// the leader, which must never count as contact with the cluster (a client
+/// or server that counted them would keep the session `Connected` while
+/// the majority expires it: finding S1's class). Ends when `done` is set,
+/// the session is expired or the run stops; at most `STALE_POLLS` rounds.
+async fn stale_poller(run: Arc<Run>, c: Client, of: u64, path: String, done: Arc<AtomicBool>, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let p = run.new_process();
+    // Watches kept a little while, then dropped (which removes them).
+    let mut held: Vec<baton_client::Watcher> = Vec::new();
+    for _ in 0..STALE_POLLS {
+        if done.load(Ordering::SeqCst) || run.stopped() || *c.state().borrow() == SessionState::Expired {
+            break;
+        }
+        let sibling = format!("{SESSIONS}/p{}", of.saturating_sub(rng.gen_range(0..4)));
+        let (f, key, r) = match rng.gen_range(0..4) {
+            0 => {
+                run.invoke(p, "stale-read", Some(&path), Value::Null);
+                let r = c.get_opts(&path, true).await.map(|(_, s)| json!({"version": s.version, "mzxid": s.mzxid}));
+                ("stale-read", path.as_str(), r)
+            }
+            1 => {
+                run.invoke(p, "stale-children", Some(SESSIONS), Value::Null);
+                let r = c.children_opts(SESSIONS, true).await.map(|(k, _)| json!({"children": k.len()}));
+                ("stale-children", SESSIONS, r)
+            }
+            2 => {
+                run.invoke(p, "watch-churn", Some(&sibling), json!({"stale": true}));
+                let r = c.exists_watch_opts(&sibling, true).await.map(|(s, w)| {
+                    held.push(w);
+                    json!({"exists": s.is_some()})
+                });
+                ("watch-churn", sibling.as_str(), r)
+            }
+            _ => {
+                let kind = if rng.gen_bool(0.5) { WatchKind::Data } else { WatchKind::Children };
+                run.invoke(p, "watch-churn", Some(&sibling), json!({"persistent": true}));
+                let r = c.watch(&sibling, kind, true).await.map(|w| {
+                    held.push(w);
+                    json!({"registered": true})
+                });
+                ("watch-churn", sibling.as_str(), r)
+            }
+        };
+        match r {
+            Ok(v) => run.complete(p, OpType::Ok, f, Some(key), v, None),
+            Err(e) => run.complete(p, OpType::Fail, f, Some(key), Value::Null, Some(e.to_string())),
+        }
+        while held.len() > 3 {
+            let i = rng.gen_range(0..held.len());
+            drop(held.swap_remove(i));
+        }
+        if rng.gen_bool(0.3) {
+            held.clear();
+        }
+        run.sleep(Duration::from_millis(rng.gen_range(20..80))).await;
     }
 }
 
@@ -495,13 +635,35 @@ fn near_fault(faults: &[FaultWindow], t: u64, grace: u64) -> bool {
 }
 
 /// Grace after a fault during which overlapping holders are explained by
-/// it: a session timeout, an election and a keepalive period.
-pub fn fault_grace() -> u64 {
-    (crate::db::SESSION_MS * 2 + 3000) * 1_000_000
+/// it: two session timeouts `t`, an election and a keepalive period.
+pub fn fault_grace(t: Duration) -> u64 {
+    (t.as_millis() as u64 * 2 + 3000) * 1_000_000
 }
 
+/// Slack for recording lag in `holder-connected-after-expiry` (ns):
+/// min(50 ms, T/20). A state note is written when the watcher task *saw*
+/// the change: after the client actor noticed its proof ran out (it looks
+/// every 20 ms) and the task was scheduled. The slack is a cushion on top
+/// of the real margin: a correct client leaves `Connected` at least T/3
+/// before any leader can commit its session's expiry, and a grant is
+/// recorded when the new holder's call returned (after that commit), so a
+/// false positive needs more than T/3 + slack of recording lag (383 ms at
+/// T = 1 s). Measured on correct runs (client freezes, T = 1 s and 2 s),
+/// the closest any holder's recorded `Connected` came to another's grant
+/// was T/3 + 23-36 ms, i.e. no lag showed at all; the stats report that
+/// figure (`closest_ms`) on every run. A larger slack hides real
+/// violations: the planted `keepalive-without-quorum` typically keeps a
+/// holder `Connected` only 0-150 ms past the grant, because the cut-off
+/// leader steps down (check-quorum) within 0.5-1 s.
+pub fn state_slack(t: Duration) -> u64 {
+    (t.as_nanos() as u64 / 20).min(50_000_000)
+}
+
+/// A hold: (process, token, granted, release invoked), times in ns.
+type Hold = (u64, u64, u64, u64);
+
 /// Hold intervals [granted, release invoked] per process.
-fn holds(h: &History, grant: &str, release: &str) -> Vec<(u64, u64, u64, u64)> {
+fn holds(h: &History, grant: &str, release: &str) -> Vec<Hold> {
     // (process, token, start, end)
     let pairs = h.pairs();
     let mut open: HashMap<u64, (u64, u64)> = HashMap::new();
@@ -528,7 +690,7 @@ fn holds(h: &History, grant: &str, release: &str) -> Vec<(u64, u64, u64, u64)> {
 
 /// Pairs of overlapping holds; those outside fault windows violate mutual
 /// exclusion.
-fn overlaps(hs: &[(u64, u64, u64, u64)], faults: &[FaultWindow]) -> (usize, Vec<Value>) {
+fn overlaps(hs: &[Hold], faults: &[FaultWindow], grace: u64) -> (usize, Vec<Value>) {
     let mut total = 0;
     let mut bad = Vec::new();
     for (i, a) in hs.iter().enumerate() {
@@ -540,7 +702,7 @@ fn overlaps(hs: &[(u64, u64, u64, u64)], faults: &[FaultWindow]) -> (usize, Vec<
                 continue;
             }
             total += 1;
-            if !near_fault(faults, b.2, fault_grace()) && bad.len() < 20 {
+            if !near_fault(faults, b.2, grace) && bad.len() < 20 {
                 bad.push(json!({
                     "anomaly": "concurrent-holders",
                     "explain": "two processes held it at once with no fault active",
@@ -553,10 +715,99 @@ fn overlaps(hs: &[(u64, u64, u64, u64)], faults: &[FaultWindow]) -> (usize, Vec<
     (total, bad)
 }
 
+/// `holder-connected-after-expiry`: when a process is granted `name` (a
+/// lock, or leadership) while an earlier holder has not yet invoked its
+/// release / resign, that holder's client must already have left
+/// `Connected`: the cluster can only have handed it on after expiring the
+/// holder's session, and a correct client is `Suspended` at least T/3
+/// before that expiry can commit. Judged from the session-state notes
+/// (`crate::history`): a violation is a `Connected` state recorded at any
+/// time in [grant + slack, the holder's release invocation), i.e. the last
+/// note at grant + slack, or a later one before the release, says
+/// `Connected`. `slack` is [`state_slack`]. Returns (grants judged,
+/// violations); a holder with no notes is not judged. Also reports, in
+/// `closest`, the smallest margin seen (grant time minus the end of the
+/// holder's last `Connected` stretch; negative: still `Connected` after
+/// the grant): how near the run came to a violation.
+fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duration) -> (Judged, Vec<Value>) {
+    let states = h.session_states(MAIN);
+    let slack = state_slack(t);
+    let mut judged = Judged { slack_ms: slack as f64 / 1e6, ..Judged::default() };
+    let mut bad = Vec::new();
+    for (i, a) in hs.iter().enumerate() {
+        let Some(log) = states.get(&a.0) else { continue };
+        // Holds are sorted by grant time: every later grant inside a's hold.
+        // One anomaly per hold: its first offending grant, and a count.
+        let mut first: Option<(&Hold, u64)> = None;
+        let mut offending = 0;
+        for b in hs[i + 1..].iter().take_while(|b| b.2 < a.3) {
+            if b.0 == a.0 {
+                continue;
+            }
+            judged.grants += 1;
+            if let Some(end) = log.connected_end(b.2, a.3) {
+                let margin = (b.2 as f64 - end as f64) / 1e6;
+                if judged.closest_ms.is_none_or(|c| margin < c) {
+                    judged.closest_ms = Some(margin);
+                }
+            }
+            if let Some(at) = log.connected_within(b.2 + slack, a.3) {
+                offending += 1;
+                first = first.or(Some((b, at)));
+            }
+        }
+        if let Some((b, at)) = first.filter(|_| bad.len() < 20) {
+            let new_session = states.get(&b.0).map(|l| l.session);
+            // The holder's notes from its grant, or two timeouts before the
+            // other grant if later, to its release.
+            let since = b.2.saturating_sub(2 * t.as_nanos() as u64).max(a.2);
+            bad.push(json!({
+                "anomaly": "holder-connected-after-expiry",
+                "explain": format!(
+                    "{what} {name:?} was granted to another session while its earlier holder had not invoked its \
+                     release and its client was still recorded Connected after the grant (+{} ms slack): the \
+                     holder's session can only have been expired before the grant, so its client stayed \
+                     Connected past its session's expiry",
+                    slack / 1_000_000
+                ),
+                "name": name,
+                "holder": {
+                    "process": a.0, "session": log.session, "token": a.1,
+                    "granted_s": a.2 as f64 / 1e9, "release_invoked_s": a.3 as f64 / 1e9,
+                },
+                "granted": {"process": b.0, "session": new_session, "token": b.1, "granted_s": b.2 as f64 / 1e9},
+                "holder_connected_at_s": at as f64 / 1e9,
+                "grants_while_holder_connected": offending,
+                "slack_ms": slack as f64 / 1e6,
+                "holder_states_from_s": since as f64 / 1e9,
+                "holder_state_then": log.state_at(since),
+                "holder_states": log
+                    .between(since, a.3)
+                    .into_iter()
+                    .map(|(at, s)| json!({"at_s": at as f64 / 1e9, "state": s}))
+                    .collect::<Vec<_>>(),
+            }));
+        }
+    }
+    (judged, bad)
+}
+
+/// What `holder_connected` judged (for the stats).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+struct Judged {
+    /// Grants made while an earlier holder had not invoked its release.
+    grants: usize,
+    /// Smallest margin (ms) between such a grant and the end of the
+    /// holder's last `Connected` stretch (negative: Connected after it).
+    closest_ms: Option<f64>,
+    slack_ms: f64,
+}
+
 /// Lock: tokens unique; the fence never accepted a lower token after a
 /// higher one; no acknowledged increment lost; mutual exclusion outside
-/// faults. `final_counter` is the counter read after the run.
-pub fn check_lock(h: &History, faults: &[FaultWindow], final_counter: Option<i64>) -> CheckResult {
+/// faults; no holder still `Connected` after the lock went to another
+/// session (`holder_connected`). `final_counter` is the counter read after the run.
+pub fn check_lock(h: &History, faults: &[FaultWindow], final_counter: Option<i64>, t: Duration) -> CheckResult {
     let pairs = h.pairs();
     let mut anomalies = Vec::new();
     let mut tokens: HashMap<u64, u64> = HashMap::new();
@@ -614,8 +865,10 @@ pub fn check_lock(h: &History, faults: &[FaultWindow], final_counter: Option<i64
         }
     }
     let hs = holds(h, "acquire", "release");
-    let (overlapping, bad) = overlaps(&hs, faults);
+    let (overlapping, bad) = overlaps(&hs, faults, fault_grace(t));
     anomalies.extend(bad);
+    let (judged, late) = holder_connected(h, &hs, LOCK, "lock", t);
+    anomalies.extend(late);
     let valid = if anomalies.is_empty() {
         if final_counter.is_none() {
             Validity::Unknown
@@ -632,14 +885,16 @@ pub fn check_lock(h: &History, faults: &[FaultWindow], final_counter: Option<i64
         stats: json!({
             "grants": tokens.len(), "increments_acknowledged": acked, "increments_indeterminate": incr_info,
             "writes_rejected_by_fence": fence_rejected, "final_counter": final_counter,
-            "believed_held_at_once": overlapping,
+            "believed_held_at_once": overlapping, "holder_states": judged,
         }),
     }
 }
 
 /// Election: one leader per token, tokens grow in real time, observers
-/// never go backwards, one leader at a time outside faults.
-pub fn check_election(h: &History, faults: &[FaultWindow]) -> CheckResult {
+/// never go backwards, one leader at a time outside faults, no leader still
+/// `Connected` (`is_leader()`) after another was elected
+/// (`holder_connected`).
+pub fn check_election(h: &History, faults: &[FaultWindow], t: Duration) -> CheckResult {
     let pairs = h.pairs();
     let mut anomalies = Vec::new();
     let won: Vec<&Pair<'_>> = pairs.iter().filter(|p| p.invoke.f == "campaign" && p.outcome() == OpType::Ok).collect();
@@ -679,13 +934,18 @@ pub fn check_election(h: &History, faults: &[FaultWindow]) -> CheckResult {
         }
     }
     let hs = holds(h, "campaign", "resign");
-    let (overlapping, bad) = overlaps(&hs, faults);
+    let (overlapping, bad) = overlaps(&hs, faults, fault_grace(t));
     anomalies.extend(bad);
+    let (judged, late) = holder_connected(h, &hs, ELECTION, "election", t);
+    anomalies.extend(late);
     CheckResult {
         checker: "election".into(),
         valid: if anomalies.is_empty() { Validity::True } else { Validity::False },
         anomalies,
-        stats: json!({"elections": won.len(), "observed_changes": observed, "believed_leader_at_once": overlapping}),
+        stats: json!({
+            "elections": won.len(), "observed_changes": observed, "believed_leader_at_once": overlapping,
+            "holder_states": judged,
+        }),
     }
 }
 
@@ -742,5 +1002,99 @@ pub fn check_session(h: &History, leftover: Option<Vec<String>>) -> CheckResult 
         valid,
         anomalies,
         stats: json!({"checks": checks, "watch_events": events}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Op as HOp, SESSION_STATE};
+
+    const MS: u64 = 1_000_000;
+
+    fn op(h: &mut History, process: u64, ty: OpType, f: &str, value: Value, ms: u64) {
+        let key = if f == SESSION_STATE { None } else { Some(ELECTION.to_string()) };
+        h.push(HOp { index: 0, process, ty, f: f.into(), key, value, time: ms * MS, error: None });
+    }
+
+    fn state(h: &mut History, of: u64, session: u64, s: &str, ms: u64) {
+        let v = json!({"of": of, "role": MAIN, "slot": 0, "session": session, "state": s});
+        op(h, 100 + of, OpType::Info, SESSION_STATE, v, ms);
+    }
+
+    /// Process 1 leads from 100 ms and resigns at `resign` ms; its client
+    /// goes Suspended at `suspended` ms; process 2 is elected at 1,000 ms.
+    fn history(suspended: u64, resign: u64) -> History {
+        let mut h = History::default();
+        state(&mut h, 1, 11, "connected", 0);
+        state(&mut h, 2, 22, "connected", 0);
+        op(&mut h, 1, OpType::Invoke, "campaign", Value::Null, 50);
+        op(&mut h, 1, OpType::Ok, "campaign", json!({"token": 5}), 100);
+        op(&mut h, 2, OpType::Invoke, "campaign", Value::Null, 200);
+        let mut rest = vec![
+            (1, OpType::Invoke, "resign", json!({"token": 5}), resign),
+            (2, OpType::Ok, "campaign", json!({"token": 9}), 1000),
+            (1, OpType::Ok, "resign", json!({"token": 5}), resign + 5),
+        ];
+        rest.sort_by_key(|x| x.4);
+        let mut noted = false;
+        for (p, ty, f, v, ms) in rest {
+            if !noted && suspended <= ms {
+                state(&mut h, 1, 11, "suspended", suspended);
+                noted = true;
+            }
+            op(&mut h, p, ty, f, v, ms);
+        }
+        if !noted {
+            state(&mut h, 1, 11, "suspended", suspended);
+        }
+        h
+    }
+
+    /// A fault over the whole test history, so overlapping holds are not
+    /// `concurrent-holders`.
+    fn fault() -> Vec<FaultWindow> {
+        vec![FaultWindow { kind: "test".into(), detail: String::new(), start: 0, end: 2000 * MS }]
+    }
+
+    fn named(r: &CheckResult) -> Vec<&str> {
+        r.anomalies.iter().filter_map(|a| a.get("anomaly").and_then(Value::as_str)).collect()
+    }
+
+    #[test]
+    fn a_holder_connected_after_the_next_grant_is_caught() {
+        let t = Duration::from_secs(1);
+        // Suspended 200 ms after the other's grant, resign later still.
+        let r = check_election(&history(1200, 1500), &fault(), t);
+        assert_eq!(r.valid, Validity::False);
+        assert_eq!(named(&r), ["holder-connected-after-expiry"]);
+        let a = &r.anomalies[0];
+        assert_eq!(a["holder"]["session"], 11);
+        assert_eq!(a["granted"]["session"], 22);
+        assert_eq!(a["name"], ELECTION);
+        assert_eq!(r.stats["holder_states"]["closest_ms"], -200.0);
+    }
+
+    #[test]
+    fn a_holder_suspended_before_the_grant_or_within_the_slack_is_not() {
+        let t = Duration::from_secs(1);
+        for suspended in [600, 999, 1000, 1049] {
+            let r = check_election(&history(suspended, 1500), &fault(), t);
+            assert_eq!(r.valid, Validity::True, "suspended at {suspended} ms: {:?}", r.anomalies);
+        }
+    }
+
+    #[test]
+    fn a_holder_that_already_invoked_its_resign_is_not_judged() {
+        let t = Duration::from_secs(1);
+        let r = check_election(&history(1300, 990), &fault(), t);
+        assert_eq!(r.valid, Validity::True, "{:?}", r.anomalies);
+    }
+
+    #[test]
+    fn the_slack_is_min_50_ms_and_t_over_20() {
+        assert_eq!(state_slack(Duration::from_millis(1000)), 50 * MS);
+        assert_eq!(state_slack(Duration::from_millis(600)), 30 * MS);
+        assert_eq!(state_slack(Duration::from_millis(5000)), 50 * MS);
     }
 }

@@ -3,31 +3,51 @@
 //! it, and the same setups on the real server must be valid.
 //!
 //! Needs `batond` and `batond-faulty` built (`make build` does both).
+//!
+//! The session-contact faults (`contact-from-local-answers`,
+//! `keepalive-without-quorum`, `expire-from-stale-role`) are caught by
+//! `holder-connected-after-expiry`: a lock holder or leader whose client
+//! still reported `Connected` after another session was granted the same
+//! lock or leadership. They run with 1-2 s session timeouts, so the faults
+//! show within seconds. Their exposure depends on timing (where the
+//! holder's keepalives fall against the cut-off leader's step-down, the
+//! order a resumed leader handles its tick and its peers' messages), so
+//! they get more seeds.
 
 use std::time::Duration;
 
+use baton_jepsen::db::SESSION_MS;
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::runner::{run_test, Outcome, TestOpts};
 use baton_jepsen::workloads::{Validity, Workload};
 
-async fn run(workload: Workload, nemesis: NemesisKind, secs: u64, fault: Option<&str>, seed: u64) -> Outcome {
+/// One test setup.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    workload: Workload,
+    nemesis: NemesisKind,
+    secs: u64,
+    /// Session timeout of the run's clients (ms).
+    session_ms: u64,
+}
+
+fn setup(workload: Workload, nemesis: NemesisKind, secs: u64) -> Setup {
+    Setup { workload, nemesis, secs, session_ms: SESSION_MS }
+}
+
+async fn run(s: Setup, fault: Option<&str>, seed: u64) -> Outcome {
     // A harness error (not a verdict) gets one more try, with its reason shown.
-    match try_run(workload, nemesis, secs, fault, seed).await {
+    match try_run(s, fault, seed).await {
         Ok(o) => o,
         Err(e) => {
             println!("harness error (retrying once): {e:#}");
-            try_run(workload, nemesis, secs, fault, seed + 100).await.unwrap_or_else(|e| panic!("harness error: {e:#}"))
+            try_run(s, fault, seed + 100).await.unwrap_or_else(|e| panic!("harness error: {e:#}"))
         }
     }
 }
 
-async fn try_run(
-    workload: Workload,
-    nemesis: NemesisKind,
-    secs: u64,
-    fault: Option<&str>,
-    seed: u64,
-) -> anyhow::Result<Outcome> {
+async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Outcome> {
+    let Setup { workload, nemesis, secs, session_ms } = s;
     let dir = tempfile::Builder::new().prefix("baton-jepsen-").tempdir().expect("tempdir");
     let opts = TestOpts {
         workload,
@@ -38,6 +58,7 @@ async fn try_run(
         seed,
         out: dir.path().to_path_buf(),
         server_faults: fault.map(|f| vec![f.to_string()]).unwrap_or_default(),
+        session_timeout: Duration::from_millis(session_ms),
     };
     let o = run_test(opts).await;
     if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {
@@ -58,9 +79,15 @@ fn anomalies(o: &Outcome) -> Vec<String> {
 /// Runs with the fault (up to two seeds: the schedule is random) and
 /// asserts it is caught with `anomaly` named.
 async fn caught(workload: Workload, nemesis: NemesisKind, secs: u64, fault: &str, anomaly: &str) {
+    caught_in(setup(workload, nemesis, secs), &[1, 2], fault, anomaly).await
+}
+
+/// Runs `s` with the fault on each seed until it is caught with `anomaly`
+/// named; panics if no seed catches it.
+async fn caught_in(s: Setup, seeds: &[u64], fault: &str, anomaly: &str) {
     let mut seen = Vec::new();
-    for seed in [1, 2] {
-        let o = run(workload, nemesis, secs, Some(fault), seed).await;
+    for &seed in seeds {
+        let o = run(s, Some(fault), seed).await;
         let names = anomalies(&o);
         if o.valid == Validity::False && names.iter().any(|n| n == anomaly) {
             return;
@@ -102,10 +129,46 @@ async fn t50_expire_without_grace_is_caught_by_the_session_checker() {
     .await;
 }
 
+/// A member cut off from its peers vouches for its clients' sessions from
+/// its own state: a lock holder talking to it stays `Connected` while the
+/// majority expires its session and grants the lock to another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t51_contact_from_local_answers_is_caught_by_holder_states() {
+    let s = Setup { session_ms: 1000, ..setup(Workload::Lock, NemesisKind::IsolatePeers, 30) };
+    caught_in(s, &[1, 2], "contact-from-local-answers", "holder-connected-after-expiry").await;
+}
+
+/// A leader cut off from its peers answers keepalives until check-quorum
+/// deposes it (0.5-1 s): its leader client stays `Connected` past the
+/// expiry the new leader commits. Caught only when the holder's last
+/// keepalive falls late enough before the step-down, so more seeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t52_keepalive_without_quorum_is_caught_by_holder_states() {
+    let s = Setup { session_ms: 1000, ..setup(Workload::Election, NemesisKind::IsolatePeers, 40) };
+    caught_in(s, &[1, 2, 3, 4], "keepalive-without-quorum", "holder-connected-after-expiry").await;
+}
+
+/// A leader resuming from a pause of 1.5-3 session timeouts proposes
+/// expiry from its stale deadlines; when it has already stepped its new
+/// leader's messages, the proposal is forwarded and commits, expiring a
+/// live leader's session while its client is `Connected`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t53_expire_from_stale_role_is_caught_by_holder_states() {
+    let s = Setup { session_ms: 2000, ..setup(Workload::Election, NemesisKind::PauseLeaderLong, 40) };
+    caught_in(s, &[1, 2, 3, 4], "expire-from-stale-role", "holder-connected-after-expiry").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t60_the_real_server_is_valid_under_the_same_faults() {
-    for (w, n) in [(Workload::Register, NemesisKind::Partition), (Workload::Lock, NemesisKind::Pause)] {
-        let o = run(w, n, 20, None, 1).await;
-        assert_eq!(o.valid, Validity::True, "{w:?} under {n:?}: {:?}", anomalies(&o));
+    let short = |s: Setup, ms| Setup { session_ms: ms, ..s };
+    for s in [
+        setup(Workload::Register, NemesisKind::Partition, 20),
+        setup(Workload::Lock, NemesisKind::Pause, 20),
+        short(setup(Workload::Lock, NemesisKind::IsolatePeers, 30), 1000),
+        short(setup(Workload::Election, NemesisKind::IsolatePeers, 30), 1000),
+        short(setup(Workload::Election, NemesisKind::PauseLeaderLong, 30), 2000),
+    ] {
+        let o = run(s, None, 1).await;
+        assert_eq!(o.valid, Validity::True, "{s:?}: {:?}", anomalies(&o));
     }
 }

@@ -19,6 +19,7 @@ async fn t10_one_way_partition_never_leaves_a_client_connected_to_a_dead_session
         dir: dir.path().to_path_buf(),
         server_faults: vec![],
         direct: false,
+        session_ms: None,
     })
     .await
     .expect("cluster");

@@ -27,6 +27,7 @@ impl BatonTarget {
             dir: dir.to_path_buf(),
             server_faults: vec![],
             direct: true,
+            session_ms: None,
         })
         .await?;
         let endpoints = db.direct_endpoints();
