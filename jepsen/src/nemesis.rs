@@ -127,15 +127,17 @@ fn home_of(slot: usize, nodes: u64) -> u64 {
 /// its client reported talking to, else its home) `pick` accepts: for 2 s
 /// only one that means to hold on for long and was granted less than half
 /// a session timeout ago (it will still hold when sessions could expire),
-/// then any. Returns that member and a description of the holder.
+/// if the run has such holds (leaderships do, locks not), then any.
+/// Returns that member and a description of the holder.
 async fn holder_member(run: &Run, nodes: u64, pick: impl Fn(u64) -> bool) -> Option<(u64, String)> {
     let fresh = run.session.as_nanos() as u64 / 2;
     for i in 0..200 {
         let now = run.now();
+        let any = i >= 100 || !run.has_long_holds();
         let found = run
             .holder_list()
             .into_iter()
-            .filter(|(_, h)| i >= 100 || (h.long && now.saturating_sub(h.since) < fresh))
+            .filter(|(_, h)| any || (h.long && now.saturating_sub(h.since) < fresh))
             .map(|(s, h)| (s, h, h.member.unwrap_or_else(|| home_of(s, nodes))))
             .find(|(_, _, m)| pick(*m));
         if let Some((s, h, m)) = found {

@@ -40,6 +40,8 @@ pub struct Run {
     pub session: Duration,
     /// The history was taken: state watchers stop.
     finished: AtomicBool,
+    /// Some holder meant to hold on for long (see `Holder::long`).
+    long_holds: AtomicBool,
 }
 
 /// What the run knows about a current holder (for targeted faults).
@@ -83,6 +85,7 @@ impl Run {
             holders: Mutex::new(Default::default()),
             session,
             finished: AtomicBool::new(false),
+            long_holds: AtomicBool::new(false),
         })
     }
 
@@ -149,8 +152,14 @@ impl Run {
         self.holders.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(s, h)| (*s, *h)).collect()
     }
 
+    /// Whether any holder of this run ever meant to hold on for long.
+    pub fn has_long_holds(&self) -> bool {
+        self.long_holds.load(Ordering::SeqCst)
+    }
+
     /// Marks holder `slot` as holding on for long (see `Holder::long`).
     pub fn set_holder_long(&self, slot: usize) {
+        self.long_holds.store(true, Ordering::SeqCst);
         if let Some(h) = self.holders.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&slot) {
             h.long = true;
         }

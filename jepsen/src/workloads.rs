@@ -5,8 +5,7 @@
 //!   checked for linearizability per key ([`crate::linearizability`]).
 //! - `lock`: take the lock, read a counter, write it +1 guarded by
 //!   `check_fence` with the lock's token (through a separate "storage"
-//!   session, as an external resource would be), sometimes hold on for
-//!   1-3 session timeouts (until the session leaves `Connected`), release.
+//!   session, as an external resource would be), release.
 //! - `election`: campaign, lead a while (half the time 2-4 session timeouts,
 //!   until `is_leader()` turns false), resign; observers record every
 //!   leader change.
@@ -120,9 +119,9 @@ const SESSIONS: &str = "/jepsen/sessions";
 pub const MAIN: &str = "main";
 const STORAGE: &str = "storage";
 const OBSERVER: &str = "observer";
-/// Chance that a lock holder holds on for 1-3 session timeouts, and a
-/// leader for 2-4 (each ending early once its session is not `Connected`).
-const LONG_HOLD_LOCK: f64 = 0.2;
+/// Chance that a leader leads for 2-4 session timeouts (ending early once
+/// its session is not `Connected`). Lock holds stay short: a long one
+/// stalls every waiter (the lock's throughput fell 7x with 1 in 5).
 const LONG_HOLD_ELECTION: f64 = 0.5;
 /// Rounds of one session's stale poller at most.
 const STALE_POLLS: usize = 5000;
@@ -255,10 +254,6 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                 let t = g.fencing_token();
                 run.complete(p, OpType::Ok, "acquire", Some(LOCK), json!({"token": t}), None);
                 run.became_holder(slot, &lc);
-                let long = rng.gen_bool(LONG_HOLD_LOCK);
-                if long {
-                    run.set_holder_long(slot);
-                }
                 // Pause points sit between the steps, where a real process
                 // could be stopped while it believes it holds the lock.
                 run.checkpoint(slot).await;
@@ -332,12 +327,7 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                     sc = n2;
                     run.watch_state(&sc, p, STORAGE, slot);
                 }
-                // Sometimes hold on, as a long-lived holder would, until done
-                // or until the lock is in doubt (session no longer Connected).
-                if long {
-                    linger(&run, &lc, &mut rng, 1.0..3.0).await;
-                }
-                run.checkpoint(slot).await;
+
                 let lost = *lc.state().borrow() != SessionState::Connected;
                 run.invoke(p, "release", Some(LOCK), json!({"token": t}));
                 run.set_holder(slot, false);

@@ -79,22 +79,23 @@ fn anomalies(o: &Outcome) -> Vec<String> {
 /// Runs with the fault (up to two seeds: the schedule is random) and
 /// asserts it is caught with `anomaly` named.
 async fn caught(workload: Workload, nemesis: NemesisKind, secs: u64, fault: &str, anomaly: &str) {
-    caught_in(setup(workload, nemesis, secs), &[1, 2], fault, anomaly).await
+    caught_in(setup(workload, nemesis, secs), &[1, 2], fault, &[anomaly]).await
 }
 
-/// Runs `s` with the fault on each seed until it is caught with `anomaly`
-/// named; panics if no seed catches it.
-async fn caught_in(s: Setup, seeds: &[u64], fault: &str, anomaly: &str) {
+/// Runs `s` with the fault on each seed until it is caught with one of
+/// `anomalies` named; panics if no seed catches it.
+async fn caught_in(s: Setup, seeds: &[u64], fault: &str, wanted: &[&str]) {
     let mut seen = Vec::new();
     for &seed in seeds {
         let o = run(s, Some(fault), seed).await;
         let names = anomalies(&o);
-        if o.valid == Validity::False && names.iter().any(|n| n == anomaly) {
+        if o.valid == Validity::False && names.iter().any(|n| wanted.contains(&n.as_str())) {
+            println!("caught {fault} on seed {seed}: {names:?}");
             return;
         }
         seen.push((seed, o.valid, names));
     }
-    panic!("fault {fault} not caught as {anomaly}: {seen:?}");
+    panic!("fault {fault} not caught as {wanted:?}: {seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,27 +136,35 @@ async fn t50_expire_without_grace_is_caught_by_the_session_checker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t51_contact_from_local_answers_is_caught_by_holder_states() {
     let s = Setup { session_ms: 1000, ..setup(Workload::Lock, NemesisKind::IsolatePeers, 30) };
-    caught_in(s, &[1, 2], "contact-from-local-answers", "holder-connected-after-expiry").await;
+    caught_in(s, &[1, 2], "contact-from-local-answers", &["holder-connected-after-expiry"]).await;
 }
 
 /// A leader cut off from its peers answers keepalives until check-quorum
 /// deposes it (0.5-1 s): its leader client stays `Connected` past the
 /// expiry the new leader commits. Caught only when the holder's last
-/// keepalive falls late enough before the step-down, so more seeds.
+/// vouched keepalive falls late enough before the step-down (about one
+/// targeted isolation in two), so up to six seeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t52_keepalive_without_quorum_is_caught_by_holder_states() {
     let s = Setup { session_ms: 1000, ..setup(Workload::Election, NemesisKind::IsolatePeers, 40) };
-    caught_in(s, &[1, 2, 3, 4], "keepalive-without-quorum", "holder-connected-after-expiry").await;
+    caught_in(s, &[1, 2, 3, 4, 5, 6], "keepalive-without-quorum", &["holder-connected-after-expiry"]).await;
 }
 
 /// A leader resuming from a pause of 1.5-3 session timeouts proposes
-/// expiry from its stale deadlines; when it has already stepped its new
-/// leader's messages, the proposal is forwarded and commits, expiring a
-/// live leader's session while its client is `Connected`.
+/// expiry from its stale deadlines. Only when it has already stepped its
+/// new leader's messages in that turn is the proposal forwarded and
+/// committed (about one resume in four at T = 2 s; never seen at T = 1 s,
+/// where the tick always came first), expiring sessions whose clients are
+/// `Connected` elsewhere. Every workload runs, so a live leader, lock
+/// holder or session client is likely among them: caught by
+/// `holder-connected-after-expiry` (a leader or holder still `Connected`
+/// when the next was granted) or `ephemeral-vanished-while-session-alive`
+/// (an undisturbed session read its own node gone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t53_expire_from_stale_role_is_caught_by_holder_states() {
-    let s = Setup { session_ms: 2000, ..setup(Workload::Election, NemesisKind::PauseLeaderLong, 40) };
-    caught_in(s, &[1, 2, 3, 4], "expire-from-stale-role", "holder-connected-after-expiry").await;
+async fn t53_expire_from_stale_role_is_caught_by_holder_states_or_the_session_checker() {
+    let s = Setup { session_ms: 2000, ..setup(Workload::All, NemesisKind::PauseLeaderLong, 40) };
+    let wanted = ["holder-connected-after-expiry", "ephemeral-vanished-while-session-alive"];
+    caught_in(s, &[1, 2, 3, 4, 5, 6], "expire-from-stale-role", &wanted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,7 +175,7 @@ async fn t60_the_real_server_is_valid_under_the_same_faults() {
         setup(Workload::Lock, NemesisKind::Pause, 20),
         short(setup(Workload::Lock, NemesisKind::IsolatePeers, 30), 1000),
         short(setup(Workload::Election, NemesisKind::IsolatePeers, 30), 1000),
-        short(setup(Workload::Election, NemesisKind::PauseLeaderLong, 30), 2000),
+        short(setup(Workload::All, NemesisKind::PauseLeaderLong, 30), 2000),
     ] {
         let o = run(s, None, 1).await;
         assert_eq!(o.valid, Validity::True, "{s:?}: {:?}", anomalies(&o));
