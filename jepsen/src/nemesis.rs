@@ -18,9 +18,9 @@
 //!   lock or leadership talks to (as the holder reported it, else the
 //!   holder's home), best one that just started a long hold (waiting up to
 //!   4 s), since a holder connected to the cut-off member and still holding
-//!   when its session could expire is what exposes those bugs. Held 2-4 session timeouts
-//!   (the cut-off member's sessions have expired or moved by then), not
-//!   4-8 s, so a run sees more of them.
+//!   when its session could expire is what exposes those bugs. Held 2-4
+//!   session timeouts (the cut-off member's sessions have expired or moved
+//!   by then), not 4-8 s, so a run sees more of them.
 //! - `pause-leader-long`: SIGSTOP the current leader for 1.5-3 session
 //!   timeouts, then SIGCONT (the window is that long, not 4-8 s): a new
 //!   leader takes over meanwhile, and the old one resumes with session

@@ -6,8 +6,9 @@
 //! records its session state at once and then every change it sees, as
 //! session-state notes (`crate::history`, module doc). A watcher ends when
 //! its client's actor is gone, after it recorded `Expired`, or when the
-//! history has been taken; it takes nothing but the state channel, so it
-//! never keeps a session alive.
+//! history has been taken (at the latest 2 minutes after the run stopped);
+//! it takes nothing but the state channel, so it never keeps a session
+//! alive.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,9 @@ use baton_client::{Client, ClientConfig, Error, SessionState};
 use serde_json::Value;
 
 use crate::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
+
+/// How long a state watcher may outlive the stop of the run.
+const WATCH_AFTER_STOP: Duration = Duration::from_secs(120);
 
 /// Everything workers and the nemesis share.
 pub struct Run {
@@ -243,7 +247,13 @@ impl Run {
         let run = self.clone();
         tokio::spawn(async move {
             let mut last = first;
+            let mut stopped_at: Option<Instant> = None;
             while !run.finished.load(Ordering::SeqCst) {
+                // Bounded after the stop too, should the history never be
+                // taken (a harness error) and the client never close.
+                if run.stopped() && stopped_at.get_or_insert_with(Instant::now).elapsed() > WATCH_AFTER_STOP {
+                    return;
+                }
                 // Bounded wait, so a finished run is noticed.
                 match tokio::time::timeout(Duration::from_millis(200), rx.changed()).await {
                     Ok(Ok(())) => {}

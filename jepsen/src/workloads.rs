@@ -327,7 +327,6 @@ async fn lock_worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
                     sc = n2;
                     run.watch_state(&sc, p, STORAGE, slot);
                 }
-
                 let lost = *lc.state().borrow() != SessionState::Connected;
                 run.invoke(p, "release", Some(LOCK), json!({"token": t}));
                 run.set_holder(slot, false);
@@ -640,7 +639,7 @@ pub fn fault_grace(t: Duration) -> u64 {
 /// false positive needs more than T/3 + slack of recording lag (383 ms at
 /// T = 1 s). Measured on correct runs (client freezes, T = 1 s and 2 s),
 /// the closest any holder's recorded `Connected` came to another's grant
-/// was T/3 + 23-36 ms, i.e. no lag showed at all; the stats report that
+/// was T/3 + 22-36 ms, i.e. no lag showed at all; the stats report that
 /// figure (`closest_ms`) on every run. A larger slack hides real
 /// violations: the planted `keepalive-without-quorum` typically keeps a
 /// holder `Connected` only 0-150 ms past the grant, because the cut-off
