@@ -21,9 +21,10 @@
 //! - With no proof for a whole `T`, the session may be expired (a leader may
 //!   have expired it): anything that depends on it must be treated as lost
 //!   ([`Liveness::presumed_lost`]). The client still reports `Suspended`,
-//!   not `Expired`, until a member says so or none answers at all for `T`:
-//!   a new leader gives sessions at least `T/2` after its election, so a
-//!   slow failover may well have kept it.
+//!   not `Expired`, until a member says so, or none answers anything for
+//!   [`GIVE_UP_TIMEOUTS`] timeouts: a new leader gives sessions at least `T/2`
+//!   after its election, so a slow failover may well have kept it, and
+//!   declaring it dead early only loses it.
 //!
 //! Pure arithmetic on instants; the session actor and the simulator's
 //! client both use it.
@@ -36,6 +37,11 @@ pub const CONNECTED_FRACTION: (u32, u32) = (2, 3);
 
 /// A keepalive goes out every `T / KEEPALIVE_FRACTION` (seed 000: TTL/3).
 pub const KEEPALIVE_FRACTION: u32 = 3;
+
+/// With no answer of any kind from any member for this many session
+/// timeouts (and no proof for longer than one), the client gives the
+/// session up as `Expired` on its own.
+pub const GIVE_UP_TIMEOUTS: u32 = 3;
 
 /// What one client knows about its session's life.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +90,12 @@ impl Liveness {
     /// A whole timeout without proof: the cluster may have expired it.
     pub fn presumed_lost(&self, now: Instant) -> bool {
         now >= self.proven + self.timeout
+    }
+
+    /// Give the session up: no proof for a whole timeout, and no member
+    /// has answered anything since `heard` for [`GIVE_UP_TIMEOUTS`] timeouts.
+    pub fn give_up(&self, heard: Instant, now: Instant) -> bool {
+        self.presumed_lost(now) && now >= heard + self.timeout * GIVE_UP_TIMEOUTS
     }
 }
 

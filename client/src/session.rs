@@ -11,7 +11,7 @@
 //! recent enough ([`Liveness`]: 2/3 of the timeout after it was *sent*);
 //! losing the connection, or no vouched keepalive in time, is `Suspended`;
 //! the server saying the session expired, or no member answering anything
-//! for a whole timeout, is `Expired`. An attach does not make the client `Connected`: the keepalive
+//! for three timeouts, is `Expired`. An attach does not make the client `Connected`: the keepalive
 //! sent right after it does, once answered. A member that cannot vouch for
 //! half a timeout, or leaves a keepalive unanswered for a keepalive period
 //! (T/3), is left for the next one.
@@ -684,9 +684,8 @@ impl Actor {
                 }
             }
         }
-        if self.liveness.presumed_lost(now) && now.duration_since(self.last_heard) > self.timeout {
-            // No member has answered anything for a whole timeout.
-            self.expire("no member reachable for a whole session timeout");
+        if self.liveness.give_up(self.last_heard, now) {
+            self.expire("no member answered for three session timeouts");
             return false;
         }
         self.update_state(now);

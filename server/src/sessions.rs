@@ -576,7 +576,9 @@ impl Sessions {
 
     /// Every tick: give up on old rounds and keepalives, resend rounds that
     /// wait, give sessions without a deadline a fresh one.
-    pub fn tick(&mut self, voters: &Voters, sm: &StateMachine, now: Instant) -> Vec<Action> {
+    /// `leader_alive`: this member heard from its leader within an
+    /// election timeout (a follower's keepalives wait no longer than that).
+    pub fn tick(&mut self, voters: &Voters, sm: &StateMachine, leader_alive: bool, now: Instant) -> Vec<Action> {
         let give_up = self.timing.election * 2;
         // Records of sessions that ended without this member applying it
         // (a snapshot install) go now and then.
@@ -585,8 +587,10 @@ impl Sessions {
             self.seen.retain(|sid, _| sm.session_exists(*sid));
         }
         let mut out = Vec::new();
+        // A follower that lost its leader tells its clients at once, so
+        // they look for the new one within its grace (T/2 after election).
         let (old, keep): (Vec<Waiting>, Vec<Waiting>) =
-            self.keepalives.drain(..).partition(|k| now.duration_since(k.since) > give_up);
+            self.keepalives.drain(..).partition(|k| !leader_alive || now.duration_since(k.since) > give_up);
         self.keepalives = keep;
         for k in old {
             out.push(reply(k.conn, k.id, ErrorCode::NoLeader, "the leader did not acknowledge in time; retry"));
@@ -771,7 +775,7 @@ mod tests {
         // An ack from someone else than the leader answers nothing.
         assert!(s.on_touch_ack(false, 1, &[], &[], &sm).is_empty());
         // Batch 1's keepalive gives up with a retryable error, never OK.
-        let acts = s.tick(&voters, &sm, t0 + Duration::from_secs(2));
+        let acts = s.tick(&voters, &sm, true, t0 + Duration::from_secs(2));
         assert_eq!(answered(&acts), vec![(100, ErrorCode::NoLeader)]);
     }
 

@@ -137,7 +137,7 @@ fn t21_s2_planted_expiry_from_the_stale_role_is_caught() {
 /// keepalive unanswered for T/3).
 #[test]
 fn t22_the_clients_of_a_hung_leader_keep_their_sessions() {
-    for (seed, session_ms) in [(30, 2000), (31, 2000), (32, 3000), (33, 3000), (34, 5000)] {
+    for (seed, session_ms) in [(30, 1000), (31, 1000), (35, 1000), (36, 2000), (32, 3000), (33, 3000), (34, 5000)] {
         let t = ms(session_ms);
         let (mut s, leader, _) = cluster(seed, Opts { session_ms: session_ms as u32, ..Opts::default() });
         let mut eps = vec![1, 2, 3];
@@ -153,6 +153,35 @@ fn t22_the_clients_of_a_hung_leader_keep_their_sessions() {
         let alive = (1..=3).filter(|m| s.session_exists(*m, sid)).count();
         assert_eq!(alive, 3, "seed {seed}, T = {session_ms} ms: the session was lost\n{}", s.report());
         assert_eq!(s.client_state(c), "Connected", "seed {seed}\n{}", s.report());
+    }
+}
+
+/// Liveness, as the harness found it at T = 1 s: the leader's peer links
+/// are cut; clients of the two healthy members (one of them tries the
+/// cut-off member next) keep their sessions through the election.
+#[test]
+fn t23_clients_of_the_majority_keep_their_sessions_when_the_leader_is_cut_off() {
+    for seed in 40..46 {
+        let (mut s, leader, _) = cluster(seed, Opts::default());
+        let others: Vec<u64> = (1..=3).filter(|m| *m != leader).collect();
+        let mut clients = Vec::new();
+        for (i, home) in others.iter().enumerate() {
+            // Next in line after the home member: the cut-off leader.
+            let c = s.add_client(&format!("c{i}"), vec![*home, leader, others[1 - i]]);
+            clients.push(c);
+        }
+        for c in &clients {
+            assert!(s.await_connected(*c, ms(3000)));
+        }
+        s.run_for(T);
+        s.isolate_peers(leader);
+        s.run_for(T * 4);
+        assert_clean(&s);
+        for c in clients {
+            let sid = s.clients[c].session;
+            assert!(s.session_exists(others[0], sid), "seed {seed}: client {c} lost its session\n{}", s.report());
+            assert_eq!(s.client_state(c), "Connected", "seed {seed}\n{}", s.report());
+        }
     }
 }
 

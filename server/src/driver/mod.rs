@@ -444,7 +444,8 @@ impl Driver {
         let acts = {
             let sm = Arc::clone(&self.sm);
             let sm = sm.read().unwrap_or_else(|p| p.into_inner());
-            self.sessions.tick(&voters, &sm, now)
+            let alive = self.leader_alive(now);
+            self.sessions.tick(&voters, &sm, alive, now)
         };
         self.act(acts);
         // Expiry (sessions.rs, rule 3).

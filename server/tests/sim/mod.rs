@@ -574,8 +574,8 @@ impl Sim {
         }
         if let Some(l) = cl.liveness {
             // As the real client: Expired when no member answered anything
-            // for a whole timeout (otherwise only when told).
-            if l.presumed_lost(now) && now.duration_since(cl.last_heard) > cl.timeout {
+            // for three timeouts (otherwise only when told).
+            if l.give_up(cl.last_heard, now) {
                 self.clients[c].expired = true;
                 self.note_state(c);
                 return;
