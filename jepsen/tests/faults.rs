@@ -143,8 +143,13 @@ async fn t51_contact_from_local_answers_is_caught_by_holder_states() {
 /// deposes it (0.5-1 s): its leader client stays `Connected` past the
 /// expiry the new leader commits. Caught only when the holder's last
 /// vouched keepalive falls late enough before the step-down (about one
-/// targeted isolation in two), so up to six seeds.
+/// targeted isolation in two), so up to six seeds; even so it misses on
+/// all six in a few percent of runs, too flaky for `make test`: run by
+/// `make jepsen-faults-long`. The simulator's twin
+/// (server/tests/sessions.rs, t41) proves it deterministically in
+/// `make test`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "timing-dependent; make jepsen-faults-long"]
 async fn t52_keepalive_without_quorum_is_caught_by_holder_states() {
     let s = Setup { session_ms: 1000, ..setup(Workload::Election, NemesisKind::IsolatePeers, 40) };
     caught_in(s, &[1, 2, 3, 4, 5, 6], "keepalive-without-quorum", &["holder-connected-after-expiry"]).await;
@@ -159,8 +164,11 @@ async fn t52_keepalive_without_quorum_is_caught_by_holder_states() {
 /// holder or session client is likely among them: caught by
 /// `holder-connected-after-expiry` (a leader or holder still `Connected`
 /// when the next was granted) or `ephemeral-vanished-while-session-alive`
-/// (an undisturbed session read its own node gone).
+/// (an undisturbed session read its own node gone). Timing-dependent like
+/// t52: run by `make jepsen-faults-long`; the simulator's twin (t21) runs
+/// in `make test`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "timing-dependent; make jepsen-faults-long"]
 async fn t53_expire_from_stale_role_is_caught_by_holder_states_or_the_session_checker() {
     let s = Setup { session_ms: 2000, ..setup(Workload::All, NemesisKind::PauseLeaderLong, 40) };
     let wanted = ["holder-connected-after-expiry", "ephemeral-vanished-while-session-alive"];
