@@ -240,18 +240,9 @@ impl Sessions {
         }
     }
 
-    pub fn is_leading(&self) -> bool {
-        self.lead.is_some()
-    }
-
     /// True if this leader proposed the session's expiry.
     pub fn is_expiring(&self, sid: u64) -> bool {
         self.lead.as_ref().is_some_and(|l| l.expiring.contains_key(&sid))
-    }
-
-    /// The deadline this leader keeps for a session (tests, status).
-    pub fn deadline(&self, sid: u64) -> Option<Instant> {
-        self.lead.as_ref().and_then(|l| l.deadlines.get(&sid).copied())
     }
 
     /// This member became leader of `term`; its first entry is `term_start`.
@@ -440,11 +431,11 @@ impl Sessions {
     /// quorum's latest record (`Voters::quorum_floor`): a member that
     /// restarted and lost its records counts with its start instead.
     fn maybe_rebuild(&mut self, voters: &Voters, sm: &StateMachine) {
-        let mine = Records { booted: self.booted, seen: self.seen.clone() };
-        let Some(lead) = self.lead.as_mut() else { return };
-        if lead.rebuilt {
+        if self.lead.as_ref().is_none_or(|l| l.rebuilt) {
             return;
         }
+        let mine = Records { booted: self.booted, seen: self.seen.clone() };
+        let Some(lead) = self.lead.as_mut() else { return };
         let mut reporters: BTreeSet<u64> = lead.reports.keys().copied().collect();
         reporters.insert(self.me);
         if !voters.has_quorum(&reporters) {

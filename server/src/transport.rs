@@ -225,32 +225,28 @@ async fn frames(
                     return Ok(());
                 }
             }
-            Some(peer_frame::Frame::Touch(t)) => {
-                let _ = input.send(Input::Touch { from: peer, ids: t.session_ids, batch: t.batch });
-            }
-            Some(peer_frame::Frame::TouchAck(a)) => {
-                let _ = input.send(Input::TouchAck {
-                    from: peer,
-                    batch: a.batch,
-                    expired: a.expired,
-                    expiring: a.expiring,
-                });
-            }
-            Some(peer_frame::Frame::Sync(s)) => {
-                let _ = input.send(Input::Sync {
-                    from: peer,
-                    term: s.term,
-                    round: s.round,
-                    ids: s.session_ids,
-                    want_report: s.want_report,
-                });
-            }
-            Some(peer_frame::Frame::SyncAck(a)) => {
-                let report = a.has_report.then_some(Report { boot_age_ms: a.boot_age_ms, ages: a.report });
-                let _ = input.send(Input::SyncAck { from: peer, term: a.term, round: a.round, report });
-            }
             Some(peer_frame::Frame::Hello(_)) | None => anyhow::bail!("unexpected peer frame"),
+            Some(other) => {
+                if let Some(out) = session_frame(other) {
+                    let _ = input.send(out.into_input(peer));
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// A session frame as the driver's `PeerOut` (the inverse of `encode`).
+fn session_frame(f: peer_frame::Frame) -> Option<PeerOut> {
+    use peer_frame::Frame as F;
+    Some(match f {
+        F::Touch(t) => PeerOut::Touch { ids: t.session_ids, batch: t.batch },
+        F::TouchAck(a) => PeerOut::TouchAck { batch: a.batch, expired: a.expired, expiring: a.expiring },
+        F::Sync(s) => PeerOut::Sync { term: s.term, round: s.round, ids: s.session_ids, want_report: s.want_report },
+        F::SyncAck(a) => {
+            let report = a.has_report.then_some(Report { boot_age_ms: a.boot_age_ms, ages: a.report });
+            PeerOut::SyncAck { term: a.term, round: a.round, report }
+        }
+        F::Hello(_) | F::Raft(_) => return None,
+    })
 }

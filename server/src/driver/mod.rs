@@ -146,6 +146,12 @@ pub struct Driver {
     observed: Option<Vec<AppliedExpiry>>,
 }
 
+/// Reads the shared state (a poisoned lock is still read: only this
+/// driver writes it, and a panic there stops the member).
+fn read(st: &SharedState) -> RwLockReadGuard<'_, StateMachine> {
+    st.read().unwrap_or_else(|p| p.into_inner())
+}
+
 /// How many inputs one runtime turn takes at most before a `Ready`; a turn
 /// that took this many did not drain the queue.
 pub const MAX_INPUTS_PER_TURN: usize = 8192;
@@ -236,7 +242,13 @@ impl Driver {
     }
 
     fn sm(&self) -> RwLockReadGuard<'_, StateMachine> {
-        self.sm.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.sm)
+    }
+
+    /// A handle on the state machine to read while other parts of the
+    /// driver change (its guard does not borrow `self`).
+    fn state(&self) -> SharedState {
+        Arc::clone(&self.sm)
     }
 
     fn sm_mut(&self) -> RwLockWriteGuard<'_, StateMachine> {
@@ -252,10 +264,6 @@ impl Driver {
 
     pub fn take_expiries(&mut self) -> Vec<AppliedExpiry> {
         self.observed.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    pub fn id(&self) -> u64 {
-        self.cfg.id
     }
 
     /// raft-rs's live role and term.
@@ -303,15 +311,15 @@ impl Driver {
                 }
             }
             Input::Touch { from, ids, batch } => {
-                let sm = Arc::clone(&self.sm);
-                let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+                let st = self.state();
+                let sm = read(&st);
                 self.sessions.on_touch(from, batch, ids, &sm, now);
             }
             Input::TouchAck { from, batch, expired, expiring } => {
                 let from_leader = from == self.raw.raft.leader_id && from != self.cfg.id;
                 let acts = {
-                    let sm = Arc::clone(&self.sm);
-                    let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+                    let st = self.state();
+                    let sm = read(&st);
                     self.sessions.on_touch_ack(from_leader, batch, &expired, &expiring, &sm)
                 };
                 self.act(acts);
@@ -325,8 +333,8 @@ impl Driver {
             Input::SyncAck { from, term, round, report } => {
                 let voters = self.voters();
                 let acts = {
-                    let sm = Arc::clone(&self.sm);
-                    let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+                    let st = self.state();
+                    let sm = read(&st);
                     self.sessions.on_sync_ack(from, term, round, report, &voters, &sm, now)
                 };
                 self.act(acts);
@@ -414,8 +422,8 @@ impl Driver {
         self.last_tick = Some(now);
         let stale_role = self.cfg.faults.expire_from_stale_role();
         if gap && !stale_role {
-            let sm = Arc::clone(&self.sm);
-            self.sessions.restart_deadlines(&sm.read().unwrap_or_else(|p| p.into_inner()), now);
+            let st = self.state();
+            self.sessions.restart_deadlines(&read(&st), now);
             info!("tick gap (this member was paused?): session deadlines restart");
         }
         // Pending writes that waited too long: ambiguous.
@@ -442,8 +450,8 @@ impl Driver {
         }
         let voters = self.voters();
         let acts = {
-            let sm = Arc::clone(&self.sm);
-            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            let st = self.state();
+            let sm = read(&st);
             let alive = self.leader_alive(now);
             self.sessions.tick(&voters, &sm, alive, now)
         };
@@ -495,8 +503,8 @@ impl Driver {
         let voters = self.voters();
         let leader = self.raw.raft.leader_id;
         let acts = {
-            let sm = Arc::clone(&self.sm);
-            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            let st = self.state();
+            let sm = read(&st);
             let mut acts = self.sessions.flush(leader, &voters, &sm, now);
             if self.cfg.faults.keepalive_without_quorum() {
                 acts.extend(self.sessions.complete_all_now(&sm));

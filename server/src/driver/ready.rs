@@ -128,8 +128,8 @@ impl Driver {
         self.raw.mut_store().apply_snapshot(snap, batch)?;
         // Watches registered before may have missed changes in between.
         let fired = {
-            let sm = Arc::clone(&self.sm);
-            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            let st = self.state();
+            let sm = read(&st);
             self.watches.after_snapshot(&sm)
         };
         for f in fired {
@@ -181,7 +181,7 @@ impl Driver {
         // a listener's local read that sees this entry is answered after
         // them on the same connection (ZooKeeper's order: the event first).
         // Nothing below may lock the state again on this thread.
-        let shared = Arc::clone(&self.sm);
+        let shared = self.state();
         let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
         let applied = sm.apply(index, &cmd);
         for ch in &applied.changes {

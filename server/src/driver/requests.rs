@@ -33,8 +33,8 @@ impl Driver {
         let Some(c) = self.conns.get(&conn) else { return };
         let session = c.session;
         if let Some(sid) = session {
-            let sm = Arc::clone(&self.sm);
-            let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+            let st = self.state();
+            let sm = read(&st);
             self.sessions.touch(sid, &sm, now);
         }
         let id = req.id;
@@ -95,8 +95,8 @@ impl Driver {
                 if let Err((code, msg)) = check_spec(&spec) {
                     return self.reply_err(conn, id, code, msg);
                 }
-                let sm = Arc::clone(&self.sm);
-                self.watches.add(conn, &spec, &sm.read().unwrap_or_else(|p| p.into_inner()));
+                let st = self.state();
+                self.watches.add(conn, &spec, &read(&st));
                 self.reply_ok(conn, id);
             }
             Some(B::RemoveWatch(rw)) => {
@@ -169,8 +169,8 @@ impl Driver {
         if self.sessions.is_expiring(sid) {
             return self.reply_err(conn, id, ErrorCode::Busy, "this session's expiry is proposed; retry");
         }
-        let sm = Arc::clone(&self.sm);
-        let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+        let st = self.state();
+        let sm = read(&st);
         self.sessions.keepalive(conn, id, sid, &sm, now);
     }
 
@@ -222,8 +222,8 @@ impl Driver {
             (Some(B::Attach(a)), Ok(body)) => self.attach(conn, a, now).map(|_| body),
             (Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)), Ok(body)) => {
                 if let Some(spec) = &r.watch {
-                    let sm = Arc::clone(&self.sm);
-                    self.watches.add(conn, spec, &sm.read().unwrap_or_else(|p| p.into_inner()));
+                    let st = self.state();
+                    self.watches.add(conn, spec, &read(&st));
                 }
                 Ok(body)
             }
@@ -251,8 +251,8 @@ impl Driver {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.session = Some(a.session_id);
         }
-        let sm = Arc::clone(&self.sm);
-        let sm = sm.read().unwrap_or_else(|p| p.into_inner());
+        let st = self.state();
+        let sm = read(&st);
         self.sessions.touch(a.session_id, &sm, now);
         for spec in &a.watches {
             match missed_event(&sm, spec, a.last_zxid) {
@@ -361,7 +361,7 @@ pub fn fast_read(state: &SharedState, req: &Request) -> Option<Response> {
     if !r.stale || r.watch.is_some() {
         return None;
     }
-    let sm = state.read().unwrap_or_else(|p| p.into_inner());
+    let sm = read(state);
     let zxid = sm.applied();
     Some(match local_read(&sm, &req.body) {
         Ok(body) => Response { id: req.id, zxid, body: Some(body), ..Default::default() },
