@@ -79,6 +79,11 @@ pub enum Error {
     /// Bad argument, caught before sending.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The cluster refused this client's identity (no or a wrong TLS
+    /// certificate, a plaintext client on a TLS port, an ACL), or this
+    /// client refused a member's certificate. Nothing was applied.
+    #[error("not authorized: {0}")]
+    NoAuth(String),
     /// The client was closed.
     #[error("client closed")]
     Closed,
@@ -94,6 +99,7 @@ impl Error {
         match self {
             Error::Server { code, .. } => Some(*code),
             Error::SessionExpired => Some(ErrorCode::SessionExpired),
+            Error::NoAuth(_) => Some(ErrorCode::NoAuth),
             _ => None,
         }
     }
@@ -112,6 +118,32 @@ pub struct ClientConfig {
     pub op_timeout: Duration,
     /// Deadline for one TCP connect + attach to a member.
     pub connect_timeout: Duration,
+    /// TLS to the members' client ports (None: plaintext).
+    pub tls: Option<ClientTls>,
+}
+
+/// TLS settings for the client port: the CA that signed the members'
+/// certificates and, when members require client certificates, this
+/// client's certificate and key (PEM files). A member is verified for the
+/// host of its endpoint (a DNS name or an IP address in its certificate).
+#[derive(Clone)]
+pub struct ClientTls {
+    pub(crate) config: Arc<baton_proto::tls::rustls::ClientConfig>,
+}
+
+impl ClientTls {
+    pub fn load(
+        ca: &std::path::Path,
+        cert_key: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> std::result::Result<Self, baton_proto::tls::TlsError> {
+        Ok(ClientTls { config: baton_proto::tls::client_config(ca, cert_key)? })
+    }
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientTls")
+    }
 }
 
 impl ClientConfig {
@@ -121,7 +153,12 @@ impl ClientConfig {
             session_timeout: Duration::from_secs(10),
             op_timeout: DEFAULT_OP_TIMEOUT,
             connect_timeout: Duration::from_secs(2),
+            tls: None,
         }
+    }
+    pub fn tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
     pub fn session_timeout(mut self, d: Duration) -> Self {
         self.session_timeout = d;
@@ -568,7 +605,12 @@ fn children_body(resp: Response) -> Result<(Vec<String>, Stat)> {
 
 /// Asks one member for its status, without a session.
 pub async fn member_status(endpoint: &str, timeout: Duration) -> Result<StatusResp> {
-    let resp = session::one_shot(endpoint, request::Body::Status(Default::default()), timeout).await?;
+    member_status_with(endpoint, timeout, None).await
+}
+
+/// [`member_status`] over TLS when `tls` is given.
+pub async fn member_status_with(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> Result<StatusResp> {
+    let resp = session::one_shot(endpoint, request::Body::Status(Default::default()), timeout, tls).await?;
     match resp.body {
         Some(response::Body::Status(s)) => Ok(s),
         _ => Err(Error::Server {

@@ -29,6 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use baton_proto::tls::BoxStream;
 use baton_proto::{
     request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, EventType, KeepaliveReq,
     RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
@@ -36,14 +37,14 @@ use baton_proto::{
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::debug;
 
 use crate::liveness::{Liveness, KEEPALIVE_FRACTION};
-use crate::{ClientConfig, Error, Result, SessionState};
+use crate::{ClientConfig, ClientTls, Error, Result, SessionState};
 
 /// The largest frame the client accepts from a server (responses carry at
 /// most 1 MiB of data plus a children list).
@@ -118,7 +119,7 @@ struct WatchEntry {
 
 struct Conn {
     gen: u64,
-    w: FramedWrite<OwnedWriteHalf, LengthDelimitedCodec>,
+    w: FramedWrite<WriteHalf<BoxStream>, LengthDelimitedCodec>,
     /// Attach answered: requests may flow.
     ready: bool,
 }
@@ -152,12 +153,23 @@ struct Actor {
     next_connect: Instant,
 }
 
-async fn dial(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
-    let s = tokio::time::timeout(timeout, TcpStream::connect(endpoint))
+/// TCP, then TLS when configured, within `timeout`.
+async fn dial(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> std::io::Result<BoxStream> {
+    let go = async {
+        let s = TcpStream::connect(endpoint).await?;
+        let _ = s.set_nodelay(true);
+        match tls {
+            None => Ok(Box::new(s) as BoxStream),
+            Some(t) => {
+                let name = baton_proto::tls::server_name_of(endpoint)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+                baton_proto::tls::connect(t.config.clone(), name, s).await
+            }
+        }
+    };
+    tokio::time::timeout(timeout, go)
         .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    let _ = s.set_nodelay(true);
-    Ok(s)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))?
 }
 
 fn encode(req: &Request) -> Bytes {
@@ -165,9 +177,14 @@ fn encode(req: &Request) -> Bytes {
 }
 
 /// Sends one request on a fresh connection and waits for its response.
-pub(crate) async fn one_shot(endpoint: &str, body: request::Body, timeout: Duration) -> Result<Response> {
+pub(crate) async fn one_shot(
+    endpoint: &str,
+    body: request::Body,
+    timeout: Duration,
+    tls: Option<&ClientTls>,
+) -> Result<Response> {
     let fut = async {
-        let s = dial(endpoint, timeout).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+        let s = dial(endpoint, timeout, tls).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
         let mut f = tokio_util::codec::Framed::new(s, baton_proto::codec(MAX_FRAME));
         let req = Request { id: 1, body: Some(body), ..Default::default() };
         f.send(encode(&req)).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
@@ -235,7 +252,8 @@ pub(crate) async fn start(
                 tokio::spawn(actor.run(cmd_rx, ev_rx));
                 return Ok((cmd_tx, state_rx, sid, timeout));
             }
-            Err(e) => {
+            Err(Failed::NoAuth(e)) => return Err(Error::NoAuth(format!("{endpoint}: {e}"))),
+            Err(Failed::Retry(e)) => {
                 last_err = format!("{endpoint}: {e}");
                 debug!("{last_err}");
                 tokio::time::sleep(RETRY_DELAY).await;
@@ -244,7 +262,24 @@ pub(crate) async fn start(
     }
 }
 
-fn spawn_reader(gen: u64, rd: tokio::net::tcp::OwnedReadHalf, ev: mpsc::UnboundedSender<Ev>) {
+/// Why a session could not be created on one member.
+enum Failed {
+    /// TLS or the member refused this client's identity, or this client
+    /// refused the member's: another try will not help.
+    NoAuth(String),
+    Retry(String),
+}
+
+impl From<std::io::Error> for Failed {
+    fn from(e: std::io::Error) -> Self {
+        match e.get_ref().and_then(|i| i.downcast_ref::<baton_proto::tls::rustls::Error>()) {
+            Some(t) => Failed::NoAuth(format!("TLS: {t}")),
+            None => Failed::Retry(e.to_string()),
+        }
+    }
+}
+
+fn spawn_reader(gen: u64, rd: ReadHalf<BoxStream>, ev: mpsc::UnboundedSender<Ev>) {
     tokio::spawn(async move {
         let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
         while let Some(Ok(frame)) = r.next().await {
@@ -266,9 +301,9 @@ async fn create_session(
     cfg: &ClientConfig,
     gen: u64,
     ev: mpsc::UnboundedSender<Ev>,
-) -> std::result::Result<(Conn, u64, Bytes, Duration, u64), String> {
-    let s = dial(endpoint, cfg.connect_timeout).await.map_err(|e| e.to_string())?;
-    let (rd, wr) = s.into_split();
+) -> std::result::Result<(Conn, u64, Bytes, Duration, u64), Failed> {
+    let s = dial(endpoint, cfg.connect_timeout, cfg.tls.as_ref()).await?;
+    let (rd, wr) = tokio::io::split(s);
     let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
     let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
     let ms = cfg.session_timeout.as_millis().min(u32::MAX as u128) as u32;
@@ -277,20 +312,19 @@ async fn create_session(
         body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: ms })),
         ..Default::default()
     };
-    w.send(encode(&req)).await.map_err(|e| e.to_string())?;
+    w.send(encode(&req)).await?;
     // Bounded per member, so one member that accepts but never answers
     // does not use up the whole budget.
     let resp = tokio::time::timeout(cfg.connect_timeout * 2, async {
         while let Some(frame) = r.next().await {
-            let frame = frame.map_err(|e| e.to_string())?;
-            if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame) {
+            if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame?) {
                 return Ok(resp);
             }
         }
-        Err("connection closed".to_string())
+        Err(Failed::Retry("connection closed".to_string()))
     })
     .await
-    .map_err(|_| "no answer to create-session".to_string())??;
+    .map_err(|_| Failed::Retry("no answer to create-session".to_string()))??;
     match resp.body {
         Some(response::Body::CreateSession(cs)) if resp.error == 0 => {
             let rd = r.into_inner();
@@ -298,7 +332,11 @@ async fn create_session(
             let timeout = Duration::from_millis(cs.timeout_ms as u64);
             Ok((Conn { gen, w, ready: true }, cs.session_id, cs.secret, timeout, resp.zxid.max(cs.session_id)))
         }
-        _ => Err(format!("{:?}: {}", ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal), resp.message)),
+        _ => {
+            let code = ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal);
+            let msg = format!("{code:?}: {}", resp.message);
+            Err(if code == ErrorCode::NoAuth { Failed::NoAuth(msg) } else { Failed::Retry(msg) })
+        }
     }
 }
 
@@ -737,7 +775,7 @@ impl Actor {
     async fn reconnect(&mut self) {
         let endpoint = self.endpoint();
         let budget = self.cfg.connect_timeout.min(self.timeout / 3);
-        let s = match dial(&endpoint, budget).await {
+        let s = match dial(&endpoint, budget, self.cfg.tls.as_ref()).await {
             Ok(s) => s,
             Err(e) => {
                 debug!(%endpoint, "reconnect: {e}");
@@ -746,7 +784,7 @@ impl Actor {
             }
         };
         self.gen += 1;
-        let (rd, wr) = s.into_split();
+        let (rd, wr) = tokio::io::split(s);
         spawn_reader(self.gen, rd, self.ev_tx.clone());
         let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
         let id = self.next_id;

@@ -8,6 +8,8 @@
 
 include!(concat!(env!("OUT_DIR"), "/baton.rs"));
 
+pub mod tls;
+
 /// The framing used on both ports: a 4-byte big-endian length, then the
 /// message. Frames over `max_frame` bytes are refused by the reader.
 pub fn codec(max_frame: usize) -> tokio_util::codec::LengthDelimitedCodec {

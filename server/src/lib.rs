@@ -16,6 +16,8 @@
 //!
 //! See docs/architecture.md for the write and read paths end to end.
 
+pub mod certs;
+pub mod cluster;
 pub mod config;
 pub mod driver;
 pub mod faults;

@@ -7,6 +7,10 @@
 //! reader waits for a slot before reading more, which bounds the driver's
 //! input queue per connection.
 //!
+//! TLS (when `--cert`/`--key` are set): the handshake runs in the
+//! connection's task, bounded by [`HANDSHAKE_TIMEOUT`]; with `--ca`, a
+//! client must present a certificate that chains to it.
+//!
 //! Bad input: an undecodable frame gets a `BAD_REQUEST` response and the
 //! connection is closed (the stream cannot be trusted after it); a frame over
 //! the limit gets `TOO_LARGE` and is closed likewise. Nothing reaches the
@@ -16,10 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
+use baton_proto::tls::BoxStream;
 use baton_proto::{server_frame, ClientFrame, ErrorCode, Response, ServerFrame};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -30,12 +35,20 @@ use crate::message::Input;
 
 /// Requests a connection may have in flight.
 pub const MAX_INFLIGHT: usize = 1024;
+/// Time a new connection has to finish its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 /// `state`: the driver's shared state, for answering local reads without a
 /// watch here (None: every request goes to the driver).
-pub async fn serve(listener: TcpListener, input: Sender<Input>, max_frame: usize, state: Option<SharedState>) {
+pub async fn serve(
+    listener: TcpListener,
+    input: Sender<Input>,
+    max_frame: usize,
+    state: Option<SharedState>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -47,13 +60,46 @@ pub async fn serve(listener: TcpListener, input: Sender<Input>, max_frame: usize
         };
         let input = input.clone();
         let state = state.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
             debug!(conn, %peer, "client connected");
+            let _ = stream.set_nodelay(true);
+            let stream: BoxStream = match tls {
+                None => Box::new(stream),
+                Some(_) if !speaks_tls(&stream).await => {
+                    let frame = error_frame(
+                        ErrorCode::NoAuth,
+                        "this member's client port requires TLS: connect with --cacert (docs/security.md)".into(),
+                    );
+                    let mut w = FramedWrite::new(stream, baton_proto::codec(usize::MAX));
+                    let _ = w.send(bytes::Bytes::from(frame.encode_to_vec())).await;
+                    debug!(conn, %peer, "plaintext client on the TLS port: refused");
+                    return;
+                }
+                Some(tls) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                    Ok(Ok(s)) => Box::new(s),
+                    Ok(Err(e)) => {
+                        debug!(conn, %peer, "client TLS handshake failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!(conn, %peer, "client TLS handshake timed out");
+                        return;
+                    }
+                },
+            };
             handle(conn, stream, input, max_frame, state).await;
             debug!(conn, "client disconnected");
         });
     }
+}
+
+/// True when the first byte the client sent starts a TLS handshake record
+/// (0x16); a Baton frame starts with its length's high byte, 0 in practice.
+async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(tokio::time::timeout(HANDSHAKE_TIMEOUT, s.peek(&mut b)).await, Ok(Ok(1)) if b[0] == 0x16)
 }
 
 fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
@@ -62,9 +108,8 @@ fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
     }
 }
 
-async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: usize, state: Option<SharedState>) {
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+async fn handle(conn: u64, stream: BoxStream, input: Sender<Input>, max_frame: usize, state: Option<SharedState>) {
+    let (rd, wr) = tokio::io::split(stream);
     let (tx, rx) = unbounded_channel();
     let slots = Arc::new(Semaphore::new(MAX_INFLIGHT));
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
@@ -119,7 +164,7 @@ async fn handle(conn: u64, stream: TcpStream, input: Sender<Input>, max_frame: u
 }
 
 async fn write_loop(
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    wr: tokio::io::WriteHalf<BoxStream>,
     mut rx: UnboundedReceiver<ServerFrame>,
     slots: Arc<Semaphore>,
 ) {

@@ -7,12 +7,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use baton_server::certs::{Authority, CertFiles};
 use baton_server::config::{parse_peers, Config};
 use baton_server::kv::RocksKv;
 use baton_server::message::Input;
 use baton_server::node::Node;
+use baton_server::transport::{PeerAuth, PeerTls};
 use clap::{Args, Parser, Subcommand};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 #[derive(Parser, Debug)]
 #[command(name = "batond", version, about = "A Baton member: Raft-replicated coordination service")]
@@ -105,7 +107,77 @@ struct MemberArgs {
     #[arg(long)]
     peers: Option<String>,
     #[command(flatten)]
+    tls: TlsArgs,
+    #[command(flatten)]
     timing: Timing,
+}
+
+/// TLS files (PEM). See docs/security.md.
+#[derive(Args, Debug, Clone, Default)]
+struct TlsArgs {
+    /// Client port: this member's certificate (chain). With --key, the
+    /// client port speaks TLS only.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Client port: the private key of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Client port: clients must present a certificate signed by this CA.
+    #[arg(long, requires = "cert")]
+    ca: Option<PathBuf>,
+    /// Peer port: this member's certificate, naming it `member-<id>.baton`.
+    #[arg(long, requires_all = ["peer_key", "peer_ca"])]
+    peer_cert: Option<PathBuf>,
+    /// Peer port: the private key of --peer-cert.
+    #[arg(long, requires_all = ["peer_cert", "peer_ca"])]
+    peer_key: Option<PathBuf>,
+    /// Peer port: the CA every member's certificate is signed by (mutual
+    /// TLS: a member proves it is one).
+    #[arg(long, requires_all = ["peer_cert", "peer_key"])]
+    peer_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    fn client(&self) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
+        let (Some(cert), Some(key)) = (&self.cert, &self.key) else { return Ok(None) };
+        Ok(Some(baton_proto::tls::server_config(cert, key, self.ca.as_deref())?.into()))
+    }
+
+    fn peer(&self) -> anyhow::Result<Option<PeerTls>> {
+        let (Some(cert), Some(key), Some(ca)) = (&self.peer_cert, &self.peer_key, &self.peer_ca) else {
+            return Ok(None);
+        };
+        Ok(Some(PeerTls::load(cert, key, ca)?))
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (flag, v) in [
+            ("cert", &self.cert),
+            ("key", &self.key),
+            ("ca", &self.ca),
+            ("peer-cert", &self.peer_cert),
+            ("peer-key", &self.peer_key),
+            ("peer-ca", &self.peer_ca),
+        ] {
+            if let Some(p) = v {
+                out.push(format!("--{flag}={}", p.display()));
+            }
+        }
+        out
+    }
+}
+
+/// Warns loudly when a non-loopback address is served in plaintext.
+fn warn_plaintext(what: &str, addr: SocketAddr, tls: bool) {
+    if !tls && !addr.ip().is_loopback() {
+        warn!(
+            %addr,
+            "PLAINTEXT {what} port on a non-loopback address: anyone who can reach {addr} can {}. \
+             Configure TLS (docs/security.md).",
+            if what == "peer" { "steer or crash this cluster" } else { "read and write every node" }
+        );
+    }
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +191,10 @@ struct ClusterArgs {
     /// Client ports are base+1.., peer ports base+101..
     #[arg(long, default_value_t = 7100)]
     base_port: u16,
+    /// TLS on both ports with a throwaway CA and certificates made in
+    /// <data-dir>/tls (clients need a certificate too; printed at start).
+    #[arg(long)]
+    tls: bool,
     #[command(flatten)]
     timing: Timing,
 }
@@ -147,6 +223,10 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     if !peers.contains_key(&id) {
         anyhow::bail!("--peers must include this member ({id})");
     }
+    let client_tls = a.tls.client()?;
+    let peer_tls = a.tls.peer()?;
+    warn_plaintext("client", client_addr, client_tls.is_some());
+    warn_plaintext("peer", peer_addr, peer_tls.is_some());
     let t = a.timing;
     let cfg = Config {
         id,
@@ -180,17 +260,19 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding client address {client_addr}"))?;
         anyhow::Ok((p, c))
     })?;
-    let transport = {
-        let _g = rt.enter();
-        baton_server::transport::start_senders(id, &peers, in_tx.clone())
-    };
+    let (transport, links) = baton_server::transport::transport(id, &peers);
     let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
     let node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
-    rt.spawn(baton_server::transport::serve(peer_listener, id, in_tx.clone()));
+    let auth = PeerAuth { me: id, members: peers.keys().copied().collect(), tls: peer_tls, state: node.shared_state() };
+    {
+        let _g = rt.enter();
+        baton_server::transport::start_senders(links, in_tx.clone(), auth.clone());
+    }
+    rt.spawn(baton_server::transport::serve(peer_listener, in_tx.clone(), auth));
     // Local reads without a watch are answered by the listeners from the
     // shared state (not with deliberate bugs on: those act in the driver).
     let shared = (!cfg.faults.any()).then(|| node.shared_state());
-    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame, shared));
+    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame, shared, client_tls));
     let stop = in_tx.clone();
     rt.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -225,9 +307,11 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     let peer = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + 100 + i);
     let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", peer(i))).collect();
     let peers = peers.join(",");
+    let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes)? } else { (Vec::new(), None) };
     let mut members = Vec::new();
     for i in 1..=c.nodes {
-        match spawn_member(&exe, &c, i, &client(i), &peer(i), &peers) {
+        let tls_args = tls.get(i as usize - 1).map(TlsArgs::to_args).unwrap_or_default();
+        match spawn_member(&exe, &c, i, &client(i), &peer(i), &peers, &tls_args) {
             Ok(child) => members.push(Member { id: i, child }),
             Err(e) => {
                 stop_members(&mut members);
@@ -247,6 +331,14 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
         );
     }
     println!("endpoints: {}", endpoints.join(","));
+    if let Some(files) = client_tls {
+        println!(
+            "tls: --cacert {} --cert {} --key {}",
+            files.0.display(),
+            files.1.cert.display(),
+            files.1.key.display()
+        );
+    }
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
@@ -270,7 +362,35 @@ fn log_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("member-{id}.log"))
 }
 
-fn spawn_member(exe: &Path, c: &ClusterArgs, i: u64, client: &str, peer: &str, peers: &str) -> anyhow::Result<Child> {
+/// A throwaway CA in `<dir>/tls`, a certificate per member (both ports,
+/// client certificates required), and one client certificate.
+fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<TlsArgs>, Option<(PathBuf, CertFiles)>)> {
+    let ca = Authority::create(&dir.join("tls"), "baton cluster throwaway CA")?;
+    let mut out = Vec::new();
+    for i in 1..=nodes {
+        let m = ca.member(i)?;
+        out.push(TlsArgs {
+            cert: Some(m.cert.clone()),
+            key: Some(m.key.clone()),
+            ca: Some(ca.ca.clone()),
+            peer_cert: Some(m.cert),
+            peer_key: Some(m.key),
+            peer_ca: Some(ca.ca.clone()),
+        });
+    }
+    let client = ca.client("admin")?;
+    Ok((out, Some((ca.ca.clone(), client))))
+}
+
+fn spawn_member(
+    exe: &Path,
+    c: &ClusterArgs,
+    i: u64,
+    client: &str,
+    peer: &str,
+    peers: &str,
+    tls: &[String],
+) -> anyhow::Result<Child> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path(&c.data_dir, i))?;
     let child = Command::new(exe)
         .arg(format!("--id={i}"))
@@ -278,6 +398,7 @@ fn spawn_member(exe: &Path, c: &ClusterArgs, i: u64, client: &str, peer: &str, p
         .arg(format!("--client-addr={client}"))
         .arg(format!("--peer-addr={peer}"))
         .arg(format!("--peers={peers}"))
+        .args(tls)
         .args(c.timing.to_args())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

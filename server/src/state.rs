@@ -19,9 +19,13 @@
 //!   never runs: at most once, however many writes are in flight.
 //! - Sequential suffixes come from a per-parent counter that only grows.
 //!
-//! What it does not do: validate framing, check secrets (connections do that
-//! at attach), or keep time for session expiry (the leader does, and writes
-//! an `ExpireSessions` entry).
+//! - A client write runs only with its session's secret: the entry carries
+//!   the secret the proposing member took from the connection's attach or
+//!   create, and a mismatch fails with SESSION_MOVED. No entry can act as a
+//!   session whose secret its proposer did not have.
+//!
+//! What it does not do: validate framing or keep time for session expiry
+//! (the leader does, and writes an `ExpireSessions` entry).
 //!
 //! Persistence: every touched key is remembered as dirty and `flush` stages
 //! them, with the applied index, into the same batch (invariant 1 of
@@ -30,9 +34,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use baton_proto::{
-    command, op, parent_of, response, validate_path, CachedReply, CheckFenceOp, CheckOp, ClientWrite, Command,
-    CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode, FenceRecord, MultiResp, NodeEntry, NodeRecord,
-    OpResult, Response, SessionRecord, SetOp, SetResp, Stat, MAX_DATA,
+    command, op, parent_of, response, validate_path, CachedReply, CheckFenceOp, CheckOp, ClientWrite, ClusterRecord,
+    Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode, FenceRecord, MultiResp, NodeEntry,
+    NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp, Stat, MAX_DATA,
 };
 use bytes::Bytes;
 use prost::Message as _;
@@ -50,6 +54,7 @@ const KEY_APPLIED: &[u8] = b"a";
 const PREFIX_NODE: u8 = b'n';
 const PREFIX_SESSION: u8 = b's';
 const PREFIX_FENCE: u8 = b'f';
+const KEY_CLUSTER: &[u8] = b"c";
 
 /// What a committed entry changed, for watches. `zxid` is the entry index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +117,10 @@ pub struct StateMachine {
     kids: HashMap<String, BTreeSet<String>>,
     sessions: BTreeMap<u64, Session>,
     fences: HashMap<String, u64>,
+    /// The cluster's id and who joined it (cluster.rs).
+    cluster: ClusterRecord,
     applied: u64,
+    dirty_cluster: bool,
     dirty_nodes: HashSet<String>,
     dirty_sessions: HashSet<u64>,
     dirty_fences: HashSet<String>,
@@ -136,7 +144,9 @@ impl StateMachine {
             kids: HashMap::new(),
             sessions: BTreeMap::new(),
             fences: HashMap::new(),
+            cluster: ClusterRecord::default(),
             applied: 0,
+            dirty_cluster: false,
             dirty_nodes: HashSet::new(),
             dirty_sessions: HashSet::new(),
             dirty_fences: HashSet::new(),
@@ -224,6 +234,29 @@ impl StateMachine {
         }
     }
 
+    /// The cluster's id (empty until set) and the members that joined it.
+    pub fn cluster(&self) -> &ClusterRecord {
+        &self.cluster
+    }
+
+    /// Applies a cluster record at `index`: the first id sticks; later
+    /// records of the same id add to `joined`; others change nothing.
+    pub fn set_cluster(&mut self, index: u64, rec: &ClusterRecord) {
+        self.applied = self.applied.max(index);
+        if rec.cluster_id.is_empty() {
+            return;
+        }
+        if self.cluster.cluster_id.is_empty() {
+            self.cluster = ClusterRecord { cluster_id: rec.cluster_id.clone(), index, joined: vec![] };
+        } else if self.cluster.cluster_id != rec.cluster_id {
+            return;
+        }
+        let mut joined: BTreeSet<u64> = self.cluster.joined.iter().copied().collect();
+        joined.extend(rec.joined.iter().copied());
+        self.cluster.joined = joined.into_iter().collect();
+        self.dirty_cluster = true;
+    }
+
     // ------------------------------------------------------------ apply
 
     /// Records that `index` was applied without changing state (empty
@@ -268,6 +301,10 @@ impl StateMachine {
                 None
             }
             Some(command::Body::Write(w)) => Some(self.apply_write(index, cmd.time_ms, w, &mut out)),
+            Some(command::Body::Cluster(c)) => {
+                self.set_cluster(index, c);
+                None
+            }
             None => Some(error_response(index, ErrorCode::BadRequest, "empty command")),
         };
         out.reply = reply;
@@ -283,6 +320,9 @@ impl StateMachine {
                 format!("session {sid:#x} does not exist (expired or closed)"),
             );
         };
+        if session.secret != w.secret {
+            return error_response(index, ErrorCode::SessionMoved, format!("wrong secret for session {sid:#x}"));
+        }
         // Exactly-once bookkeeping.
         if w.acked_below > session.acked_below {
             session.acked_below = w.acked_below;
@@ -402,6 +442,9 @@ impl StateMachine {
             let rec = FenceRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt fence: {e}")))?;
             sm.fences.insert(rec.resource, rec.token);
         }
+        if let Some(b) = kv.get(KEY_CLUSTER)? {
+            sm.cluster = ClusterRecord::decode(b.as_slice()).map_err(|e| KvError(format!("corrupt cluster: {e}")))?;
+        }
         sm.rebuild_derived();
         Ok(sm)
     }
@@ -437,6 +480,7 @@ impl StateMachine {
             self.dirty_nodes = self.nodes.keys().cloned().collect();
             self.dirty_sessions = self.sessions.keys().copied().collect();
             self.dirty_fences = self.fences.keys().cloned().collect();
+            self.dirty_cluster = true;
             self.dirty_all = false;
         }
         for path in self.dirty_nodes.drain() {
@@ -461,6 +505,9 @@ impl StateMachine {
                 None => batch.delete(key),
             }
         }
+        if std::mem::take(&mut self.dirty_cluster) {
+            batch.put(KEY_CLUSTER, self.cluster.encode_to_vec());
+        }
         batch.put(KEY_APPLIED, self.applied.to_be_bytes().to_vec());
     }
 
@@ -477,6 +524,7 @@ impl StateMachine {
             nodes,
             sessions: self.sessions.iter().map(|(id, s)| session_record(*id, s)).collect(),
             fences,
+            cluster: (!self.cluster.cluster_id.is_empty()).then(|| self.cluster.clone()),
         }
         .encode_to_vec()
     }
@@ -497,6 +545,7 @@ impl StateMachine {
         for f in snap.fences {
             sm.fences.insert(f.resource, f.token);
         }
+        sm.cluster = snap.cluster.unwrap_or_default();
         sm.rebuild_derived();
         sm.dirty_all = true;
         sm.faults = self.faults;
@@ -531,6 +580,10 @@ impl StateMachine {
         fences.sort();
         for (r, t) in fences {
             out.push_str(&format!("fence {r} = {t}\n"));
+        }
+        if !self.cluster.cluster_id.is_empty() {
+            let c = &self.cluster;
+            out.push_str(&format!("cluster {} set at {} joined {:?}\n", c.cluster_id, c.index, c.joined));
         }
         out
     }

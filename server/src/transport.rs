@@ -1,33 +1,46 @@
-//! Peer transport: TCP, length-delimited frames of `PeerFrame`.
+//! Peer transport: TCP (TLS when configured), length-delimited frames of
+//! `PeerFrame`.
 //!
 //! One outbound connection per peer, owned by a task that batches whatever
 //! the driver queued since its last write into one flush. Connections are
 //! one-way (we only write on the ones we dial, and only read on the ones we
-//! accept), so there is no ordering between the two directions to keep.
-//! While a peer is down, its queue is drained and dropped (Raft retransmits)
-//! and the driver is told the peer is unreachable; reconnects back off from
-//! 50 ms to 1 s.
+//! accept), so there is no ordering between the two directions to keep;
+//! the one exception is the acceptor's `PeerRefused` frame, which the
+//! dialer reads and logs. While a peer is down, its queue is drained and
+//! dropped (Raft retransmits) and the driver is told the peer is
+//! unreachable; reconnects back off from 50 ms to 1 s.
 //!
-//! raft-rs messages travel as protobuf-2 bytes inside our prost frame; they
-//! are decoded only from peers (protobuf 2.28 has RUSTSEC-2024-0437).
+//! Admission (the rule is in `cluster.rs`): the TLS handshake (mutual, when
+//! `--peer-ca` is set), then the hello, within [`ADMIT_TIMEOUT`], with
+//! frames limited to `HELLO_FRAME_LIMIT`; at most [`MAX_ADMITTING`]
+//! connections are being admitted at once (more are closed at accept).
+//! raft-rs messages travel as protobuf-2 bytes inside our prost frame and
+//! are decoded only on admitted connections (protobuf 2.28 has
+//! RUSTSEC-2024-0437). A raft message whose `from` is not the admitted peer,
+//! or whose `to` is not this member, is dropped and logged.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::Duration;
 
+use baton_proto::tls::{cert_names_member, member_name, BoxStream};
 use baton_proto::{
-    peer_frame, PeerFrame, PeerHello, SessionSync, SessionSyncAck, SessionTouch, TouchAck, MAX_PEER_FRAME,
+    peer_frame, PeerFrame, PeerRefused, SessionSync, SessionSyncAck, SessionTouch, TouchAck, MAX_PEER_FRAME,
 };
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
+use tokio::io::ReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tokio_util::codec::{FramedRead, FramedWrite};
-use tracing::{debug, info, warn};
+use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tracing::{debug, error, info, warn};
 
+use crate::cluster::{self, Verdict, HELLO_FRAME_LIMIT};
+use crate::driver::SharedState;
 use crate::message::{Input, PeerOut, PeerSink, Report};
 
 /// Messages written per flush at most.
@@ -35,6 +48,45 @@ const MAX_BATCH: usize = 512;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Time an accepted connection has to finish TLS and send its hello.
+pub const ADMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections being admitted at once.
+pub const MAX_ADMITTING: usize = 64;
+
+/// Peer-port TLS: both ends of every link (see `baton_proto::tls`).
+#[derive(Clone)]
+pub struct PeerTls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub connector: tokio_rustls::TlsConnector,
+}
+
+impl PeerTls {
+    pub fn load(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> Result<Self, baton_proto::tls::TlsError> {
+        let server = baton_proto::tls::server_config(cert, key, Some(ca))?;
+        let client = baton_proto::tls::client_config(ca, Some((cert, key)))?;
+        Ok(PeerTls { acceptor: server.into(), connector: client.into() })
+    }
+}
+
+/// What the transport needs to introduce this member and admit others.
+#[derive(Clone)]
+pub struct PeerAuth {
+    pub me: u64,
+    pub members: BTreeSet<u64>,
+    pub tls: Option<PeerTls>,
+    /// The state machine: the cluster record (cluster.rs).
+    pub state: SharedState,
+}
+
+impl PeerAuth {
+    fn cluster(&self) -> baton_proto::ClusterRecord {
+        crate::driver::read(&self.state).cluster().clone()
+    }
+}
 
 /// The driver's handle: one queue per peer. Queues are unbounded because
 /// raft-rs bounds what it sends (`max_inflight_msgs` appends per peer).
@@ -50,18 +102,31 @@ impl PeerSink for Transport {
     }
 }
 
-/// Starts one sender task per other member (call inside a tokio runtime).
-pub fn start_senders(me: u64, peers: &BTreeMap<u64, SocketAddr>, input: Sender<Input>) -> Transport {
+/// The per-peer queues before their sender tasks start.
+pub struct Links {
+    links: Vec<(u64, SocketAddr, UnboundedReceiver<PeerOut>)>,
+}
+
+/// The driver's handle, and the queues its senders will drain.
+pub fn transport(me: u64, peers: &BTreeMap<u64, SocketAddr>) -> (Transport, Links) {
     let mut queues = HashMap::new();
+    let mut links = Vec::new();
     for (&id, &addr) in peers {
         if id == me {
             continue;
         }
         let (tx, rx) = unbounded_channel();
         queues.insert(id, tx);
-        tokio::spawn(sender(me, id, addr, rx, input.clone()));
+        links.push((id, addr, rx));
     }
-    Transport { queues }
+    (Transport { queues }, Links { links })
+}
+
+/// Starts one sender task per other member (call inside a tokio runtime).
+pub fn start_senders(links: Links, input: Sender<Input>, auth: PeerAuth) {
+    for (id, addr, rx) in links.links {
+        tokio::spawn(sender(id, addr, rx, input.clone(), auth.clone()));
+    }
 }
 
 fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
@@ -92,45 +157,88 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
     Some((PeerFrame { frame: Some(frame) }.encode_to_vec().into(), snap))
 }
 
-async fn sender(me: u64, to: u64, addr: SocketAddr, mut rx: UnboundedReceiver<PeerOut>, input: Sender<Input>) {
+/// Dials `to`: TCP, then TLS verifying that the far end is `to`'s
+/// certificate.
+async fn dial(to: u64, addr: SocketAddr, auth: &PeerAuth) -> Option<BoxStream> {
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        _ => return None,
+    };
+    let _ = tcp.set_nodelay(true);
+    let Some(tls) = &auth.tls else { return Some(Box::new(tcp)) };
+    let name = match rustls_pki_types::ServerName::try_from(member_name(to)) {
+        Ok(n) => n,
+        Err(e) => {
+            error!(to, "bad member name: {e}");
+            return None;
+        }
+    };
+    match tokio::time::timeout(ADMIT_TIMEOUT, tls.connector.connect(name, tcp)).await {
+        Ok(Ok(s)) => Some(Box::new(s)),
+        Ok(Err(e)) => {
+            warn!(to, %addr, "TLS to member {to} failed: {e}");
+            None
+        }
+        Err(_) => {
+            warn!(to, %addr, "TLS to member {to} timed out");
+            None
+        }
+    }
+}
+
+/// Logs the acceptor's refusal, if it sends one.
+async fn read_refusal(to: u64, rd: ReadHalf<BoxStream>) {
+    let mut r = FramedRead::new(rd, baton_proto::codec(HELLO_FRAME_LIMIT));
+    if let Some(Ok(frame)) = r.next().await {
+        if let Ok(PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason })) }) =
+            PeerFrame::decode(frame)
+        {
+            error!(to, "member {to} refused this member: {reason}");
+        }
+    }
+}
+
+async fn sender(to: u64, addr: SocketAddr, mut rx: UnboundedReceiver<PeerOut>, input: Sender<Input>, auth: PeerAuth) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            _ => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                // Drop what queued meanwhile; Raft will send again.
-                let mut dropped = false;
-                loop {
-                    match rx.try_recv() {
-                        Ok(PeerOut::Raft(m)) => {
-                            dropped = true;
-                            if m.get_msg_type() == MessageType::MsgSnapshot {
-                                let _ = input.send(Input::SnapshotSent { to, ok: false });
-                            }
+        let Some(stream) = dial(to, addr, &auth).await else {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            // Drop what queued meanwhile; Raft will send again.
+            let mut dropped = false;
+            loop {
+                match rx.try_recv() {
+                    Ok(PeerOut::Raft(m)) => {
+                        dropped = true;
+                        if m.get_msg_type() == MessageType::MsgSnapshot {
+                            let _ = input.send(Input::SnapshotSent { to, ok: false });
                         }
-                        Ok(_) => {}
-                        Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
-                        Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return,
                     }
+                    Ok(_) => {}
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return,
                 }
-                if dropped {
-                    let _ = input.send(Input::Unreachable(to));
-                }
-                continue;
             }
+            if dropped {
+                let _ = input.send(Input::Unreachable(to));
+            }
+            continue;
         };
         backoff = BACKOFF_MIN;
-        let _ = stream.set_nodelay(true);
         debug!(to, %addr, "peer connected");
-        let mut w = FramedWrite::new(stream, baton_proto::codec(MAX_PEER_FRAME));
-        let hello = PeerFrame { frame: Some(peer_frame::Frame::Hello(PeerHello { from: me, cluster_version: 1 })) };
+        let (rd, wr) = tokio::io::split(stream);
+        let refusal = tokio::spawn(read_refusal(to, rd));
+        let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_PEER_FRAME));
+        let hello = PeerFrame { frame: Some(peer_frame::Frame::Hello(cluster::hello(auth.me, to, &auth.cluster()))) };
         if w.send(bytes::Bytes::from(hello.encode_to_vec())).await.is_err() {
+            refusal.abort();
             continue;
         }
         loop {
-            let Some(first) = rx.recv().await else { return };
+            let Some(first) = rx.recv().await else {
+                refusal.abort();
+                return;
+            };
             let mut snaps = 0;
             let mut failed = false;
             let mut next = Some(first);
@@ -157,14 +265,17 @@ async fn sender(me: u64, to: u64, addr: SocketAddr, mut rx: UnboundedReceiver<Pe
             if failed {
                 let _ = input.send(Input::Unreachable(to));
                 info!(to, "peer connection lost");
+                refusal.abort();
                 break;
             }
         }
     }
 }
 
-/// Accepts peer connections and feeds their messages to the driver.
-pub async fn serve(listener: TcpListener, me: u64, input: Sender<Input>) {
+/// Accepts peer connections, admits them (cluster.rs) and feeds their
+/// messages to the driver.
+pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth) {
+    let admitting = Arc::new(tokio::sync::Semaphore::new(MAX_ADMITTING));
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(x) => x,
@@ -174,58 +285,106 @@ pub async fn serve(listener: TcpListener, me: u64, input: Sender<Input>) {
                 continue;
             }
         };
+        let Ok(slot) = admitting.clone().try_acquire_owned() else {
+            warn!(%from, "{MAX_ADMITTING} peer connections are being admitted already; closing this one");
+            continue;
+        };
         let input = input.clone();
+        let auth = auth.clone();
         tokio::spawn(async move {
-            let (peer, r) = receive(stream, me, &input).await;
-            if let Err(e) = r {
+            let admitted = match tokio::time::timeout(ADMIT_TIMEOUT, admit(stream, &auth)).await {
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) => {
+                    debug!(%from, "peer connection not admitted: {e}");
+                    return;
+                }
+                Err(_) => {
+                    debug!(%from, "peer connection not admitted: no TLS handshake and hello within {ADMIT_TIMEOUT:?}");
+                    return;
+                }
+            };
+            drop(slot);
+            let (peer, mut r) = admitted;
+            if let Err(e) = frames(&mut r, peer, auth.me, &input).await {
                 debug!(%from, "peer connection closed: {e}");
             }
-            if let Some(p) = peer {
-                let _ = input.send(Input::PeerGone(p));
-            }
+            let _ = input.send(Input::PeerGone(peer));
         });
     }
 }
 
-/// Reads one peer's connection until it closes; returns who it was (once
-/// the hello said so) and why it ended.
-async fn receive(stream: TcpStream, me: u64, input: &Sender<Input>) -> (Option<u64>, anyhow::Result<()>) {
-    let _ = stream.set_nodelay(true);
-    let mut r = FramedRead::new(stream, baton_proto::codec(MAX_PEER_FRAME));
-    let peer = match hello(&mut r).await {
-        Ok(p) => p,
-        Err(e) => return (None, Err(e)),
+type PeerReader = FramedRead<ReadHalf<BoxStream>, LengthDelimitedCodec>;
+
+/// TLS, then the hello: who the peer is, if it may talk to this member.
+async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerReader)> {
+    let _ = tcp.set_nodelay(true);
+    let (stream, cert): (BoxStream, _) = match &auth.tls {
+        Some(tls) => {
+            let s = tls.acceptor.accept(tcp).await?;
+            let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
+            (Box::new(s), cert)
+        }
+        None => (Box::new(tcp), None),
     };
-    (Some(peer), frames(&mut r, peer, me, input).await)
-}
-
-async fn hello(r: &mut FramedRead<TcpStream, tokio_util::codec::LengthDelimitedCodec>) -> anyhow::Result<u64> {
+    let (rd, wr) = tokio::io::split(stream);
+    let mut r = FramedRead::new(rd, baton_proto::codec(HELLO_FRAME_LIMIT));
     let first = r.next().await.ok_or_else(|| anyhow::anyhow!("closed before hello"))??;
-    match PeerFrame::decode(first)?.frame {
-        Some(peer_frame::Frame::Hello(h)) => Ok(h.from),
+    let hello = match PeerFrame::decode(first)?.frame {
+        Some(peer_frame::Frame::Hello(h)) => h,
         _ => anyhow::bail!("first peer frame is not a hello"),
+    };
+    let mut verdict = cluster::judge(auth.me, &auth.members, &auth.cluster(), &hello);
+    if verdict == Verdict::Admit && auth.tls.is_some() && !cert.is_some_and(|c| cert_names_member(&c, hello.from)) {
+        verdict = Verdict::Refuse(format!(
+            "the peer says it is member {} but its certificate does not name {}",
+            hello.from,
+            member_name(hello.from)
+        ));
     }
+    let reason = match verdict {
+        Verdict::Admit => {
+            r.decoder_mut().set_max_frame_length(MAX_PEER_FRAME);
+            info!(peer = hello.from, "peer admitted");
+            return Ok((hello.from, r));
+        }
+        Verdict::Refuse(why) => {
+            warn!(peer = hello.from, "refusing a peer: {why}");
+            why
+        }
+        Verdict::Wiped(why) => {
+            error!("{why}");
+            eprintln!("batond: {why}");
+            refuse(wr, &why).await;
+            std::process::exit(2);
+        }
+    };
+    refuse(wr, &reason).await;
+    anyhow::bail!("refused: {reason}")
 }
 
-async fn frames(
-    r: &mut FramedRead<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
-    peer: u64,
-    me: u64,
-    input: &Sender<Input>,
-) -> anyhow::Result<()> {
+async fn refuse(wr: tokio::io::WriteHalf<BoxStream>, reason: &str) {
+    let mut w = FramedWrite::new(wr, baton_proto::codec(HELLO_FRAME_LIMIT));
+    let frame = PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason: reason.to_string() })) };
+    let _ = tokio::time::timeout(Duration::from_secs(1), w.send(bytes::Bytes::from(frame.encode_to_vec()))).await;
+}
+
+async fn frames(r: &mut PeerReader, peer: u64, me: u64, input: &Sender<Input>) -> anyhow::Result<()> {
     while let Some(frame) = r.next().await {
         match PeerFrame::decode(frame?)?.frame {
             Some(peer_frame::Frame::Raft(b)) => {
                 let mut m = Message::default();
                 m.merge_from_bytes(&b)?;
                 if m.from != peer || m.to != me {
-                    anyhow::bail!("raft message from {} to {} on {peer}'s connection", m.from, m.to);
+                    warn!(peer, "dropping a raft message from {} to {} on member {peer}'s connection", m.from, m.to);
+                    continue;
                 }
                 if input.send(Input::Peer(Box::new(m))).is_err() {
                     return Ok(());
                 }
             }
-            Some(peer_frame::Frame::Hello(_)) | None => anyhow::bail!("unexpected peer frame"),
+            Some(peer_frame::Frame::Hello(_)) | Some(peer_frame::Frame::Refused(_)) | None => {
+                anyhow::bail!("unexpected peer frame")
+            }
             Some(other) => {
                 if let Some(out) = session_frame(other) {
                     let _ = input.send(out.into_input(peer));
@@ -247,6 +406,6 @@ fn session_frame(f: peer_frame::Frame) -> Option<PeerOut> {
             let report = a.has_report.then_some(Report { boot_age_ms: a.boot_age_ms, ages: a.report });
             PeerOut::SyncAck { term: a.term, round: a.round, report }
         }
-        F::Hello(_) | F::Raft(_) => return None,
+        F::Hello(_) | F::Raft(_) | F::Refused(_) => return None,
     })
 }

@@ -316,7 +316,13 @@ impl Runner {
         if self.show_seqs {
             self.line(format!("seq={seq} acked_below={acked_below}"));
         }
-        self.apply(command::Body::Write(ClientWrite { session_id, seq, acked_below, op: Some(write_op) }));
+        self.apply(command::Body::Write(ClientWrite {
+            session_id,
+            seq,
+            acked_below,
+            secret: Bytes::from_static(SECRET),
+            op: Some(write_op),
+        }));
         Ok(())
     }
 

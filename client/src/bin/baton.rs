@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_client::{
-    member_status, parse_endpoints, Client, ClientConfig, CreateOptions, Error, Stat, WatchKind, DEFAULT_ENDPOINTS,
+    member_status_with, parse_endpoints, Client, ClientConfig, ClientTls, CreateOptions, Error, Stat, WatchKind,
+    DEFAULT_ENDPOINTS,
 };
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
@@ -19,6 +20,15 @@ struct Cli {
     /// One JSON object per line.
     #[arg(long, global = true)]
     json: bool,
+    /// TLS: the CA that signed the members' certificates (PEM). Turns TLS on.
+    #[arg(long, env = "BATON_CACERT", global = true)]
+    cacert: Option<std::path::PathBuf>,
+    /// TLS: this client's certificate (PEM), for members that require one.
+    #[arg(long, env = "BATON_CERT", global = true, requires = "key")]
+    cert: Option<std::path::PathBuf>,
+    /// TLS: the private key of --cert (PEM).
+    #[arg(long, env = "BATON_KEY", global = true, requires = "cert")]
+    key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -211,8 +221,33 @@ async fn main() {
     std::process::exit(code);
 }
 
+/// TLS settings from --cacert/--cert/--key, set once at start.
+static TLS: std::sync::OnceLock<Option<ClientTls>> = std::sync::OnceLock::new();
+
+fn tls() -> Option<&'static ClientTls> {
+    TLS.get().and_then(Option::as_ref)
+}
+
+/// A client configuration for `endpoints` with the command line's TLS.
+fn config(endpoints: &[String]) -> ClientConfig {
+    let cfg = ClientConfig::new(endpoints.to_vec());
+    match tls() {
+        Some(t) => cfg.tls(t.clone()),
+        None => cfg,
+    }
+}
+
+fn load_tls(cli: &Cli) -> anyhow::Result<Option<ClientTls>> {
+    let cert_key = cli.cert.as_deref().zip(cli.key.as_deref());
+    match (&cli.cacert, cert_key) {
+        (Some(ca), ck) => Ok(Some(ClientTls::load(ca, ck)?)),
+        (None, Some(_)) => anyhow::bail!("--cert needs --cacert (the CA that signed the members' certificates)"),
+        (None, None) => Ok(None),
+    }
+}
+
 async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
-    Ok(Client::connect_with(ClientConfig::new(endpoints.to_vec()).op_timeout(Duration::from_secs(10))).await?)
+    Ok(Client::connect_with(config(endpoints).op_timeout(Duration::from_secs(10))).await?)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -221,13 +256,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         anyhow::bail!("no endpoints (use --endpoints or BATON_ENDPOINTS)");
     }
     let j = cli.json;
+    let _ = TLS.set(load_tls(&cli)?);
     match cli.cmd {
         Cmd::Status => return status(&endpoints, j).await,
         Cmd::Bench { workload, clients, duration, size } => {
             return bench(&endpoints, workload, clients, duration, size).await
         }
         Cmd::Lock { name, timeout, session_timeout, grace, on_suspend, command } => {
-            let c = Client::connect_with(ClientConfig::new(endpoints.clone()).session_timeout(session_timeout)).await?;
+            let c = Client::connect_with(config(&endpoints).session_timeout(session_timeout)).await?;
             let r = run_locked(&c, &name, timeout, grace, on_suspend, &command, &endpoints).await;
             // Every exit closes the session: its nodes (a held lock, or a
             // waiter's queue node after a timeout or Ctrl-C) go at once
@@ -236,7 +272,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             std::process::exit(r?);
         }
         Cmd::Elect { name, value, session_timeout, grace, on_suspend, command } => {
-            let c = Client::connect_with(ClientConfig::new(endpoints.clone()).session_timeout(session_timeout)).await?;
+            let c = Client::connect_with(config(&endpoints).session_timeout(session_timeout)).await?;
             let r = run_elected(&c, &name, value, grace, on_suspend, &command, &endpoints).await;
             let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
             std::process::exit(r?);
@@ -526,7 +562,7 @@ async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
     }
     let mut reachable = 0;
     for e in endpoints {
-        match member_status(e, Duration::from_secs(2)).await {
+        match member_status_with(e, Duration::from_secs(2), tls()).await {
             Ok(s) => {
                 reachable += 1;
                 if j {

@@ -77,6 +77,9 @@ pub type SharedState = Arc<RwLock<StateMachine>>;
 struct Conn {
     tx: UnboundedSender<ServerFrame>,
     session: Option<u64>,
+    /// The session's secret, from its create or attach: every write this
+    /// connection proposes carries it (state.rs checks it on apply).
+    secret: bytes::Bytes,
 }
 
 /// A request waiting for its entry to be applied.
@@ -144,11 +147,13 @@ pub struct Driver {
     last_tick: Option<Instant>,
     /// Recorded expiries (simulator only).
     observed: Option<Vec<AppliedExpiry>>,
+    /// When this member last proposed a cluster record (cluster.rs).
+    cluster_proposed: Option<Instant>,
 }
 
 /// Reads the shared state (a poisoned lock is still read: only this
 /// driver writes it, and a panic there stops the member).
-fn read(st: &SharedState) -> RwLockReadGuard<'_, StateMachine> {
+pub fn read(st: &SharedState) -> RwLockReadGuard<'_, StateMachine> {
     st.read().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -230,6 +235,7 @@ impl Driver {
             leader_contact: now,
             last_tick: None,
             observed: None,
+            cluster_proposed: None,
             cfg,
         };
         d.randomize_election();
@@ -290,7 +296,7 @@ impl Driver {
     pub fn handle(&mut self, input: Input, now: Instant) {
         match input {
             Input::ConnOpened { conn, tx } => {
-                self.conns.insert(conn, Conn { tx, session: None });
+                self.conns.insert(conn, Conn { tx, session: None, secret: Default::default() });
             }
             Input::ConnClosed { conn } => {
                 self.conns.remove(&conn);
@@ -468,6 +474,37 @@ impl Driver {
                 self.propose_expiry(due, now, stale_role);
             }
         }
+        if self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) {
+            self.propose_cluster_record(now);
+        }
+    }
+
+    /// The cluster's id, then who joined it (cluster.rs), at most once per
+    /// election timeout.
+    fn propose_cluster_record(&mut self, now: Instant) {
+        if self.cluster_proposed.is_some_and(|t| now.duration_since(t) < self.cfg.election_timeout()) {
+            return;
+        }
+        let cs = self.raw.store().conf_state();
+        let members: Vec<u64> = cs.voters.iter().chain(cs.learners.iter()).copied().collect();
+        let rec = {
+            let st = self.state();
+            let sm = read(&st);
+            let prs = self.raw.raft.prs();
+            crate::cluster::next_record(&sm, members, |id| prs.get(id).map_or(0, |p| p.matched), &mut self.rng)
+        };
+        let Some(rec) = rec else { return };
+        info!(cluster = %rec.cluster_id, joined = ?rec.joined, "proposing the cluster record");
+        let cmd = Command {
+            origin: self.cfg.id,
+            time_ms: self.wall.at(now),
+            body: Some(command::Body::Cluster(rec)),
+            ..Default::default()
+        };
+        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
+            debug!("cluster record not proposed: {e}");
+        }
+        self.cluster_proposed = Some(now);
     }
 
     fn propose_expiry(&mut self, due: Vec<u64>, now: Instant, may_forward: bool) {
@@ -553,6 +590,8 @@ impl Driver {
             sessions: self.sm().session_count() as u64,
             nodes: self.sm().node_count() as u64,
             voters: self.raw.store().conf_state().voters.clone(),
+            cluster_id: self.sm().cluster().cluster_id.clone(),
+            joined: self.sm().cluster().joined.clone(),
         }
     }
 

@@ -207,6 +207,7 @@ impl Driver {
                             (self.conns.get_mut(&p.conn), &resp.body)
                         {
                             c.session = Some(cs.session_id);
+                            c.secret = cs.secret.clone();
                         }
                     }
                     self.reply(p.conn, resp);

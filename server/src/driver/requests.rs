@@ -32,6 +32,7 @@ impl Driver {
     pub(super) fn on_request(&mut self, conn: ConnId, req: Request, now: Instant) {
         let Some(c) = self.conns.get(&conn) else { return };
         let session = c.session;
+        let secret = c.secret.clone();
         if let Some(sid) = session {
             let st = self.state();
             let sm = read(&st);
@@ -135,6 +136,7 @@ impl Driver {
                         session_id: sid,
                         seq: req.seq,
                         acked_below: req.acked_below,
+                        secret,
                         op: Some(op),
                     })),
                     ..Default::default()
@@ -250,6 +252,7 @@ impl Driver {
         }
         if let Some(c) = self.conns.get_mut(&conn) {
             c.session = Some(a.session_id);
+            c.secret = a.secret.clone();
         }
         let st = self.state();
         let sm = read(&st);
