@@ -21,11 +21,11 @@ use raft::{GetEntriesContext, RaftState, StorageError};
 
 use crate::kv::{Batch, Kv, KvError};
 
-const KEY_HARD_STATE: &[u8] = b"h";
-const KEY_CONF_STATE: &[u8] = b"c";
-const KEY_TRUNCATED: &[u8] = b"t";
-const KEY_SNAPSHOT: &[u8] = b"p";
-const PREFIX_ENTRY: u8 = b'e';
+pub(crate) const KEY_HARD_STATE: &[u8] = b"h";
+pub(crate) const KEY_CONF_STATE: &[u8] = b"c";
+pub(crate) const KEY_TRUNCATED: &[u8] = b"t";
+pub(crate) const KEY_SNAPSHOT: &[u8] = b"p";
+pub(crate) const PREFIX_ENTRY: u8 = b'e';
 
 pub fn entry_key(index: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);

@@ -54,7 +54,8 @@ const KEY_APPLIED: &[u8] = b"a";
 const PREFIX_NODE: u8 = b'n';
 const PREFIX_SESSION: u8 = b's';
 const PREFIX_FENCE: u8 = b'f';
-const KEY_CLUSTER: &[u8] = b"c";
+/// One keyspace with raft_store.rs (h, c, t, p, e): `keys_are_distinct` checks.
+const KEY_CLUSTER: &[u8] = b"i";
 
 /// What a committed entry changed, for watches. `zxid` is the entry index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -916,4 +917,45 @@ fn session_from_record(r: SessionRecord) -> Session {
 /// An error reply at `zxid`.
 pub fn error_response(zxid: u64, code: ErrorCode, msg: impl Into<String>) -> Response {
     Response { error: code as i32, message: msg.into(), zxid, ..Default::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft_store as rs;
+
+    #[test]
+    fn keys_are_distinct() {
+        let mine = [KEY_APPLIED[0], PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, KEY_CLUSTER[0]];
+        let raft =
+            [rs::KEY_HARD_STATE[0], rs::KEY_CONF_STATE[0], rs::KEY_TRUNCATED[0], rs::KEY_SNAPSHOT[0], rs::PREFIX_ENTRY];
+        let all: BTreeSet<u8> = mine.iter().chain(raft.iter()).copied().collect();
+        assert_eq!(all.len(), mine.len() + raft.len(), "two tables share a first key byte");
+    }
+
+    fn write(secret: &'static [u8]) -> Command {
+        Command {
+            body: Some(command::Body::Write(ClientWrite {
+                session_id: 1,
+                seq: 1,
+                secret: Bytes::from_static(secret),
+                op: Some(baton_proto::client_write::Op::Create(CreateOp { path: "/x".into(), ..Default::default() })),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_write_runs_only_with_its_sessions_secret() {
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"right") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let r = sm.apply(2, &write(b"wrong")).reply.expect("reply");
+        assert_eq!(r.error, ErrorCode::SessionMoved as i32);
+        assert!(sm.exists("/x").expect("exists").is_none(), "the forged write ran");
+        let r = sm.apply(3, &write(b"right")).reply.expect("reply");
+        assert_eq!(r.error, 0, "{r:?}");
+        assert!(sm.exists("/x").expect("exists").is_some());
+    }
 }

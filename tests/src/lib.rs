@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use baton_client::{member_status, Client, ClientConfig, StatusResp};
+use baton_client::{member_status_with, Client, ClientConfig, ClientTls, StatusResp};
+use baton_server::certs::Authority;
 
 /// Finds the `batond` binary: `$BATOND_BIN`, or next to the test executable
 /// (`target/<profile>/batond`).
@@ -71,13 +72,56 @@ pub struct Cluster {
     pub members: Vec<Member>,
     peers_arg: String,
     extra: Vec<String>,
+    /// TLS on both ports (`start_tls`).
+    pub tls: Option<Tls>,
+}
+
+/// A TLS cluster's certificates: a throwaway CA, and a client identity.
+pub struct Tls {
+    pub ca: Authority,
+    pub client: ClientTls,
+}
+
+impl Tls {
+    fn create(dir: &std::path::Path) -> Tls {
+        let ca = Authority::create(&dir.join("tls"), "baton test CA").expect("CA");
+        let c = ca.client("admin").expect("client certificate");
+        let client = ClientTls::load(&ca.ca, Some((&c.cert, &c.key))).expect("client TLS");
+        Tls { ca, client }
+    }
+
+    /// `batond` flags for member `id`: its certificate on both ports,
+    /// client certificates required.
+    fn member_args(&self, id: u64) -> Vec<String> {
+        let m = self.ca.member(id).expect("member certificate");
+        let (cert, key, ca) = (m.cert.display(), m.key.display(), self.ca.ca.display());
+        vec![
+            format!("--cert={cert}"),
+            format!("--key={key}"),
+            format!("--ca={ca}"),
+            format!("--peer-cert={cert}"),
+            format!("--peer-key={key}"),
+            format!("--peer-ca={ca}"),
+        ]
+    }
 }
 
 impl Cluster {
     /// Starts `n` members with extra `batond` flags and waits for a leader.
     pub async fn start(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_with(n, extra, false).await
+    }
+
+    /// [`Cluster::start`] with TLS on both ports (mutual TLS for peers and
+    /// for clients); [`Cluster::client`] and `status` use it.
+    pub async fn start_tls(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_with(n, extra, true).await
+    }
+
+    async fn start_with(n: u64, extra: &[&str], tls: bool) -> Cluster {
         for attempt in 1..=3 {
             let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
+            let tls = tls.then(|| Tls::create(dir.path()));
             let mut ports = std::collections::HashSet::new();
             let mut fresh = || loop {
                 let p = free_port();
@@ -98,7 +142,7 @@ impl Cluster {
                 });
             }
             let peers_arg = members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
-            let mut c = Cluster { dir, members, peers_arg, extra: extra.iter().map(|s| s.to_string()).collect() };
+            let mut c = Cluster { dir, members, peers_arg, extra: extra.iter().map(|s| s.to_string()).collect(), tls };
             for id in 1..=n {
                 c.start_member(id);
             }
@@ -128,7 +172,10 @@ impl Cluster {
     pub fn start_member(&mut self, id: u64) {
         let bin = batond_bin();
         let peers = self.peers_arg.clone();
-        let extra = self.extra.clone();
+        let mut extra = self.extra.clone();
+        if let Some(t) = &self.tls {
+            extra.extend(t.member_args(id));
+        }
         let m = &mut self.members[(id - 1) as usize];
         assert!(m.child.is_none(), "member {id} already running");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).expect("log file");
@@ -172,6 +219,33 @@ impl Cluster {
         self.member(id).child.is_some()
     }
 
+    /// Member `id`'s exit code once its process has exited (reaped then).
+    pub fn exit_code(&mut self, id: u64) -> Option<i32> {
+        let m = &mut self.members[(id - 1) as usize];
+        let status = m.child.as_mut()?.try_wait().ok()??;
+        m.child = None;
+        Some(status.code().unwrap_or(-1))
+    }
+
+    /// Member `id`'s data dir.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.member(id).data_dir.clone()
+    }
+
+    /// Member `id`'s peer address.
+    pub fn peer_addr(&self, id: u64) -> String {
+        self.member(id).peer_addr.clone()
+    }
+
+    /// The client configuration for this cluster (its TLS included).
+    pub fn config(&self) -> ClientConfig {
+        let cfg = ClientConfig::new(self.endpoints());
+        match &self.tls {
+            Some(t) => cfg.tls(t.client.clone()),
+            None => cfg,
+        }
+    }
+
     pub fn endpoint(&self, id: u64) -> String {
         self.member(id).client_addr.clone()
     }
@@ -189,7 +263,8 @@ impl Cluster {
     }
 
     pub async fn status(&self, id: u64) -> Option<StatusResp> {
-        member_status(&self.endpoint(id), Duration::from_millis(500)).await.ok()
+        let tls = self.tls.as_ref().map(|t| &t.client);
+        member_status_with(&self.endpoint(id), Duration::from_millis(500), tls).await.ok()
     }
 
     /// Waits until the running members agree on one leader; returns its id.
@@ -244,7 +319,7 @@ impl Cluster {
     }
 
     pub async fn client(&self) -> Client {
-        self.client_with(ClientConfig::new(self.endpoints())).await
+        self.client_with(self.config()).await
     }
 
     pub async fn client_with(&self, cfg: ClientConfig) -> Client {
