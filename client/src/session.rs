@@ -80,7 +80,7 @@ pub(crate) enum Cmd {
 }
 
 enum Ev {
-    Frame(u64, ServerFrame),
+    Frame(u64, Box<ServerFrame>),
     Closed(u64),
 }
 
@@ -285,7 +285,7 @@ fn spawn_reader(gen: u64, rd: ReadHalf<BoxStream>, ev: mpsc::UnboundedSender<Ev>
         while let Some(Ok(frame)) = r.next().await {
             match ServerFrame::decode(frame) {
                 Ok(f) => {
-                    if ev.send(Ev::Frame(gen, f)).is_err() {
+                    if ev.send(Ev::Frame(gen, Box::new(f))).is_err() {
                         return;
                     }
                 }
@@ -546,7 +546,7 @@ impl Actor {
                 }
                 return;
             }
-            Ev::Frame(gen, f) => (gen, f),
+            Ev::Frame(gen, f) => (gen, *f),
         };
         if self.conn.as_ref().is_none_or(|c| c.gen != gen) {
             return; // from a connection we already left

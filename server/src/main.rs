@@ -362,9 +362,12 @@ fn log_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("member-{id}.log"))
 }
 
+/// The CA file and a client certificate, for the cluster's clients.
+type ClientFiles = (PathBuf, CertFiles);
+
 /// A throwaway CA in `<dir>/tls`, a certificate per member (both ports,
 /// client certificates required), and one client certificate.
-fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<TlsArgs>, Option<(PathBuf, CertFiles)>)> {
+fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<TlsArgs>, Option<ClientFiles>)> {
     let ca = Authority::create(&dir.join("tls"), "baton cluster throwaway CA")?;
     let mut out = Vec::new();
     for i in 1..=nodes {

@@ -18,6 +18,11 @@
 //!   oldest reply evicted from a full window) fails with STALE_SEQUENCE and
 //!   never runs: at most once, however many writes are in flight.
 //! - Sequential suffixes come from a per-parent counter that only grows.
+//!   Names ending in ten digits are the counter's: a plain (non-sequential)
+//!   create of one fails with INVALID_PATH (a plain `lock-0000000042`
+//!   would otherwise jam the counter, or sort into a lock queue as its
+//!   holder, forever). A sequential create still skips numbers that are
+//!   taken (by data from before this rule).
 //!
 //! - A client write runs only with its session's secret: the entry carries
 //!   the secret the proposing member took from the connection's attach or
@@ -669,7 +674,24 @@ impl Txn<'_> {
         if p.stat.ephemeral_owner != 0 {
             return err(ErrorCode::NoChildrenForEphemerals, format!("{parent} is ephemeral and cannot have children"));
         }
-        let path = if c.sequential { format!("{}{:010}", c.path, p.next_seq) } else { c.path.clone() };
+        if !c.sequential && ends_in_sequence(base_name(&c.path)) {
+            return err(
+                ErrorCode::InvalidPath,
+                format!("{}: names ending in ten digits are made only by sequential creates", c.path),
+            );
+        }
+        let mut seq = p.next_seq;
+        let path = if c.sequential {
+            loop {
+                let candidate = format!("{}{seq:010}", c.path);
+                if !self.sm.nodes.contains_key(&candidate) {
+                    break candidate;
+                }
+                seq += 1;
+            }
+        } else {
+            c.path.clone()
+        };
         if c.sequential {
             check_path(&path)?; // the suffix may push it over the limit
         }
@@ -677,7 +699,7 @@ impl Txn<'_> {
             return err(ErrorCode::NodeExists, format!("{path} exists"));
         }
         let owner = if c.ephemeral { self.session } else { 0 };
-        self.insert_node(&parent, &path, c.data.clone(), owner, c.sequential);
+        self.insert_node(&parent, &path, c.data.clone(), owner, c.sequential.then_some(seq + 1));
         Ok((path.clone(), full_stat(&self.sm.nodes[&path])))
     }
 
@@ -693,18 +715,19 @@ impl Txn<'_> {
         }
         for p in missing.iter().rev() {
             let parent = parent_of(p).unwrap_or("/").to_string();
-            self.insert_node(&parent, p, Bytes::new(), 0, false);
+            self.insert_node(&parent, p, Bytes::new(), 0, None);
         }
         Ok(())
     }
 
-    fn insert_node(&mut self, parent: &str, path: &str, data: Bytes, owner: u64, sequential: bool) {
+    /// `next_seq`: the parent's counter after a sequential create.
+    fn insert_node(&mut self, parent: &str, path: &str, data: Bytes, owner: u64, next_seq: Option<u64>) {
         self.save_node(parent);
         self.save_node(path);
         let (index, time) = (self.index, self.time);
         if let Some(p) = self.sm.nodes.get_mut(parent) {
-            if sequential {
-                p.next_seq += 1;
+            if let Some(n) = next_seq {
+                p.next_seq = n;
             }
             p.stat.num_children += 1;
             p.stat.cversion += 1;
@@ -861,6 +884,11 @@ fn check_version(path: &str, n: &Node, expected: Option<i32>) -> Result<(), OpEr
 
 fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
+}
+
+/// True when `name` ends in ten ASCII digits (a sequential suffix).
+fn ends_in_sequence(name: &str) -> bool {
+    name.len() >= 10 && name.as_bytes()[name.len() - 10..].iter().all(u8::is_ascii_digit)
 }
 
 fn root_node() -> Node {
