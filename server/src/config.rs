@@ -27,8 +27,48 @@ pub struct Config {
     pub max_session_ms: u32,
     /// How long a request may wait for its commit or read before it fails.
     pub request_timeout_ms: u64,
+    /// Caps on what clients may hold (every one a flag).
+    pub limits: Limits,
     /// Deliberate bugs (test builds only; see `faults`).
     pub faults: crate::faults::Faults,
+}
+
+/// What one member lets clients hold. Over a cap, a request gets a typed
+/// error (BUSY or TOO_LARGE) or the connection is closed with a logged
+/// reason; the member keeps serving everyone else.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Client connections open at once (more are answered BUSY and closed).
+    pub max_connections: usize,
+    /// Requests one connection may have without a response (the reader
+    /// stops reading until one is answered).
+    pub max_inflight: usize,
+    /// Bytes of responses and watch events queued for one connection (a
+    /// client that stops reading is disconnected past it).
+    pub max_queued_bytes: usize,
+    /// Live sessions in the cluster, as this member sees it when a client
+    /// asks it for a new one (BUSY past it).
+    pub max_sessions: usize,
+    /// Watches one connection may hold (BUSY past it).
+    pub max_watches: usize,
+    /// Operations in one multi (TOO_LARGE past it).
+    pub max_multi_ops: usize,
+    /// Largest response (TOO_LARGE instead, e.g. a huge children list).
+    pub max_reply_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_inflight: 1024,
+            max_queued_bytes: 64 << 20,
+            max_sessions: 100_000,
+            max_watches: 100_000,
+            max_multi_ops: 1_000,
+            max_reply_bytes: 16 << 20,
+        }
+    }
 }
 
 /// Session timeout when the client asks for 0 (ms).

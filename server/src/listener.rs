@@ -3,9 +3,12 @@
 //! The reader decodes `ClientFrame`s and hands requests to the driver; the
 //! writer sends what the driver queued for this connection (responses and
 //! watch events, in the order the driver produced them, which is log order).
-//! A connection has at most [`MAX_INFLIGHT`] requests without a response; the
-//! reader waits for a slot before reading more, which bounds the driver's
-//! input queue per connection.
+//! Caps (config.rs `Limits`): at most `max_connections` connections (one
+//! more is answered BUSY and closed); a connection has at most
+//! `max_inflight` requests without a response (the reader waits for a slot
+//! before reading more, which bounds the driver's input queue per
+//! connection); its outbound queue holds at most `max_queued_bytes`
+//! (`ConnTx`: past it the connection is closed).
 //!
 //! TLS (when `--cert`/`--key` are set): the handshake runs in the
 //! connection's task, bounded by [`HANDSHAKE_TIMEOUT`]; with `--ca`, a
@@ -25,16 +28,15 @@ use baton_proto::{server_frame, ClientFrame, ErrorCode, Response, ServerFrame};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
-use tracing::debug;
+use tracing::{debug, warn};
 
-use crate::driver::{fast_read, SharedState};
-use crate::message::Input;
+use crate::config::Config;
+use crate::driver::{capped, fast_read, SharedState};
+use crate::message::{ConnTx, Input, QueueGauge};
 
-/// Requests a connection may have in flight.
-pub const MAX_INFLIGHT: usize = 1024;
 /// Time a new connection has to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -45,10 +47,12 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 pub async fn serve(
     listener: TcpListener,
     input: Sender<Input>,
-    max_frame: usize,
+    cfg: Config,
     state: Option<SharedState>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
+    let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
+    let cfg = Arc::new(cfg);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -61,7 +65,20 @@ pub async fn serve(
         let input = input.clone();
         let state = state.clone();
         let tls = tls.clone();
+        let cfg = cfg.clone();
+        let Ok(slot) = open.clone().try_acquire_owned() else {
+            warn!(%peer, "{} client connections are open: refusing one more", cfg.limits.max_connections);
+            tokio::spawn(async move {
+                let msg = format!("this member has {} connections open; try another", cfg.limits.max_connections);
+                let mut w = FramedWrite::new(stream, baton_proto::codec(usize::MAX));
+                let frame = error_frame(ErrorCode::Busy, msg);
+                let _ =
+                    tokio::time::timeout(HANDSHAKE_TIMEOUT, w.send(bytes::Bytes::from(frame.encode_to_vec()))).await;
+            });
+            continue;
+        };
         tokio::spawn(async move {
+            let _slot = slot;
             let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
             debug!(conn, %peer, "client connected");
             let _ = stream.set_nodelay(true);
@@ -89,7 +106,7 @@ pub async fn serve(
                     }
                 },
             };
-            handle(conn, stream, input, max_frame, state).await;
+            handle(conn, stream, input, &cfg, state).await;
             debug!(conn, "client disconnected");
         });
     }
@@ -108,18 +125,27 @@ fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
     }
 }
 
-async fn handle(conn: u64, stream: BoxStream, input: Sender<Input>, max_frame: usize, state: Option<SharedState>) {
+async fn handle(conn: u64, stream: BoxStream, input: Sender<Input>, cfg: &Config, state: Option<SharedState>) {
+    let max_frame = cfg.max_frame;
     let (rd, wr) = tokio::io::split(stream);
-    let (tx, rx) = unbounded_channel();
-    let slots = Arc::new(Semaphore::new(MAX_INFLIGHT));
+    let (tx, rx) = ConnTx::new(cfg.limits.max_queued_bytes);
+    let slots = Arc::new(Semaphore::new(cfg.limits.max_inflight));
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
         return;
     }
-    let writer = tokio::spawn(write_loop(wr, rx, slots.clone()));
+    let writer = tokio::spawn(write_loop(wr, rx, slots.clone(), tx.gauge()));
     let mut frames = FramedRead::new(rd, baton_proto::codec(max_frame));
+    let closed = tx.gauge().closed().clone();
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else { break };
-        let frame = match frames.next().await {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = closed.cancelled() => break,
+        };
+        let next = tokio::select! {
+            f = frames.next() => f,
+            _ = closed.cancelled() => break,
+        };
+        let frame = match next {
             None => break,
             Some(Ok(f)) => f,
             Some(Err(e)) => {
@@ -148,6 +174,7 @@ async fn handle(conn: u64, stream: BoxStream, input: Sender<Input>, max_frame: u
         }
         permit.forget(); // returned by the writer when the response goes out
         if let Some(resp) = state.as_ref().and_then(|st| fast_read(st, &req)) {
+            let resp = capped(resp, cfg.limits.max_reply_bytes);
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
             continue;
         }
@@ -167,12 +194,17 @@ async fn write_loop(
     wr: tokio::io::WriteHalf<BoxStream>,
     mut rx: UnboundedReceiver<ServerFrame>,
     slots: Arc<Semaphore>,
+    gauge: Arc<QueueGauge>,
 ) {
     let mut w = FramedWrite::new(wr, baton_proto::codec(usize::MAX));
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
         let mut n = 0;
         while let Some(f) = next.take() {
+            if gauge.closed().is_cancelled() {
+                return;
+            }
+            gauge.written(f.encoded_len());
             if let Some(server_frame::Frame::Response(r)) = &f.frame {
                 if r.id != 0 {
                     slots.add_permits(1);

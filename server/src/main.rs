@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use baton_server::certs::{Authority, CertFiles};
-use baton_server::config::{parse_peers, Config};
+use baton_server::config::{parse_peers, Config, Limits};
 use baton_server::kv::RocksKv;
 use baton_server::message::Input;
 use baton_server::node::Node;
@@ -59,6 +59,28 @@ struct Timing {
     /// How long a request may wait for commit or ReadIndex (ms).
     #[arg(long, default_value_t = 8000)]
     request_timeout_ms: u64,
+    /// Client connections open at once.
+    #[arg(long, default_value_t = Limits::default().max_connections)]
+    max_connections: usize,
+    /// Requests one connection may have without a response.
+    #[arg(long, default_value_t = Limits::default().max_inflight)]
+    max_inflight: usize,
+    /// Bytes of responses and events queued for one connection before it
+    /// is closed (its client stopped reading).
+    #[arg(long, default_value_t = Limits::default().max_queued_bytes)]
+    max_queued_bytes: usize,
+    /// Live sessions (new ones are refused BUSY past it).
+    #[arg(long, default_value_t = Limits::default().max_sessions)]
+    max_sessions: usize,
+    /// Watches one connection may hold.
+    #[arg(long, default_value_t = Limits::default().max_watches)]
+    max_watches: usize,
+    /// Operations in one multi.
+    #[arg(long, default_value_t = Limits::default().max_multi_ops)]
+    max_multi_ops: usize,
+    /// Largest response (bytes); larger ones are answered TOO_LARGE.
+    #[arg(long, default_value_t = Limits::default().max_reply_bytes)]
+    max_reply_bytes: usize,
     /// Switch on a deliberate bug (harness tests only): stale-reads,
     /// ack-before-commit, no-fence-check, grant-without-predecessor,
     /// expire-without-grace.
@@ -78,6 +100,13 @@ impl Timing {
             format!("--min-session-ms={}", self.min_session_ms),
             format!("--max-session-ms={}", self.max_session_ms),
             format!("--request-timeout-ms={}", self.request_timeout_ms),
+            format!("--max-connections={}", self.max_connections),
+            format!("--max-inflight={}", self.max_inflight),
+            format!("--max-queued-bytes={}", self.max_queued_bytes),
+            format!("--max-sessions={}", self.max_sessions),
+            format!("--max-watches={}", self.max_watches),
+            format!("--max-multi-ops={}", self.max_multi_ops),
+            format!("--max-reply-bytes={}", self.max_reply_bytes),
         ]
     }
 
@@ -242,6 +271,15 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         min_session_ms: t.min_session_ms,
         max_session_ms: t.max_session_ms,
         request_timeout_ms: t.request_timeout_ms.max(100),
+        limits: Limits {
+            max_connections: t.max_connections.max(1),
+            max_inflight: t.max_inflight.max(1),
+            max_queued_bytes: t.max_queued_bytes.max(64 << 10),
+            max_sessions: t.max_sessions.max(1),
+            max_watches: t.max_watches,
+            max_multi_ops: t.max_multi_ops.max(1),
+            max_reply_bytes: t.max_reply_bytes.max(64 << 10),
+        },
         faults: t.faults()?,
     };
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
@@ -272,7 +310,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     // Local reads without a watch are answered by the listeners from the
     // shared state (not with deliberate bugs on: those act in the driver).
     let shared = (!cfg.faults.any()).then(|| node.shared_state());
-    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.max_frame, shared, client_tls));
+    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.clone(), shared, client_tls));
     let stop = in_tx.clone();
     rt.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};

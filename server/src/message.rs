@@ -8,21 +8,89 @@
 //! simulator (`sim.rs`) makes them up from a seeded schedule. Nothing here
 //! does I/O.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use baton_proto::{Request, ServerFrame, SessionAge};
+use prost::Message as _;
 use raft::prelude::Message;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_util::sync::CancellationToken;
+
+/// A client connection's outbound queue (responses and watch events),
+/// bounded in bytes: a frame that would take the queue over its limit is
+/// not queued and the connection is closed (`closed` fires; the listener
+/// ends both directions). A client that stops reading while its watches
+/// fire costs the member at most the limit, never its memory.
+#[derive(Clone)]
+pub struct ConnTx {
+    tx: UnboundedSender<ServerFrame>,
+    gauge: Arc<QueueGauge>,
+    limit: usize,
+}
+
+/// What the writer of a connection shares with its senders (it holds no
+/// sender: the queue ends when the last `ConnTx` is dropped).
+#[derive(Default)]
+pub struct QueueGauge {
+    queued: AtomicUsize,
+    closed: CancellationToken,
+}
+
+impl QueueGauge {
+    /// The writer took a frame of `n` bytes off the queue.
+    pub fn written(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Fires when the queue overflowed.
+    pub fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+}
+
+impl ConnTx {
+    pub fn new(limit: usize) -> (ConnTx, UnboundedReceiver<ServerFrame>) {
+        let (tx, rx) = unbounded_channel();
+        (ConnTx { tx, gauge: Default::default(), limit }, rx)
+    }
+
+    /// Queues `f`; false when the connection is closed or just overflowed.
+    pub fn send(&self, f: ServerFrame) -> bool {
+        if self.gauge.closed.is_cancelled() {
+            return false;
+        }
+        let n = f.encoded_len();
+        let before = self.gauge.queued.fetch_add(n, Ordering::Relaxed);
+        if before + n > self.limit {
+            tracing::warn!(
+                queued = before,
+                limit = self.limit,
+                "a client is not reading its responses and events: closing its connection"
+            );
+            self.gauge.closed.cancel();
+            return false;
+        }
+        self.tx.send(f).is_ok()
+    }
+
+    /// The queue's gauge, for the connection's writer.
+    pub fn gauge(&self) -> Arc<QueueGauge> {
+        self.gauge.clone()
+    }
+}
 
 /// A client connection, as the driver knows it.
 pub type ConnId = u64;
 
 /// Everything the driver reacts to. The runtime's channel is unbounded:
-/// client input is bounded per connection by the listener (`MAX_INFLIGHT`
+/// client input is bounded per connection by the listener (`max_inflight`
 /// requests), and peer input by raft-rs's own flow control
 /// (`max_inflight_msgs`).
 pub enum Input {
     ConnOpened {
         conn: ConnId,
-        tx: UnboundedSender<ServerFrame>,
+        tx: ConnTx,
     },
     ConnClosed {
         conn: ConnId,

@@ -54,6 +54,10 @@ use crate::kv::{prefix_end, Batch, Kv, KvError};
 /// retry of it fails with STALE_SEQUENCE instead of running twice. The
 /// client library never has more than 1,024 writes in flight.
 pub const MAX_CACHED_REPLIES: usize = 4096;
+/// Bytes of cached replies per session, at most (evicted like
+/// [`MAX_CACHED_REPLIES`]). A constant, not a flag: apply must be the same
+/// on every member.
+pub const MAX_CACHED_REPLY_BYTES: usize = 32 << 20;
 
 const KEY_APPLIED: &[u8] = b"a";
 const PREFIX_NODE: u8 = b'n';
@@ -96,6 +100,8 @@ struct Session {
     acked_below: u64,
     /// seq -> encoded Response.
     replies: BTreeMap<u64, Bytes>,
+    /// Bytes in `replies`. Derived, not persisted.
+    reply_bytes: usize,
     /// Paths of this session's ephemeral nodes. Derived, not persisted.
     ephemerals: BTreeSet<String>,
 }
@@ -284,6 +290,7 @@ impl StateMachine {
                         secret: ns.secret.clone(),
                         acked_below: 0,
                         replies: BTreeMap::new(),
+                        reply_bytes: 0,
                         ephemerals: BTreeSet::new(),
                     },
                 );
@@ -333,6 +340,7 @@ impl StateMachine {
         if w.acked_below > session.acked_below {
             session.acked_below = w.acked_below;
             let keep = session.replies.split_off(&w.acked_below);
+            session.reply_bytes -= session.replies.values().map(Bytes::len).sum::<usize>();
             session.replies = keep;
             self.dirty_sessions.insert(sid);
         }
@@ -376,14 +384,22 @@ impl StateMachine {
         };
         out.changes.extend(changes);
         if let Some(session) = self.sessions.get_mut(&sid) {
-            session.replies.insert(w.seq, resp.encode_to_vec().into());
-            while session.replies.len() > MAX_CACHED_REPLIES {
+            let encoded: Bytes = resp.encode_to_vec().into();
+            session.reply_bytes += encoded.len();
+            if let Some(old) = session.replies.insert(w.seq, encoded) {
+                session.reply_bytes -= old.len();
+            }
+            while session.replies.len() > MAX_CACHED_REPLIES || session.reply_bytes > MAX_CACHED_REPLY_BYTES {
                 // The window is full: forget the oldest reply, and raise the
                 // floor past it, so that a late retry of it (or of anything
                 // older) gets a definite STALE_SEQUENCE instead of running
                 // a second time (finding S5).
-                if let Some((evicted, _)) = session.replies.pop_first() {
-                    session.acked_below = session.acked_below.max(evicted + 1);
+                match session.replies.pop_first() {
+                    Some((evicted, bytes)) => {
+                        session.reply_bytes -= bytes.len();
+                        session.acked_below = session.acked_below.max(evicted + 1);
+                    }
+                    None => break,
                 }
             }
             self.dirty_sessions.insert(sid);
@@ -937,6 +953,7 @@ fn session_from_record(r: SessionRecord) -> Session {
         timeout_ms: r.timeout_ms,
         secret: r.secret,
         acked_below: r.acked_below,
+        reply_bytes: r.replies.iter().map(|c| c.response.len()).sum(),
         replies: r.replies.into_iter().map(|c| (c.seq, c.response)).collect(),
         ephemerals: BTreeSet::new(),
     }

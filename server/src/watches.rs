@@ -45,6 +45,8 @@ pub struct Fired {
 #[derive(Default)]
 pub struct Watches {
     by_path: BTreeMap<String, Vec<Watch>>,
+    /// Watches each connection holds (for the `max_watches` cap).
+    per_conn: BTreeMap<ConnId, usize>,
 }
 
 impl Watches {
@@ -54,7 +56,11 @@ impl Watches {
         let existed = sm.stat_of(&spec.path).is_some();
         let since = sm.applied();
         let list = self.by_path.entry(spec.path.clone()).or_default();
+        let before = list.len();
         list.retain(|w| !(w.conn == conn && w.id == spec.watch_id));
+        if list.len() == before {
+            *self.per_conn.entry(conn).or_default() += 1;
+        }
         list.push(Watch {
             conn,
             id: spec.watch_id,
@@ -65,9 +71,27 @@ impl Watches {
         });
     }
 
+    /// How many watches `conn` holds.
+    pub fn count(&self, conn: ConnId) -> usize {
+        self.per_conn.get(&conn).copied().unwrap_or(0)
+    }
+
+    fn forget(per_conn: &mut BTreeMap<ConnId, usize>, conn: ConnId) {
+        if let Some(n) = per_conn.get_mut(&conn) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_conn.remove(&conn);
+            }
+        }
+    }
+
     pub fn remove(&mut self, conn: ConnId, watch_id: u64) {
         for list in self.by_path.values_mut() {
+            let before = list.len();
             list.retain(|w| !(w.conn == conn && w.id == watch_id));
+            if list.len() < before {
+                Self::forget(&mut self.per_conn, conn);
+            }
         }
         self.by_path.retain(|_, l| !l.is_empty());
     }
@@ -77,6 +101,7 @@ impl Watches {
             list.retain(|w| w.conn != conn);
         }
         self.by_path.retain(|_, l| !l.is_empty());
+        self.per_conn.remove(&conn);
     }
 
     /// The watches one committed change fires (one-shots are removed).
@@ -91,9 +116,13 @@ impl Watches {
         };
         let Some(list) = self.by_path.get_mut(path) else { return Vec::new() };
         let mut fired = Vec::new();
+        let per_conn = &mut self.per_conn;
         list.retain(|w| {
             if kinds.contains(&w.kind) {
                 fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string() });
+                if !w.persistent {
+                    Self::forget(per_conn, w.conn);
+                }
                 w.persistent
             } else {
                 true
@@ -109,6 +138,7 @@ impl Watches {
     /// (one-shots that fire are removed).
     pub fn after_snapshot(&mut self, sm: &StateMachine) -> Vec<Fired> {
         let mut out = Vec::new();
+        let per_conn = &mut self.per_conn;
         for (path, list) in self.by_path.iter_mut() {
             list.retain_mut(|w| {
                 let spec = WatchSpec {
@@ -124,6 +154,9 @@ impl Watches {
                         // A persistent watch goes on from here.
                         w.since = sm.applied();
                         w.existed = sm.stat_of(path).is_some();
+                        if !w.persistent {
+                            Self::forget(per_conn, w.conn);
+                        }
                         w.persistent
                     }
                     None => true,

@@ -53,12 +53,11 @@ use raft::prelude::*;
 use raft::StateRole;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, error, info, warn};
 
 use crate::config::Config;
 use crate::kv::{Batch, Kv};
-use crate::message::{ConnId, Input, PeerOut, PeerSink};
+use crate::message::{ConnId, ConnTx, Input, PeerOut, PeerSink};
 use crate::raft_store::RaftStore;
 use crate::reads::{Deferred, Reads};
 use crate::sessions::{Action, Sessions, Timing, Voters};
@@ -69,13 +68,13 @@ use crate::watches::{missed_event, Fired, Watches};
 mod ready;
 mod requests;
 
-pub use requests::{fast_read, local_read};
+pub use requests::{capped, fast_read, local_read};
 
 /// The state machine as the driver and the listeners share it.
 pub type SharedState = Arc<RwLock<StateMachine>>;
 
 struct Conn {
-    tx: UnboundedSender<ServerFrame>,
+    tx: ConnTx,
     session: Option<u64>,
     /// The session's secret, from its create or attach: every write this
     /// connection proposes carries it (state.rs checks it on apply).

@@ -6,10 +6,24 @@
 use super::*;
 
 impl Driver {
+    /// Sends a response; one over `max_reply_bytes` is answered TOO_LARGE
+    /// instead (a children list of millions, say).
     pub(super) fn reply(&self, conn: ConnId, resp: Response) {
-        if let Some(c) = self.conns.get(&conn) {
-            let _ = c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) });
+        let Some(c) = self.conns.get(&conn) else { return };
+        let resp = capped(resp, self.cfg.limits.max_reply_bytes);
+        c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) });
+    }
+
+    /// Room for `n` more watches on `conn` (the `max_watches` cap).
+    fn watch_room(&self, conn: ConnId, n: usize) -> Result<(), (ErrorCode, String)> {
+        let (has, max) = (self.watches.count(conn), self.cfg.limits.max_watches);
+        if has + n > max {
+            return Err((
+                ErrorCode::Busy,
+                format!("this connection holds {has} watches, at most {max} (--max-watches)"),
+            ));
         }
+        Ok(())
     }
 
     /// An empty success at the current applied index.
@@ -52,6 +66,11 @@ impl Driver {
                 self.reply(conn, r);
             }
             Some(B::CreateSession(cs)) => {
+                let max = self.cfg.limits.max_sessions;
+                if self.sm().session_count() >= max {
+                    let msg = format!("the cluster has {max} sessions (--max-sessions); retry later");
+                    return self.reply_err(conn, id, ErrorCode::Busy, msg);
+                }
                 let timeout = self.cfg.negotiate_timeout(cs.timeout_ms);
                 let secret: [u8; 16] = self.rng.gen();
                 let cmd = Command {
@@ -80,7 +99,8 @@ impl Driver {
             }
             Some(B::Keepalive(_)) => self.on_keepalive(conn, id, session, now),
             Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => {
-                if let Some(Err((code, msg))) = r.watch.as_ref().map(check_spec) {
+                let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| self.watch_room(conn, 1)));
+                if let Some(Err((code, msg))) = checked {
                     return self.reply_err(conn, id, code, msg);
                 }
                 if r.stale || self.cfg.faults.stale_reads() {
@@ -93,7 +113,7 @@ impl Driver {
                 let Some(spec) = w.watch.clone() else {
                     return self.reply_err(conn, id, ErrorCode::BadRequest, "add_watch without a watch");
                 };
-                if let Err((code, msg)) = check_spec(&spec) {
+                if let Err((code, msg)) = check_spec(&spec).and_then(|_| self.watch_room(conn, 1)) {
                     return self.reply_err(conn, id, code, msg);
                 }
                 let st = self.state();
@@ -120,7 +140,7 @@ impl Driver {
                 if !self.sm().session_exists(sid) {
                     return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
                 }
-                if let Some(msg) = precheck_write(&req) {
+                if let Some(msg) = precheck_write(&req, self.cfg.limits.max_multi_ops) {
                     return self.reply_err(conn, id, msg.0, msg.1);
                 }
                 let op = match req.body {
@@ -250,6 +270,9 @@ impl Driver {
         for spec in &a.watches {
             check_spec(spec)?;
         }
+        if !a.watches.is_empty() {
+            self.watch_room(conn, a.watches.len())?;
+        }
         if let Some(c) = self.conns.get_mut(&conn) {
             c.session = Some(a.session_id);
             c.secret = a.secret.clone();
@@ -277,9 +300,19 @@ impl Driver {
     pub(super) fn send_event(&self, f: &Fired, zxid: u64) {
         if let Some(c) = self.conns.get(&f.conn) {
             let ev = WatchEvent { watch_id: f.watch_id, r#type: f.ty as i32, path: f.path.clone(), zxid };
-            let _ = c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Event(ev)) });
+            c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Event(ev)) });
         }
     }
+}
+
+/// `resp`, or TOO_LARGE in its place when it is over `max` bytes.
+pub fn capped(resp: Response, max: usize) -> Response {
+    let len = resp.encoded_len();
+    if len <= max {
+        return resp;
+    }
+    let msg = format!("the response is {len} bytes, over {max} (--max-reply-bytes)");
+    Response { id: resp.id, ..error_response(resp.zxid, ErrorCode::TooLarge, msg) }
 }
 
 /// Checks a watch registration: a valid path and a known kind.
@@ -291,8 +324,14 @@ fn check_spec(spec: &WatchSpec) -> Result<(), (ErrorCode, String)> {
 }
 
 /// Checks a write before it is proposed (the state machine checks again).
-fn precheck_write(req: &Request) -> Option<(ErrorCode, String)> {
+fn precheck_write(req: &Request, max_ops: usize) -> Option<(ErrorCode, String)> {
     use request::Body as B;
+    if let Some(B::Multi(m)) = &req.body {
+        if m.ops.len() > max_ops {
+            let msg = format!("a multi of {} operations, over {max_ops} (--max-multi-ops)", m.ops.len());
+            return Some((ErrorCode::TooLarge, msg));
+        }
+    }
     let mut paths: Vec<&str> = Vec::new();
     let mut data = 0usize;
     match &req.body {

@@ -38,13 +38,13 @@ use baton_server::config::Config;
 use baton_server::driver::{Driver, WallClock};
 use baton_server::faults::Faults;
 use baton_server::kv::{Kv, MemKv};
-use baton_server::message::{ConnId, Input, PeerOut, PeerSink};
+use baton_server::message::{ConnId, ConnTx, Input, PeerOut, PeerSink};
 use baton_server::syncer::{Persist, SyncJob, Synced};
 use bytes::Bytes;
 use raft::StateRole;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// The simulator's knobs.
 #[derive(Clone, Debug)]
@@ -297,6 +297,7 @@ impl Sim {
             min_session_ms: self.opts.session_ms.min(1000),
             max_session_ms: 120_000,
             request_timeout_ms: 4000,
+            limits: Default::default(),
             faults: self.opts.faults,
         }
     }
@@ -521,7 +522,7 @@ impl Sim {
             return;
         }
         let life = m.life;
-        let (tx, rx) = unbounded_channel();
+        let (tx, rx) = ConnTx::new(usize::MAX);
         let conn = self.next_conn;
         self.next_conn += 1;
         self.send_net(CLIENT_NET + c as u64, member, life, Input::ConnOpened { conn, tx });
@@ -892,7 +893,7 @@ impl Sim {
     /// Opens a connection to `member` that the test drives by hand.
     pub fn raw_conn(&mut self, member: u64) -> RawConn {
         let life = self.members.get(&member).map(|m| m.life).unwrap_or(0);
-        let (tx, rx) = unbounded_channel();
+        let (tx, rx) = ConnTx::new(usize::MAX);
         let conn = self.next_conn;
         self.next_conn += 1;
         self.send_net(CLIENT_NET + 999, member, life, Input::ConnOpened { conn, tx });
