@@ -69,13 +69,15 @@ compare: release peer-deps
 	$(CARGO) run --release -q -p baton-jepsen -- compare --out jepsen/store/compare-$$(date +%s)
 
 # Each workload ~30 s under a random mix of faults (kill, pause, partition,
-# leader-targeted); any invalid result fails the build.
+# leader-targeted), and the lock workload once more with TLS on both ports;
+# any invalid result fails the build.
 JEPSEN_SECS ?= 30
 jepsen-smoke: build
 	@set -o pipefail; out=$$(mktemp -d /tmp/baton-jepsen-smoke.XXXXXX); \
-	for w in register lock election session; do \
+	for w in register lock election session lock+tls; do \
+	  args="--workload $${w%+tls}"; [ "$$w" = lock+tls ] && args="$$args --tls"; \
 	  for try in 1 2; do \
-	    $(CARGO) run -q -p baton-jepsen -- test --workload $$w --nemesis all \
+	    $(CARGO) run -q -p baton-jepsen -- test $$args --nemesis all \
 	      --time-limit $(JEPSEN_SECS) --out $$out/$$w-$$try | tail -n 12; rc=$$?; \
 	    [ $$rc -eq 2 ] && [ $$try -eq 1 ] && { echo "harness error or unknown; retrying $$w once"; continue; }; \
 	    break; \

@@ -16,7 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use baton_client::member_status;
+use baton_client::{member_status_with, ClientTls};
+use baton_server::certs::Authority;
 
 use crate::proxy::{LinkId, Proxies};
 
@@ -63,6 +64,15 @@ pub struct DbOpts {
     /// The session timeout the run's clients ask for (ms): members start
     /// with timing that grants it (module doc). None: the server's defaults.
     pub session_ms: Option<u64>,
+    /// TLS on both ports, with a throwaway CA in `<dir>/tls` (clients use
+    /// [`Db::client_tls`]).
+    pub tls: bool,
+}
+
+/// A TLS cluster's CA and the client identity the run uses.
+struct DbTls {
+    ca: Authority,
+    client: ClientTls,
 }
 
 struct Member {
@@ -85,6 +95,7 @@ pub struct Db {
     server_faults: Vec<String>,
     direct: bool,
     session_ms: Option<u64>,
+    tls: Option<DbTls>,
 }
 
 /// A free loopback port below Linux's ephemeral range (32768-60999), so no
@@ -199,7 +210,16 @@ impl Db {
                 proxies.add(LinkId::Storage { home, to }, target).await?;
             }
         }
+        let tls = if o.tls {
+            let ca = Authority::create(&o.dir.join("tls"), "baton-jepsen throwaway CA")?;
+            let c = ca.client("jepsen")?;
+            let client = ClientTls::load(&ca.ca, Some((&c.cert, &c.key)))?;
+            Some(DbTls { ca, client })
+        } else {
+            None
+        };
         let mut db = Db {
+            tls,
             nodes: o.nodes,
             slots: o.slots,
             members,
@@ -221,6 +241,21 @@ impl Db {
         let direct = self.direct;
         let session_ms = self.session_ms;
         let bin = self.bin.clone();
+        let tls_args = match &self.tls {
+            Some(t) => {
+                let f = t.ca.member(id)?;
+                let (cert, key, ca) = (f.cert.display(), f.key.display(), t.ca.ca.display());
+                vec![
+                    format!("--cert={cert}"),
+                    format!("--key={key}"),
+                    format!("--ca={ca}"),
+                    format!("--peer-cert={cert}"),
+                    format!("--peer-key={key}"),
+                    format!("--peer-ca={ca}"),
+                ]
+            }
+            None => Vec::new(),
+        };
         let m = &mut self.members[(id - 1) as usize];
         if m.child.is_some() {
             return Ok(());
@@ -232,6 +267,7 @@ impl Db {
             .arg(format!("--client-addr={}", m.client_addr))
             .arg(format!("--peer-addr={}", m.peer_addr))
             .arg(format!("--peers={}", m.peers_arg))
+            .args(tls_args)
             // Small snapshots exercise installation under faults; a
             // benchmark runs with the server's defaults.
             .args((!direct).then_some("--snapshot-entries=2000"))
@@ -251,6 +287,11 @@ impl Db {
         m.child = Some(cmd.spawn().with_context(|| format!("starting member {id}"))?);
         m.paused = false;
         Ok(())
+    }
+
+    /// The clients' TLS settings (None: plaintext).
+    pub fn client_tls(&self) -> Option<ClientTls> {
+        self.tls.as_ref().map(|t| t.client.clone())
     }
 
     /// kill -9 member `id`.
@@ -314,7 +355,10 @@ impl Db {
             if !self.is_up(m.id) {
                 continue;
             }
-            if let Ok(s) = member_status(&m.client_addr.to_string(), Duration::from_millis(300)).await {
+            let tls = self.client_tls();
+            if let Ok(s) =
+                member_status_with(&m.client_addr.to_string(), Duration::from_millis(300), tls.as_ref()).await
+            {
                 if s.role == "leader" {
                     return Some(s.id);
                 }

@@ -55,6 +55,10 @@ enum Cmd {
         /// floor of 2 x election timeout (1000 ms).
         #[arg(long = "session-timeout", default_value_t = baton_jepsen::db::SESSION_MS)]
         session_timeout: u64,
+        /// TLS on both ports: a throwaway CA, mutual TLS between members
+        /// and for every client.
+        #[arg(long)]
+        tls: bool,
     },
     /// Benchmark one workload on one target (starts its cluster; median of --runs runs).
     Bench {
@@ -291,6 +295,7 @@ fn main() {
                 out,
                 server_fault,
                 session_timeout,
+                tls,
             } => {
                 if let Err(e) = baton_jepsen::db::check_session_ms(session_timeout) {
                     eprintln!("baton-jepsen: {e}");
@@ -334,6 +339,7 @@ fn main() {
                     out: out.clone(),
                     server_faults: server_fault,
                     session_timeout: Duration::from_millis(session_timeout),
+                    tls,
                 };
                 // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
                 let r = tokio::select! {

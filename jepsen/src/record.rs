@@ -42,6 +42,8 @@ pub struct Run {
     holders: Mutex<std::collections::BTreeMap<usize, Holder>>,
     /// Session timeout every client of the run asks for.
     pub session: Duration,
+    /// TLS for every client of the run (None: plaintext).
+    pub tls: Option<baton_client::ClientTls>,
     /// The history was taken: state watchers stop.
     finished: AtomicBool,
     /// Some holder meant to hold on for long (see `Holder::long`).
@@ -69,7 +71,12 @@ pub fn classify(e: &Error, is_write: bool) -> OpType {
 }
 
 impl Run {
-    pub fn new(slot_endpoints: Vec<Vec<String>>, storage_endpoints: Vec<Vec<String>>, session: Duration) -> Arc<Run> {
+    pub fn new(
+        slot_endpoints: Vec<Vec<String>>,
+        storage_endpoints: Vec<Vec<String>>,
+        session: Duration,
+        tls: Option<baton_client::ClientTls>,
+    ) -> Arc<Run> {
         let slots = slot_endpoints.len();
         let start_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -88,6 +95,7 @@ impl Run {
             storage_endpoints,
             holders: Mutex::new(Default::default()),
             session,
+            tls,
             finished: AtomicBool::new(false),
             long_holds: AtomicBool::new(false),
         })
@@ -219,8 +227,9 @@ impl Run {
 
     async fn connect(&self, endpoints: Vec<String>) -> Option<Client> {
         while !self.stopped() {
-            let cfg =
+            let mut cfg =
                 ClientConfig::new(endpoints.clone()).session_timeout(self.session).op_timeout(Duration::from_secs(5));
+            cfg.tls = self.tls.clone();
             match Client::connect_with(cfg).await {
                 Ok(c) => return Some(c),
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,

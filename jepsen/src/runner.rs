@@ -34,6 +34,8 @@ pub struct TestOpts {
     pub server_faults: Vec<String>,
     /// Session timeout of the run's clients (default `db::SESSION_MS`).
     pub session_timeout: Duration,
+    /// TLS on both ports (members and clients).
+    pub tls: bool,
 }
 
 pub struct Outcome {
@@ -70,17 +72,21 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         server_faults: o.server_faults.clone(),
         direct: false,
         session_ms: Some(o.session_timeout.as_millis() as u64),
+        tls: o.tls,
     })
     .await?;
     let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();
     let storage_eps: Vec<Vec<String>> = (1..=o.nodes).map(|h| db.storage_endpoints(h)).collect();
     let direct = db.direct_endpoints();
-    let admin = Client::connect_with(ClientConfig::new(direct.clone())).await?;
+    let tls = db.client_tls();
+    let mut admin_cfg = ClientConfig::new(direct.clone());
+    admin_cfg.tls = tls.clone();
+    let admin = Client::connect_with(admin_cfg).await?;
     for w in &workloads {
         workloads::setup(&admin, *w).await?;
     }
     let db = Arc::new(Mutex::new(db));
-    let run = Run::new(slot_eps, storage_eps, o.session_timeout);
+    let run = Run::new(slot_eps, storage_eps, o.session_timeout, tls);
 
     println!("[phase] run: {} clients", slots);
     let mut tasks = Vec::new();

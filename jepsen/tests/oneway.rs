@@ -20,6 +20,7 @@ async fn t10_one_way_partition_never_leaves_a_client_connected_to_a_dead_session
         server_faults: vec![],
         direct: false,
         session_ms: None,
+        tls: false,
     })
     .await
     .expect("cluster");

@@ -28,6 +28,7 @@ impl BatonTarget {
             server_faults: vec![],
             direct: true,
             session_ms: None,
+            tls: false,
         })
         .await?;
         let endpoints = db.direct_endpoints();
