@@ -59,6 +59,7 @@ async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Out
         out: dir.path().to_path_buf(),
         server_faults: fault.map(|f| vec![f.to_string()]).unwrap_or_default(),
         session_timeout: Duration::from_millis(session_ms),
+        tls: false,
     };
     let o = run_test(opts).await;
     if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {
