@@ -29,11 +29,11 @@ pub use recipes::{LeaderInfo, Leadership, LockGuard, Observer, Permit, RwGuard};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use baton_proto::{acl, Acl, ErrorCode, EventType, Stat, StatusResp, WatchEvent, WatchKind};
 use baton_proto::{
-    op, request, response, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, Request, Response, SetOp,
-    WatchSpec,
+    op, request, response, AddUserOp, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, RemoveUserOp,
+    Request, Response, SetAclOp, SetOp, WatchSpec,
 };
-pub use baton_proto::{ErrorCode, EventType, Stat, StatusResp, WatchEvent, WatchKind};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -120,6 +120,9 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// TLS to the members' client ports (None: plaintext).
     pub tls: Option<ClientTls>,
+    /// User and password to `auth` with on every connection (identity
+    /// `user:<name>`; see server/src/acl.rs). Use TLS: the password travels.
+    pub auth: Option<(String, String)>,
 }
 
 /// TLS settings for the client port: the CA that signed the members'
@@ -154,7 +157,12 @@ impl ClientConfig {
             op_timeout: DEFAULT_OP_TIMEOUT,
             connect_timeout: Duration::from_secs(2),
             tls: None,
+            auth: None,
         }
+    }
+    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
     }
     pub fn tls(mut self, tls: ClientTls) -> Self {
         self.tls = Some(tls);
@@ -257,7 +265,14 @@ pub struct OpResult {
 }
 
 fn create_op(path: &str, data: Bytes, o: CreateOptions) -> CreateOp {
-    CreateOp { path: path.to_string(), data, ephemeral: o.ephemeral, sequential: o.sequential, parents: o.parents }
+    CreateOp {
+        path: path.to_string(),
+        data,
+        ephemeral: o.ephemeral,
+        sequential: o.sequential,
+        parents: o.parents,
+        acl: Vec::new(),
+    }
 }
 
 /// A stream of watch events. A one-shot watch yields one event and ends; a
@@ -390,6 +405,9 @@ impl Client {
                 | request::Body::Delete(_)
                 | request::Body::Multi(_)
                 | request::Body::CloseSession(_)
+                | request::Body::SetAcl(_)
+                | request::Body::AddUser(_)
+                | request::Body::RemoveUser(_)
         );
         // Exactly-once holds for as many unanswered writes as the server
         // caches replies for; never have more in flight than that. The slot
@@ -410,6 +428,7 @@ impl Client {
         match ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal) {
             ErrorCode::Ok => Ok(resp),
             ErrorCode::SessionExpired => Err(Error::SessionExpired),
+            ErrorCode::NoAuth => Err(Error::NoAuth(resp.message)),
             code if code.is_ambiguous() && is_write => Err(Error::Ambiguous(format!("{code:?}: {}", resp.message))),
             code => Err(Error::Server { code, message: resp.message }),
         }
@@ -422,6 +441,66 @@ impl Client {
             Some(response::Body::Create(c)) => Ok((c.path, c.stat.unwrap_or_default())),
             _ => Err(unexpected()),
         }
+    }
+
+    /// Creates a node with an ACL (`acl::parse("user:alice:rwcda")`; an
+    /// empty list inherits the parent's, as [`Client::create`] does).
+    pub async fn create_with_acl(
+        &self,
+        path: &str,
+        data: impl Into<Bytes>,
+        options: CreateOptions,
+        acl: Vec<Acl>,
+    ) -> Result<(String, Stat)> {
+        let mut op = create_op(path, data.into(), options);
+        op.acl = acl;
+        let resp = self.call(request::Body::Create(op)).await?;
+        match resp.body {
+            Some(response::Body::Create(c)) => Ok((c.path, c.stat.unwrap_or_default())),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// A node's ACL and stat (needs READ).
+    pub async fn get_acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
+        let resp = self.call(request::Body::GetAcl(Self::read(path, false, None))).await?;
+        match resp.body {
+            Some(response::Body::Acl(a)) => Ok((a.acl, a.stat.unwrap_or_default())),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Replaces a node's ACL (needs ADMIN), if its ACL version is `version`.
+    pub async fn set_acl(&self, path: &str, acl: Vec<Acl>, version: Option<i32>) -> Result<Stat> {
+        let resp = self.call(request::Body::SetAcl(SetAclOp { path: path.to_string(), acl, version })).await?;
+        match resp.body {
+            Some(response::Body::Set(s)) => Ok(s.stat.unwrap_or_default()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Adds a password user (superusers only). The password is hashed here
+    /// (`baton_proto::auth`); the cluster never sees it.
+    pub async fn add_user(&self, name: &str, password: &str) -> Result<()> {
+        let salt = baton_proto::auth::new_salt().map_err(Error::Invalid)?;
+        let hash = baton_proto::auth::hash_password(password, &salt);
+        let op = AddUserOp { name: name.to_string(), salt: salt.to_vec().into(), hash: hash.into() };
+        self.call(request::Body::AddUser(op)).await.map(|_| ())
+    }
+
+    /// Removes a password user (superusers only).
+    pub async fn remove_user(&self, name: &str) -> Result<()> {
+        self.call(request::Body::RemoveUser(RemoveUserOp { name: name.to_string() })).await.map(|_| ())
+    }
+
+    /// Password users (superusers only).
+    pub async fn list_users(&self) -> Result<Vec<String>> {
+        names_body(self.call(request::Body::ListUsers(Default::default())).await?)
+    }
+
+    /// This connection's identities (`world:anyone`, `x509:..`, `user:..`).
+    pub async fn whoami(&self) -> Result<Vec<String>> {
+        names_body(self.call(request::Body::Whoami(Default::default())).await?)
     }
 
     /// Sets a node's data, if its version is `version` (any when `None`).
@@ -582,6 +661,13 @@ fn data_len(body: &request::Body) -> Option<usize> {
             })
             .max(),
         _ => None,
+    }
+}
+
+fn names_body(resp: Response) -> Result<Vec<String>> {
+    match resp.body {
+        Some(response::Body::Names(n)) => Ok(n.names),
+        _ => Err(unexpected()),
     }
 }
 

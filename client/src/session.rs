@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::tls::BoxStream;
 use baton_proto::{
-    request, response, server_frame, AttachReq, ClientFrame, CreateSessionReq, ErrorCode, EventType, KeepaliveReq,
-    RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
+    request, response, server_frame, AttachReq, AuthReq, ClientFrame, CreateSessionReq, ErrorCode, EventType,
+    KeepaliveReq, RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -233,7 +233,7 @@ pub(crate) async fn start(
                     ev_tx,
                     state: state_tx,
                     pending: BTreeMap::new(),
-                    next_id: 2,
+                    next_id: 3,
                     next_seq: 1,
                     unacked: BTreeSet::new(),
                     watches: HashMap::new(),
@@ -260,6 +260,12 @@ pub(crate) async fn start(
             }
         }
     }
+}
+
+/// The `auth` request for `cfg`'s user, if it has one.
+fn auth_request(cfg: &ClientConfig, id: u64) -> Option<Request> {
+    let (user, password) = cfg.auth.clone()?;
+    Some(Request { id, body: Some(request::Body::Auth(AuthReq { user, password })), ..Default::default() })
 }
 
 /// Why a session could not be created on one member.
@@ -307,8 +313,12 @@ async fn create_session(
     let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
     let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
     let ms = cfg.session_timeout.as_millis().min(u32::MAX as u128) as u32;
+    // The identity first (it belongs to the connection), then the session.
+    if let Some(a) = auth_request(cfg, 1) {
+        w.send(encode(&a)).await?;
+    }
     let req = Request {
-        id: 1,
+        id: 2,
         body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: ms })),
         ..Default::default()
     };
@@ -318,7 +328,12 @@ async fn create_session(
     let resp = tokio::time::timeout(cfg.connect_timeout * 2, async {
         while let Some(frame) = r.next().await {
             if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame?) {
-                return Ok(resp);
+                if resp.id == 1 && resp.error != 0 {
+                    return Err(Failed::NoAuth(resp.message));
+                }
+                if resp.id != 1 {
+                    return Ok(resp);
+                }
             }
         }
         Err(Failed::Retry("connection closed".to_string()))
@@ -787,6 +802,16 @@ impl Actor {
         let (rd, wr) = tokio::io::split(s);
         spawn_reader(self.gen, rd, self.ev_tx.clone());
         let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
+        // The identity first: it belongs to the connection. Its answer is
+        // not awaited (requests on a connection are answered in order; a
+        // refused one shows as NO_AUTH on what follows).
+        if let Some(a) = auth_request(&self.cfg, self.next_id) {
+            self.next_id += 1;
+            if w.send(encode(&a)).await.is_err() {
+                self.ep += 1;
+                return;
+            }
+        }
         let id = self.next_id;
         self.next_id += 1;
         let watches = self.watches.values().filter(|w| !w.tx.is_closed()).map(|w| w.spec.clone()).collect();

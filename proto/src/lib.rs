@@ -8,6 +8,8 @@
 
 include!(concat!(env!("OUT_DIR"), "/baton.rs"));
 
+pub mod acl;
+pub mod auth;
 pub mod tls;
 
 /// The framing used on both ports: a 4-byte big-endian length, then the

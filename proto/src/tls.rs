@@ -129,6 +129,14 @@ pub fn cert_names_member(cert: &CertificateDer<'_>, id: u64) -> bool {
     ee.verify_is_valid_for_subject_name(&name).is_ok()
 }
 
+/// The subject common name of a (verified) client certificate: the
+/// client's `x509:` identity.
+pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, c) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let cn = c.subject().iter_common_name().next()?.as_str().ok()?.to_string();
+    Some(cn)
+}
+
 /// Dials TLS over `tcp`, verifying the server for `name`.
 pub async fn connect(
     cfg: Arc<rustls::ClientConfig>,

@@ -29,6 +29,8 @@ pub struct Config {
     pub request_timeout_ms: u64,
     /// Caps on what clients may hold (every one a flag).
     pub limits: Limits,
+    /// Identities that may do everything (acl.rs), e.g. `x509:admin`.
+    pub superusers: Vec<String>,
     /// Deliberate bugs (test builds only; see `faults`).
     pub faults: crate::faults::Faults,
 }

@@ -16,6 +16,7 @@
 //!
 //! See docs/architecture.md for the write and read paths end to end.
 
+pub mod acl;
 pub mod certs;
 pub mod cluster;
 pub mod config;

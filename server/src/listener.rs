@@ -24,7 +24,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use baton_proto::tls::BoxStream;
-use baton_proto::{server_frame, ClientFrame, ErrorCode, Response, ServerFrame};
+use baton_proto::{request, response, server_frame, AuthReq, ClientFrame, Empty, ErrorCode, Response, ServerFrame};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use tokio::net::TcpListener;
@@ -33,6 +33,7 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, warn};
 
+use crate::acl::Caller;
 use crate::config::Config;
 use crate::driver::{capped, fast_read, SharedState};
 use crate::message::{ConnTx, Input, QueueGauge};
@@ -44,11 +45,14 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 /// `state`: the driver's shared state, for answering local reads without a
 /// watch here (None: every request goes to the driver).
+/// `fast_reads`: answer local reads without a watch from `state` (off when
+/// deliberate bugs are on: those act in the driver).
 pub async fn serve(
     listener: TcpListener,
     input: Sender<Input>,
     cfg: Config,
-    state: Option<SharedState>,
+    state: SharedState,
+    fast_reads: bool,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
@@ -82,6 +86,7 @@ pub async fn serve(
             let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
             debug!(conn, %peer, "client connected");
             let _ = stream.set_nodelay(true);
+            let mut cert_name = None;
             let stream: BoxStream = match tls {
                 None => Box::new(stream),
                 Some(_) if !speaks_tls(&stream).await => {
@@ -95,7 +100,11 @@ pub async fn serve(
                     return;
                 }
                 Some(tls) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                    Ok(Ok(s)) => Box::new(s),
+                    Ok(Ok(s)) => {
+                        let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+                        cert_name = cert.and_then(baton_proto::tls::common_name);
+                        Box::new(s)
+                    }
                     Ok(Err(e)) => {
                         debug!(conn, %peer, "client TLS handshake failed: {e}");
                         return;
@@ -106,7 +115,7 @@ pub async fn serve(
                     }
                 },
             };
-            handle(conn, stream, input, &cfg, state).await;
+            handle(conn, stream, input, &cfg, state, fast_reads, cert_name).await;
             debug!(conn, "client disconnected");
         });
     }
@@ -119,16 +128,43 @@ async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
     matches!(tokio::time::timeout(HANDSHAKE_TIMEOUT, s.peek(&mut b)).await, Ok(Ok(1)) if b[0] == 0x16)
 }
 
+/// A password `auth`: checked off the runtime's threads (PBKDF2 is slow
+/// on purpose); on success the connection gains `user:<name>` (acl.rs).
+async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq) -> Response {
+    let (st, user, password) = (state.clone(), a.user.clone(), a.password.clone());
+    let ok = tokio::task::spawn_blocking(move || crate::driver::read(&st).verify_user(&user, &password))
+        .await
+        .unwrap_or(false);
+    let zxid = crate::driver::read(state).applied();
+    if ok {
+        tx.add_identity(format!("user:{}", a.user));
+        return Response { id, zxid, body: Some(response::Body::Empty(Empty {})), ..Default::default() };
+    }
+    let msg = format!("auth as {:?}: unknown user or wrong password", a.user);
+    Response { id, zxid, error: ErrorCode::NoAuth as i32, message: msg, ..Default::default() }
+}
+
 fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
     ServerFrame {
         frame: Some(server_frame::Frame::Response(Response { error: code as i32, message: msg, ..Default::default() })),
     }
 }
 
-async fn handle(conn: u64, stream: BoxStream, input: Sender<Input>, cfg: &Config, state: Option<SharedState>) {
+async fn handle(
+    conn: u64,
+    stream: BoxStream,
+    input: Sender<Input>,
+    cfg: &Config,
+    state: SharedState,
+    fast_reads: bool,
+    cert_name: Option<String>,
+) {
     let max_frame = cfg.max_frame;
     let (rd, wr) = tokio::io::split(stream);
     let (tx, rx) = ConnTx::new(cfg.limits.max_queued_bytes);
+    if let Some(cn) = cert_name {
+        tx.add_identity(format!("x509:{cn}"));
+    }
     let slots = Arc::new(Semaphore::new(cfg.limits.max_inflight));
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
         return;
@@ -173,7 +209,13 @@ async fn handle(conn: u64, stream: BoxStream, input: Sender<Input>, cfg: &Config
             continue;
         }
         permit.forget(); // returned by the writer when the response goes out
-        if let Some(resp) = state.as_ref().and_then(|st| fast_read(st, &req)) {
+        if let Some(request::Body::Auth(a)) = &req.body {
+            let resp = auth(&state, &tx, req.id, a).await;
+            let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
+            continue;
+        }
+        let caller = || Caller::new(tx.identities(), &cfg.superusers);
+        if let Some(resp) = fast_reads.then(|| fast_read(&state, &req, &caller())).flatten() {
             let resp = capped(resp, cfg.limits.max_reply_bytes);
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
             continue;

@@ -81,6 +81,10 @@ struct Timing {
     /// Largest response (bytes); larger ones are answered TOO_LARGE.
     #[arg(long, default_value_t = Limits::default().max_reply_bytes)]
     max_reply_bytes: usize,
+    /// An identity that may do everything: x509:NAME (a client
+    /// certificate's common name) or user:NAME (repeatable).
+    #[arg(long = "superuser")]
+    superusers: Vec<String>,
     /// Switch on a deliberate bug (harness tests only): stale-reads,
     /// ack-before-commit, no-fence-check, grant-without-predecessor,
     /// expire-without-grace.
@@ -108,6 +112,9 @@ impl Timing {
             format!("--max-multi-ops={}", self.max_multi_ops),
             format!("--max-reply-bytes={}", self.max_reply_bytes),
         ]
+        .into_iter()
+        .chain(self.superusers.iter().map(|s| format!("--superuser={s}")))
+        .collect()
     }
 
     fn faults(&self) -> anyhow::Result<baton_server::faults::Faults> {
@@ -280,6 +287,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             max_multi_ops: t.max_multi_ops.max(1),
             max_reply_bytes: t.max_reply_bytes.max(64 << 10),
         },
+        superusers: t.superusers.clone(),
         faults: t.faults()?,
     };
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
@@ -309,8 +317,9 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     rt.spawn(baton_server::transport::serve(peer_listener, in_tx.clone(), auth));
     // Local reads without a watch are answered by the listeners from the
     // shared state (not with deliberate bugs on: those act in the driver).
-    let shared = (!cfg.faults.any()).then(|| node.shared_state());
-    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), cfg.clone(), shared, client_tls));
+    let fast_reads = !cfg.faults.any();
+    let (state, lcfg) = (node.shared_state(), cfg.clone());
+    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls));
     let stop = in_tx.clone();
     rt.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};

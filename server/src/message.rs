@@ -22,11 +22,16 @@ use tokio_util::sync::CancellationToken;
 /// not queued and the connection is closed (`closed` fires; the listener
 /// ends both directions). A client that stops reading while its watches
 /// fire costs the member at most the limit, never its memory.
+///
+/// It also carries the connection's identities (acl.rs), shared by the
+/// listener (which adds them: a client certificate, a password `auth`) and
+/// the driver (which checks them).
 #[derive(Clone)]
 pub struct ConnTx {
     tx: UnboundedSender<ServerFrame>,
     gauge: Arc<QueueGauge>,
     limit: usize,
+    identities: Arc<std::sync::RwLock<Vec<String>>>,
 }
 
 /// What the writer of a connection shares with its senders (it holds no
@@ -52,7 +57,20 @@ impl QueueGauge {
 impl ConnTx {
     pub fn new(limit: usize) -> (ConnTx, UnboundedReceiver<ServerFrame>) {
         let (tx, rx) = unbounded_channel();
-        (ConnTx { tx, gauge: Default::default(), limit }, rx)
+        (ConnTx { tx, gauge: Default::default(), limit, identities: Default::default() }, rx)
+    }
+
+    /// The identities this connection has proven (not `world:anyone`).
+    pub fn identities(&self) -> Vec<String> {
+        self.identities.read().map(|v| v.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Adds a proven identity (once).
+    pub fn add_identity(&self, id: String) {
+        let mut v = self.identities.write().unwrap_or_else(|p| p.into_inner());
+        if !v.contains(&id) {
+            v.push(id);
+        }
     }
 
     /// Queues `f`; false when the connection is closed or just overflowed.

@@ -39,13 +39,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use baton_proto::{
-    command, op, parent_of, response, validate_path, CachedReply, CheckFenceOp, CheckOp, ClientWrite, ClusterRecord,
-    Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode, FenceRecord, MultiResp, NodeEntry,
-    NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp, Stat, MAX_DATA,
+    command, op, parent_of, response, validate_path, Acl, AclResp, AddUserOp, CachedReply, CheckFenceOp, CheckOp,
+    ClientWrite, ClusterRecord, Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode,
+    FenceRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp, Stat, UserRecord,
+    MAX_DATA,
 };
 use bytes::Bytes;
 use prost::Message as _;
 
+use crate::acl::{self, Caller};
 use crate::kv::{prefix_end, Batch, Kv, KvError};
 
 /// Replies kept per session for exactly-once (writes not yet acknowledged).
@@ -65,6 +67,7 @@ const PREFIX_SESSION: u8 = b's';
 const PREFIX_FENCE: u8 = b'f';
 /// One keyspace with raft_store.rs (h, c, t, p, e): `keys_are_distinct` checks.
 const KEY_CLUSTER: &[u8] = b"i";
+const PREFIX_USER: u8 = b'u';
 
 /// What a committed entry changed, for watches. `zxid` is the entry index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +94,8 @@ struct Node {
     data: Bytes,
     stat: Stat,
     next_seq: u64,
+    /// Empty: open to everyone (acl.rs).
+    acl: Vec<Acl>,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +123,7 @@ enum Undo {
     Fence(String, Option<u64>),
     Ephemeral { session: u64, path: String, added: bool },
     Child { parent: String, name: String, added: bool },
+    User(String, Option<(Bytes, Bytes)>),
 }
 
 /// The node tree, sessions and fences at `applied`.
@@ -131,6 +137,9 @@ pub struct StateMachine {
     fences: HashMap<String, u64>,
     /// The cluster's id and who joined it (cluster.rs).
     cluster: ClusterRecord,
+    /// Password users: name -> (salt, hash) (acl.rs).
+    users: BTreeMap<String, (Bytes, Bytes)>,
+    dirty_users: HashSet<String>,
     applied: u64,
     dirty_cluster: bool,
     dirty_nodes: HashSet<String>,
@@ -157,6 +166,8 @@ impl StateMachine {
             sessions: BTreeMap::new(),
             fences: HashMap::new(),
             cluster: ClusterRecord::default(),
+            users: BTreeMap::new(),
+            dirty_users: HashSet::new(),
             applied: 0,
             dirty_cluster: false,
             dirty_nodes: HashSet::new(),
@@ -244,6 +255,32 @@ impl StateMachine {
             Some(n) => Ok(n),
             None => err(ErrorCode::NoNode, format!("{path} does not exist")),
         }
+    }
+
+    /// A node's ACL and stat, if `caller` may read it.
+    pub fn get_acl(&self, path: &str, caller: &Caller) -> Result<AclResp, OpError> {
+        let n = self.lookup(path)?;
+        caller.check(&n.acl, acl::READ, "get-acl", path)?;
+        Ok(AclResp { acl: n.acl.clone(), stat: Some(full_stat(n)) })
+    }
+
+    /// Checks that `caller` may read `path` (no node: Ok, the read itself
+    /// answers NO_NODE).
+    pub fn check_read(&self, path: &str, caller: &Caller, what: &str) -> Result<(), OpError> {
+        match self.nodes.get(path) {
+            Some(n) => caller.check(&n.acl, acl::READ, what, path),
+            None => Ok(()),
+        }
+    }
+
+    /// True when `user` exists and `password` is theirs.
+    pub fn verify_user(&self, user: &str, password: &str) -> bool {
+        self.users.get(user).is_some_and(|(salt, hash)| baton_proto::auth::verify_password(password, salt, hash))
+    }
+
+    /// Password users, by name.
+    pub fn user_names(&self) -> Vec<String> {
+        self.users.keys().cloned().collect()
     }
 
     /// The cluster's id (empty until set) and the members that joined it.
@@ -367,7 +404,8 @@ impl StateMachine {
             out.ended_sessions.push(sid);
             return Response { zxid: index, body: Some(response::Body::Empty(Empty {})), ..Default::default() };
         }
-        let mut txn = Txn { sm: self, undo: Vec::new(), changes: Vec::new(), index, time, session: sid };
+        let caller = Caller { identities: w.identities.clone(), superuser: w.superuser };
+        let mut txn = Txn { sm: self, undo: Vec::new(), changes: Vec::new(), index, time, session: sid, caller };
         let result = txn.run(w);
         let (resp, changes) = match result {
             Ok(body) => {
@@ -464,6 +502,10 @@ impl StateMachine {
             let rec = FenceRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt fence: {e}")))?;
             sm.fences.insert(rec.resource, rec.token);
         }
+        for (_, v) in kv.scan_prefix(&[PREFIX_USER])? {
+            let u = UserRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt user: {e}")))?;
+            sm.users.insert(u.name, (u.salt, u.hash));
+        }
         if let Some(b) = kv.get(KEY_CLUSTER)? {
             sm.cluster = ClusterRecord::decode(b.as_slice()).map_err(|e| KvError(format!("corrupt cluster: {e}")))?;
         }
@@ -496,13 +538,14 @@ impl StateMachine {
     /// Stages every change since the last flush, and the applied index.
     pub fn flush(&mut self, batch: &mut Batch) {
         if self.dirty_all {
-            for prefix in [PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE] {
+            for prefix in [PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, PREFIX_USER] {
                 batch.delete_range(vec![prefix], prefix_end(&[prefix]));
             }
             self.dirty_nodes = self.nodes.keys().cloned().collect();
             self.dirty_sessions = self.sessions.keys().copied().collect();
             self.dirty_fences = self.fences.keys().cloned().collect();
             self.dirty_cluster = true;
+            self.dirty_users = self.users.keys().cloned().collect();
             self.dirty_all = false;
         }
         for path in self.dirty_nodes.drain() {
@@ -527,6 +570,17 @@ impl StateMachine {
                 None => batch.delete(key),
             }
         }
+        for name in self.dirty_users.drain() {
+            let mut key = vec![PREFIX_USER];
+            key.extend_from_slice(name.as_bytes());
+            match self.users.get(&name) {
+                Some((salt, hash)) => {
+                    let rec = UserRecord { name: name.clone(), salt: salt.clone(), hash: hash.clone() };
+                    batch.put(key, rec.encode_to_vec())
+                }
+                None => batch.delete(key),
+            }
+        }
         if std::mem::take(&mut self.dirty_cluster) {
             batch.put(KEY_CLUSTER, self.cluster.encode_to_vec());
         }
@@ -547,6 +601,11 @@ impl StateMachine {
             sessions: self.sessions.iter().map(|(id, s)| session_record(*id, s)).collect(),
             fences,
             cluster: (!self.cluster.cluster_id.is_empty()).then(|| self.cluster.clone()),
+            users: self
+                .users
+                .iter()
+                .map(|(n, (s, h))| UserRecord { name: n.clone(), salt: s.clone(), hash: h.clone() })
+                .collect(),
         }
         .encode_to_vec()
     }
@@ -568,6 +627,9 @@ impl StateMachine {
             sm.fences.insert(f.resource, f.token);
         }
         sm.cluster = snap.cluster.unwrap_or_default();
+        for u in snap.users {
+            sm.users.insert(u.name, (u.salt, u.hash));
+        }
         sm.rebuild_derived();
         sm.dirty_all = true;
         sm.faults = self.faults;
@@ -595,6 +657,15 @@ impl StateMachine {
                 s.num_children
             ));
         }
+        let mut acls: Vec<(&String, &Node)> = self.nodes.iter().filter(|(_, n)| !n.acl.is_empty()).collect();
+        acls.sort_by(|a, b| a.0.cmp(b.0));
+        for (p, n) in acls {
+            let acl: Vec<String> = n.acl.iter().map(acl::format).collect();
+            out.push_str(&format!("acl {p} {}\n", acl.join(",")));
+        }
+        for name in self.users.keys() {
+            out.push_str(&format!("user {name}\n"));
+        }
         for (id, s) in &self.sessions {
             out.push_str(&format!("session {id} timeout={} ephemerals={:?}\n", s.timeout_ms, s.ephemerals));
         }
@@ -619,6 +690,8 @@ struct Txn<'a> {
     index: u64,
     time: i64,
     session: u64,
+    /// Whose write this is, for ACL checks (acl.rs).
+    caller: Caller,
 }
 
 /// A failed write: code, message, and (for multi) the per-op results.
@@ -635,6 +708,9 @@ impl Txn<'_> {
             Some(W::Set(s)) => single(self.set(s).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
             Some(W::Delete(d)) => single(self.delete(d).map(|_| response::Body::Empty(Empty {}))),
             Some(W::Multi(m)) => self.multi(&m.ops),
+            Some(W::SetAcl(a)) => single(self.set_acl(a).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
+            Some(W::AddUser(u)) => single(self.add_user(u).map(|_| response::Body::Empty(Empty {}))),
+            Some(W::RemoveUser(u)) => single(self.remove_user(&u.name).map(|_| response::Body::Empty(Empty {}))),
             Some(W::CloseSession(_)) | None => Err(Box::new((ErrorCode::BadRequest, "unknown write".into(), None))),
         }
     }
@@ -650,6 +726,9 @@ impl Txn<'_> {
                 Some(op::Op::Delete(d)) => self.delete(d).map(|_| OpResult::default()),
                 Some(op::Op::Check(c)) => self.check(c).map(|_| OpResult::default()),
                 Some(op::Op::CheckFence(f)) => self.check_fence(f).map(|_| OpResult::default()),
+                Some(op::Op::SetAcl(a)) => {
+                    self.set_acl(a).map(|stat| OpResult { stat: Some(stat), ..Default::default() })
+                }
                 None => err(ErrorCode::BadRequest, "empty op"),
             };
             match r {
@@ -687,9 +766,12 @@ impl Txn<'_> {
             }
         }
         let p = &self.sm.nodes[&parent];
+        self.caller.check(&p.acl, acl::CREATE, "create in", &parent)?;
         if p.stat.ephemeral_owner != 0 {
             return err(ErrorCode::NoChildrenForEphemerals, format!("{parent} is ephemeral and cannot have children"));
         }
+        acl::validate(&c.acl)?;
+        let node_acl = if c.acl.is_empty() { p.acl.clone() } else { self.caller.expand(&c.acl)? };
         if !c.sequential && ends_in_sequence(base_name(&c.path)) {
             return err(
                 ErrorCode::InvalidPath,
@@ -715,7 +797,7 @@ impl Txn<'_> {
             return err(ErrorCode::NodeExists, format!("{path} exists"));
         }
         let owner = if c.ephemeral { self.session } else { 0 };
-        self.insert_node(&parent, &path, c.data.clone(), owner, c.sequential.then_some(seq + 1));
+        self.insert_node(&parent, &path, c.data.clone(), owner, c.sequential.then_some(seq + 1), node_acl);
         Ok((path.clone(), full_stat(&self.sm.nodes[&path])))
     }
 
@@ -726,18 +808,21 @@ impl Txn<'_> {
             missing.push(cur.to_string());
             cur = parent_of(cur).unwrap_or("/");
         }
-        if self.sm.nodes[cur].stat.ephemeral_owner != 0 {
+        let top = &self.sm.nodes[cur];
+        self.caller.check(&top.acl, acl::CREATE, "create in", cur)?;
+        if top.stat.ephemeral_owner != 0 {
             return err(ErrorCode::NoChildrenForEphemerals, format!("{cur} is ephemeral and cannot have children"));
         }
+        let inherited = top.acl.clone();
         for p in missing.iter().rev() {
             let parent = parent_of(p).unwrap_or("/").to_string();
-            self.insert_node(&parent, p, Bytes::new(), 0, None);
+            self.insert_node(&parent, p, Bytes::new(), 0, None, inherited.clone());
         }
         Ok(())
     }
 
     /// `next_seq`: the parent's counter after a sequential create.
-    fn insert_node(&mut self, parent: &str, path: &str, data: Bytes, owner: u64, next_seq: Option<u64>) {
+    fn insert_node(&mut self, parent: &str, path: &str, data: Bytes, owner: u64, next_seq: Option<u64>, acl: Vec<Acl>) {
         self.save_node(parent);
         self.save_node(path);
         let (index, time) = (self.index, self.time);
@@ -760,7 +845,7 @@ impl Txn<'_> {
         };
         self.sm.kids.entry(parent.to_string()).or_default().insert(base_name(path).to_string());
         self.undo.push(Undo::Child { parent: parent.to_string(), name: base_name(path).to_string(), added: true });
-        self.sm.nodes.insert(path.to_string(), Node { data, stat, next_seq: 0 });
+        self.sm.nodes.insert(path.to_string(), Node { data, stat, next_seq: 0, acl });
         if owner != 0 {
             if let Some(s) = self.sm.sessions.get_mut(&owner) {
                 if s.ephemerals.insert(path.to_string()) {
@@ -778,6 +863,7 @@ impl Txn<'_> {
             return err(ErrorCode::TooLarge, format!("data is {} bytes, over {MAX_DATA}", s.data.len()));
         }
         let n = self.sm.lookup(&s.path)?;
+        self.caller.check(&n.acl, acl::WRITE, "set", &s.path)?;
         check_version(&s.path, n, s.version)?;
         self.save_node(&s.path);
         let (index, time) = (self.index, self.time);
@@ -797,6 +883,8 @@ impl Txn<'_> {
             return err(ErrorCode::InvalidPath, "/ cannot be deleted");
         }
         let n = self.sm.lookup(&d.path)?;
+        let parent_acl = parent_of(&d.path).and_then(|p| self.sm.nodes.get(p)).map(|p| p.acl.as_slice()).unwrap_or(&[]);
+        self.caller.check(parent_acl, acl::DELETE, "delete", &d.path)?;
         check_version(&d.path, n, d.version)?;
         if n.stat.num_children > 0 {
             return err(ErrorCode::NotEmpty, format!("{} has {} children", d.path, n.stat.num_children));
@@ -816,6 +904,58 @@ impl Txn<'_> {
         let mut changes = Vec::new();
         self.sm.remove_node(&d.path, self.index, &mut changes);
         self.changes.extend(changes);
+        Ok(())
+    }
+
+    fn set_acl(&mut self, a: &baton_proto::SetAclOp) -> Result<Stat, OpError> {
+        check_path(&a.path)?;
+        acl::validate(&a.acl)?;
+        let n = self.sm.lookup(&a.path)?;
+        self.caller.check(&n.acl, acl::ADMIN, "set-acl", &a.path)?;
+        if let Some(v) = a.version {
+            if v != n.stat.aversion {
+                return err(
+                    ErrorCode::BadVersion,
+                    format!("{}'s ACL is at version {}, not {v}", a.path, n.stat.aversion),
+                );
+            }
+        }
+        let new = self.caller.expand(&a.acl)?;
+        self.save_node(&a.path);
+        let n = self.sm.nodes.get_mut(&a.path).ok_or((ErrorCode::Internal, "vanished".to_string()))?;
+        n.acl = new;
+        n.stat.aversion += 1;
+        Ok(full_stat(n))
+    }
+
+    fn superuser_only(&self, what: &str) -> Result<(), OpError> {
+        if self.caller.superuser {
+            return Ok(());
+        }
+        err(ErrorCode::NoAuth, format!("{what} needs a superuser (--superuser)"))
+    }
+
+    fn add_user(&mut self, u: &AddUserOp) -> Result<(), OpError> {
+        self.superuser_only("add-user")?;
+        if u.name.is_empty() || u.name.len() > 256 || u.name.contains(':') || u.name.chars().any(char::is_control) {
+            return err(ErrorCode::BadRequest, "a user name is 1..256 characters, no ':' or control characters");
+        }
+        if self.sm.users.contains_key(&u.name) {
+            return err(ErrorCode::NodeExists, format!("user {} exists", u.name));
+        }
+        self.undo.push(Undo::User(u.name.clone(), None));
+        self.sm.users.insert(u.name.clone(), (u.salt.clone(), u.hash.clone()));
+        self.sm.dirty_users.insert(u.name.clone());
+        Ok(())
+    }
+
+    fn remove_user(&mut self, name: &str) -> Result<(), OpError> {
+        self.superuser_only("remove-user")?;
+        let Some(prev) = self.sm.users.remove(name) else {
+            return err(ErrorCode::NoNode, format!("no user {name}"));
+        };
+        self.undo.push(Undo::User(name.to_string(), Some(prev)));
+        self.sm.dirty_users.insert(name.to_string());
         Ok(())
     }
 
@@ -860,6 +1000,14 @@ impl Txn<'_> {
                     }
                     None => {
                         self.sm.fences.remove(&name);
+                    }
+                },
+                Undo::User(name, prev) => match prev {
+                    Some(v) => {
+                        self.sm.users.insert(name, v);
+                    }
+                    None => {
+                        self.sm.users.remove(&name);
                     }
                 },
                 Undo::Child { parent, name, added } => {
@@ -908,7 +1056,7 @@ fn ends_in_sequence(name: &str) -> bool {
 }
 
 fn root_node() -> Node {
-    Node { data: Bytes::new(), stat: Stat::default(), next_seq: 0 }
+    Node { data: Bytes::new(), stat: Stat::default(), next_seq: 0, acl: Vec::new() }
 }
 
 fn full_stat(n: &Node) -> Stat {
@@ -931,11 +1079,11 @@ fn session_key(id: u64) -> Vec<u8> {
 }
 
 fn node_record(n: &Node) -> NodeRecord {
-    NodeRecord { data: n.data.clone(), stat: Some(n.stat), next_seq: n.next_seq }
+    NodeRecord { data: n.data.clone(), stat: Some(n.stat), next_seq: n.next_seq, acl: n.acl.clone() }
 }
 
 fn node_from_record(r: NodeRecord) -> Node {
-    Node { data: r.data, stat: r.stat.unwrap_or_default(), next_seq: r.next_seq }
+    Node { data: r.data, stat: r.stat.unwrap_or_default(), next_seq: r.next_seq, acl: r.acl }
 }
 
 fn session_record(id: u64, s: &Session) -> SessionRecord {

@@ -321,6 +321,9 @@ impl Runner {
             seq,
             acked_below,
             secret: Bytes::from_static(SECRET),
+            // Golden scripts run without ACLs (acl.rs has its own tests).
+            identities: Vec::new(),
+            superuser: false,
             op: Some(write_op),
         }));
         Ok(())
@@ -463,6 +466,7 @@ fn parse_op(words: &[&str]) -> Result<op::Op, String> {
             ephemeral: flags.0,
             sequential: flags.1,
             parents: flags.2,
+            acl: Vec::new(),
         }),
         ("set", [path, d]) => op::Op::Set(SetOp { path: path.to_string(), data: data(Some(d)), version }),
         ("delete", [path]) => op::Op::Delete(DeleteOp { path: path.to_string(), version }),

@@ -29,6 +29,12 @@ struct Cli {
     /// TLS: the private key of --cert (PEM).
     #[arg(long, env = "BATON_KEY", global = true, requires = "cert")]
     key: Option<std::path::PathBuf>,
+    /// Authenticate as this password user (identity `user:NAME`).
+    #[arg(long, env = "BATON_USER", global = true, requires = "password")]
+    user: Option<String>,
+    /// The password of --user (prefer the environment variable).
+    #[arg(long, env = "BATON_PASSWORD", global = true, hide_env_values = true)]
+    password: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -48,6 +54,19 @@ enum Cmd {
         /// Create missing parents.
         #[arg(long)]
         parents: bool,
+        /// ACL, e.g. `user:alice:rwcda,world:anyone:r` (default: the parent's).
+        #[arg(long)]
+        acl: Option<String>,
+    },
+    /// Read or change a node's ACL.
+    Acl {
+        #[command(subcommand)]
+        cmd: AclCmd,
+    },
+    /// Password users (superusers only) and this client's identities.
+    Auth {
+        #[command(subcommand)]
+        cmd: AuthCmd,
     },
     /// Print a node's data.
     Get {
@@ -143,6 +162,33 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum AclCmd {
+    /// Print a node's ACL, one entry per line (ID:PERMS, perms of rwcda).
+    Get { path: String },
+    /// Replace a node's ACL, e.g. `user:alice:rwcda,world:anyone:r`.
+    Set {
+        path: String,
+        acl: String,
+        /// Only if the ACL is at this version (stat aversion).
+        #[arg(long)]
+        version: Option<i32>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AuthCmd {
+    /// Add a password user; the password comes from BATON_NEW_PASSWORD or
+    /// the first line of stdin.
+    AddUser { name: String },
+    /// Remove a password user.
+    RemoveUser { name: String },
+    /// List password users.
+    ListUsers,
+    /// Print this client's identities.
+    Whoami,
+}
+
 /// What `baton lock` / `baton elect` do with the command while the session
 /// is suspended (Curator's connection-state error policies).
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +269,8 @@ async fn main() {
 
 /// TLS settings from --cacert/--cert/--key, set once at start.
 static TLS: std::sync::OnceLock<Option<ClientTls>> = std::sync::OnceLock::new();
+/// --user and --password, set once at start.
+static AUTH: std::sync::OnceLock<Option<(String, String)>> = std::sync::OnceLock::new();
 
 fn tls() -> Option<&'static ClientTls> {
     TLS.get().and_then(Option::as_ref)
@@ -230,11 +278,10 @@ fn tls() -> Option<&'static ClientTls> {
 
 /// A client configuration for `endpoints` with the command line's TLS.
 fn config(endpoints: &[String]) -> ClientConfig {
-    let cfg = ClientConfig::new(endpoints.to_vec());
-    match tls() {
-        Some(t) => cfg.tls(t.clone()),
-        None => cfg,
-    }
+    let mut cfg = ClientConfig::new(endpoints.to_vec());
+    cfg.tls = tls().cloned();
+    cfg.auth = AUTH.get().cloned().flatten();
+    cfg
 }
 
 fn load_tls(cli: &Cli) -> anyhow::Result<Option<ClientTls>> {
@@ -257,6 +304,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let j = cli.json;
     let _ = TLS.set(load_tls(&cli)?);
+    let _ = AUTH.set(cli.user.clone().zip(cli.password.clone()));
     match cli.cmd {
         Cmd::Status => return status(&endpoints, j).await,
         Cmd::Bench { workload, clients, duration, size } => {
@@ -287,12 +335,64 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
     match cmd {
-        Cmd::Create { path, data, ephemeral, sequential, parents } => {
-            let (p, s) = c.create(&path, data.into_bytes(), CreateOptions { ephemeral, sequential, parents }).await?;
+        Cmd::Create { path, data, ephemeral, sequential, parents, acl } => {
+            let opts = CreateOptions { ephemeral, sequential, parents };
+            let acl = match acl {
+                Some(a) => baton_client::acl::parse(&a).map_err(|e| anyhow::anyhow!("--acl: {e}"))?,
+                None => Vec::new(),
+            };
+            let (p, s) = c.create_with_acl(&path, data.into_bytes(), opts, acl).await?;
             if j {
                 println!("{}", json!({"path": p, "stat": stat_json(&s)}));
             } else {
                 println!("{p}");
+            }
+        }
+        Cmd::Acl { cmd: AclCmd::Get { path } } => {
+            let (acl, s) = c.get_acl(&path).await?;
+            let entries: Vec<String> = acl.iter().map(baton_client::acl::format).collect();
+            if j {
+                println!("{}", json!({"path": path, "acl": entries, "aversion": s.aversion}));
+            } else if entries.is_empty() {
+                println!("world:anyone:rwcda (open: no ACL)");
+            } else {
+                for e in entries {
+                    println!("{e}");
+                }
+            }
+        }
+        Cmd::Acl { cmd: AclCmd::Set { path, acl, version } } => {
+            let acl = baton_client::acl::parse(&acl).map_err(|e| anyhow::anyhow!("ACL: {e}"))?;
+            let s = c.set_acl(&path, acl, version).await?;
+            println!("aversion {}", s.aversion);
+        }
+        Cmd::Auth { cmd: AuthCmd::AddUser { name } } => {
+            let password = match std::env::var("BATON_NEW_PASSWORD") {
+                Ok(p) => p,
+                Err(_) => {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line)?;
+                    line.trim_end_matches(['\r', '\n']).to_string()
+                }
+            };
+            if password.is_empty() {
+                anyhow::bail!("no password (BATON_NEW_PASSWORD or a line on stdin)");
+            }
+            c.add_user(&name, &password).await?;
+            println!("user {name} added");
+        }
+        Cmd::Auth { cmd: AuthCmd::RemoveUser { name } } => {
+            c.remove_user(&name).await?;
+            println!("user {name} removed");
+        }
+        Cmd::Auth { cmd: AuthCmd::ListUsers } => {
+            for u in c.list_users().await? {
+                println!("{u}");
+            }
+        }
+        Cmd::Auth { cmd: AuthCmd::Whoami } => {
+            for i in c.whoami().await? {
+                println!("{i}");
             }
         }
         Cmd::Get { path, stale } => {

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{
     client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
-    ExistsResp, ExpireSessions, GetResp, NewSession, Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
-    WatchSpec,
+    ExistsResp, ExpireSessions, GetResp, NamesResp, NewSession, Request, Response, ServerFrame, StatusResp, WatchEvent,
+    WatchKind, WatchSpec,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -55,6 +55,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tracing::{debug, error, info, warn};
 
+use crate::acl::Caller;
 use crate::config::Config;
 use crate::kv::{Batch, Kv};
 use crate::message::{ConnId, ConnTx, Input, PeerOut, PeerSink};

@@ -14,6 +14,12 @@ impl Driver {
         c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) });
     }
 
+    /// Who is asking on `conn` (acl.rs).
+    pub(super) fn caller(&self, conn: ConnId) -> Caller {
+        let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
+        Caller::new(ids, &self.cfg.superusers)
+    }
+
     /// Room for `n` more watches on `conn` (the `max_watches` cap).
     fn watch_room(&self, conn: ConnId, n: usize) -> Result<(), (ErrorCode, String)> {
         let (has, max) = (self.watches.count(conn), self.cfg.limits.max_watches);
@@ -98,7 +104,7 @@ impl Driver {
                 self.reads.push(Deferred { conn, req, since: now, min_index });
             }
             Some(B::Keepalive(_)) => self.on_keepalive(conn, id, session, now),
-            Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => {
+            Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => {
                 let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| self.watch_room(conn, 1)));
                 if let Some(Err((code, msg))) = checked {
                     return self.reply_err(conn, id, code, msg);
@@ -113,7 +119,11 @@ impl Driver {
                 let Some(spec) = w.watch.clone() else {
                     return self.reply_err(conn, id, ErrorCode::BadRequest, "add_watch without a watch");
                 };
-                if let Err((code, msg)) = check_spec(&spec).and_then(|_| self.watch_room(conn, 1)) {
+                let caller = self.caller(conn);
+                let allowed = check_spec(&spec)
+                    .and_then(|_| self.watch_room(conn, 1))
+                    .and_then(|_| self.sm().check_read(&spec.path, &caller, "watch"));
+                if let Err((code, msg)) = allowed {
                     return self.reply_err(conn, id, code, msg);
                 }
                 let st = self.state();
@@ -124,11 +134,30 @@ impl Driver {
                 self.watches.remove(conn, rw.watch_id);
                 self.reply_ok(conn, id);
             }
+            Some(B::Auth(_)) => {
+                self.reply_err(conn, id, ErrorCode::BadRequest, "auth is answered by the listener; retry")
+            }
+            Some(B::Whoami(_)) => {
+                let mut names = vec![crate::acl::ANYONE.to_string()];
+                names.extend(self.caller(conn).identities);
+                let body = response::Body::Names(NamesResp { names });
+                self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
+            }
+            Some(B::ListUsers(_)) => {
+                if !self.caller(conn).superuser {
+                    return self.reply_err(conn, id, ErrorCode::NoAuth, "list-users needs a superuser (--superuser)");
+                }
+                let body = response::Body::Names(NamesResp { names: self.sm().user_names() });
+                self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
+            }
             Some(B::CloseSession(_))
             | Some(B::Create(_))
             | Some(B::Set(_))
             | Some(B::Delete(_))
-            | Some(B::Multi(_)) => {
+            | Some(B::Multi(_))
+            | Some(B::SetAcl(_))
+            | Some(B::AddUser(_))
+            | Some(B::RemoveUser(_)) => {
                 let Some(sid) = session else {
                     return self.reply_err(
                         conn,
@@ -149,14 +178,20 @@ impl Driver {
                     Some(B::Set(s)) => client_write::Op::Set(s),
                     Some(B::Delete(d)) => client_write::Op::Delete(d),
                     Some(B::Multi(m)) => client_write::Op::Multi(m),
+                    Some(B::SetAcl(a)) => client_write::Op::SetAcl(a),
+                    Some(B::AddUser(u)) => client_write::Op::AddUser(u),
+                    Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
                     _ => return,
                 };
+                let caller = self.caller(conn);
                 let cmd = Command {
                     body: Some(command::Body::Write(ClientWrite {
                         session_id: sid,
                         seq: req.seq,
                         acked_below: req.acked_below,
                         secret,
+                        identities: caller.identities,
+                        superuser: caller.superuser,
                         op: Some(op),
                     })),
                     ..Default::default()
@@ -219,22 +254,27 @@ impl Driver {
     pub(super) fn serve(&mut self, conn: ConnId, req: &Request, now: Instant) {
         use request::Body as B;
         let id = req.id;
+        let caller = self.caller(conn);
         let (zxid, result) = {
             let sm = self.sm();
             let zxid = sm.applied();
             let result: Result<response::Body, (ErrorCode, String)> = match &req.body {
-                Some(B::Get(_)) | Some(B::Exists(_)) => local_read(&sm, &req.body),
-                Some(B::Children(r)) => sm.children(&r.path).map(|(mut children, stat)| {
-                    if self.cfg.faults.grant_without_predecessor() {
-                        let me = self.conns.get(&conn).and_then(|c| c.session).unwrap_or(0);
-                        children.retain(|k| {
-                            let owner =
-                                sm.stat_of(&format!("{}/{k}", r.path.trim_end_matches('/'))).map(|s| s.ephemeral_owner);
-                            owner.is_none_or(|o| o == 0 || o == me)
-                        });
-                    }
-                    response::Body::Children(ChildrenResp { children, stat: Some(stat) })
-                }),
+                Some(B::Get(_)) | Some(B::Exists(_)) | Some(B::GetAcl(_)) => local_read(&sm, &req.body, &caller),
+                Some(B::Children(r)) => sm
+                    .check_read(&r.path, &caller, "children")
+                    .and_then(|_| sm.children(&r.path))
+                    .map(|(mut children, stat)| {
+                        if self.cfg.faults.grant_without_predecessor() {
+                            let me = self.conns.get(&conn).and_then(|c| c.session).unwrap_or(0);
+                            children.retain(|k| {
+                                let owner = sm
+                                    .stat_of(&format!("{}/{k}", r.path.trim_end_matches('/')))
+                                    .map(|s| s.ephemeral_owner);
+                                owner.is_none_or(|o| o == 0 || o == me)
+                            });
+                        }
+                        response::Body::Children(ChildrenResp { children, stat: Some(stat) })
+                    }),
                 Some(B::Attach(_)) => Ok(response::Body::Empty(Empty {})),
                 _ => Err((ErrorCode::BadRequest, "not a read".into())),
             };
@@ -344,6 +384,7 @@ fn precheck_write(req: &Request, max_ops: usize) -> Option<(ErrorCode, String)> 
             data = s.data.len();
         }
         Some(B::Delete(d)) => paths.push(&d.path),
+        Some(B::SetAcl(a)) => paths.push(&a.path),
         Some(B::Multi(m)) => {
             for o in &m.ops {
                 match &o.op {
@@ -357,6 +398,7 @@ fn precheck_write(req: &Request, max_ops: usize) -> Option<(ErrorCode, String)> 
                     }
                     Some(baton_proto::op::Op::Delete(d)) => paths.push(&d.path),
                     Some(baton_proto::op::Op::Check(c)) => paths.push(&c.path),
+                    Some(baton_proto::op::Op::SetAcl(a)) => paths.push(&a.path),
                     Some(baton_proto::op::Op::CheckFence(_)) => {}
                     None => return Some((ErrorCode::BadRequest, "empty op in multi".into())),
                 }
@@ -379,14 +421,23 @@ fn precheck_write(req: &Request, max_ops: usize) -> Option<(ErrorCode, String)> 
 }
 
 /// A get or exists answered from local state (no watch, no session needed).
-pub fn local_read(sm: &StateMachine, body: &Option<request::Body>) -> Result<response::Body, (ErrorCode, String)> {
+pub fn local_read(
+    sm: &StateMachine,
+    body: &Option<request::Body>,
+    caller: &Caller,
+) -> Result<response::Body, (ErrorCode, String)> {
     use request::Body as B;
     match body {
-        Some(B::Get(r)) => sm.get(&r.path).map(|(data, stat)| response::Body::Get(GetResp { data, stat: Some(stat) })),
+        Some(B::Get(r)) => sm
+            .check_read(&r.path, caller, "get")
+            .and_then(|_| sm.get(&r.path))
+            .map(|(data, stat)| response::Body::Get(GetResp { data, stat: Some(stat) })),
         Some(B::Exists(r)) => sm.exists(&r.path).map(|stat| response::Body::Exists(ExistsResp { stat })),
         Some(B::Children(r)) => sm
-            .children(&r.path)
+            .check_read(&r.path, caller, "children")
+            .and_then(|_| sm.children(&r.path))
             .map(|(children, stat)| response::Body::Children(ChildrenResp { children, stat: Some(stat) })),
+        Some(B::GetAcl(r)) => sm.get_acl(&r.path, caller).map(response::Body::Acl),
         _ => Err((ErrorCode::BadRequest, "not a read".into())),
     }
 }
@@ -394,10 +445,10 @@ pub fn local_read(sm: &StateMachine, body: &Option<request::Body>) -> Result<res
 /// The listener's fast path: a local read without a watch, answered from
 /// the shared state without waiting for the driver thread (which may be in
 /// an fsync). Linearizable reads and anything with a watch go to the driver.
-pub fn fast_read(state: &SharedState, req: &Request) -> Option<Response> {
+pub fn fast_read(state: &SharedState, req: &Request, caller: &Caller) -> Option<Response> {
     use request::Body as B;
     let r = match &req.body {
-        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) => r,
+        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => r,
         _ => return None,
     };
     if !r.stale || r.watch.is_some() {
@@ -405,7 +456,7 @@ pub fn fast_read(state: &SharedState, req: &Request) -> Option<Response> {
     }
     let sm = read(state);
     let zxid = sm.applied();
-    Some(match local_read(&sm, &req.body) {
+    Some(match local_read(&sm, &req.body, caller) {
         Ok(body) => Response { id: req.id, zxid, body: Some(body), ..Default::default() },
         Err((code, msg)) => {
             let mut resp = error_response(zxid, code, msg);

@@ -298,6 +298,7 @@ impl Sim {
             max_session_ms: 120_000,
             request_timeout_ms: 4000,
             limits: Default::default(),
+            superusers: Vec::new(),
             faults: self.opts.faults,
         }
     }

@@ -1,0 +1,126 @@
+//! Who may do what (server/src/acl.rs): identities from client
+//! certificates and passwords, per-node ACLs inherited at create time, a
+//! lock restricted to one user, users managed by a superuser; through the
+//! Rust client and the CLI, on a TLS cluster of real processes.
+
+use std::process::Command;
+use std::time::Duration;
+
+use baton_client::{acl, Client, ClientTls, CreateOptions, Error, ErrorCode};
+use baton_tests::{baton_bin, Cluster};
+
+fn no_auth<T>(r: Result<T, Error>, what: &str) -> String {
+    match r {
+        Err(Error::NoAuth(msg)) => msg,
+        Err(e) => panic!("{what}: expected NoAuth, got {e}"),
+        Ok(_) => panic!("{what}: expected NoAuth, it was allowed"),
+    }
+}
+
+/// A client with a certificate named `cn` (not a superuser) and, if given,
+/// a password user.
+async fn guest(c: &Cluster, cn: &str, user: Option<(&str, &str)>) -> Result<Client, Error> {
+    let tls = c.tls.as_ref().expect("tls");
+    let files = tls.ca.client(cn).expect("certificate");
+    let ct = ClientTls::load(&tls.ca.ca, Some((&files.cert, &files.key))).expect("tls");
+    let mut cfg = baton_client::ClientConfig::new(c.endpoints()).tls(ct).op_timeout(Duration::from_secs(10));
+    if let Some((u, p)) = user {
+        cfg = cfg.auth(u, p);
+    }
+    Client::connect_with(cfg).await
+}
+
+#[tokio::test]
+async fn a10_acls_allow_and_deny_as_documented() {
+    let c = Cluster::start_tls(3, &["--superuser=x509:admin"]).await;
+    let admin = c.client().await;
+    assert!(admin.whoami().await.expect("whoami").contains(&"x509:admin".to_string()));
+    admin.add_user("alice", "alice-pw").await.expect("add alice");
+    admin.add_user("bob", "bob-pw").await.expect("add bob");
+    assert_eq!(admin.list_users().await.expect("list"), vec!["alice".to_string(), "bob".to_string()]);
+
+    // A lock directory for alice only (and the admin).
+    let billing = acl::parse("user:alice:rcd,x509:admin:rwcda").expect("acl");
+    admin.create("/_baton", "", CreateOptions::persistent()).await.expect("create");
+    admin.create("/_baton/locks", "", CreateOptions::persistent()).await.expect("create");
+    admin
+        .create_with_acl("/_baton/locks/billing", "", CreateOptions::persistent(), billing.clone())
+        .await
+        .expect("create with ACL");
+    let (got, stat) = admin.get_acl("/_baton/locks/billing").await.expect("get acl");
+    assert_eq!((got, stat.aversion), (billing.clone(), 0));
+
+    // Alice locks; the lock works under the ACL.
+    let alice = guest(&c, "guest-a", Some(("alice", "alice-pw"))).await.expect("alice connects");
+    let ids = alice.whoami().await.expect("whoami");
+    assert!(ids.contains(&"user:alice".to_string()) && ids.contains(&"x509:guest-a".to_string()), "{ids:?}");
+    let guard = alice.lock("billing").await.expect("alice locks billing");
+    assert!(guard.fencing_token() > 0);
+
+    // Bob may not: the queue's create needs CREATE, the read needs READ.
+    let bob = guest(&c, "guest-b", Some(("bob", "bob-pw"))).await.expect("bob connects");
+    let msg = no_auth(bob.lock("billing").await.map(|_| ()), "bob locks billing");
+    assert!(msg.contains("needs CREATE") && msg.contains("user:bob"), "{msg}");
+    let msg = no_auth(bob.children("/_baton/locks/billing").await, "bob lists");
+    assert!(msg.contains("needs READ"), "{msg}");
+    // Nor may alice change the ACL (ADMIN), nor manage users.
+    no_auth(alice.set_acl("/_baton/locks/billing", vec![], None).await, "alice set-acl");
+    no_auth(alice.list_users().await, "alice lists users");
+    no_auth(alice.add_user("eve", "x").await, "alice adds a user");
+    guard.release().await.expect("release");
+
+    // Children inherit at create time; `auth` is the creator's identities.
+    let (note, _) = alice.create("/_baton/locks/billing/note", "n", CreateOptions::persistent()).await.expect("create");
+    assert_eq!(alice.get_acl(&note).await.expect("alice reads the note's ACL").0, billing);
+    let auth_acl = acl::parse("auth:rwcda").expect("acl");
+    let (mine, _) = alice
+        .create_with_acl("/_baton/locks/billing/mine", "", CreateOptions::persistent(), auth_acl)
+        .await
+        .expect("create with auth");
+    let mut ids: Vec<String> = alice.get_acl(&mine).await.expect("get acl").0.into_iter().map(|a| a.id).collect();
+    ids.sort();
+    assert_eq!(ids, vec!["user:alice".to_string(), "x509:guest-a".to_string()]);
+    no_auth(bob.get(&mine).await, "bob reads alice's node");
+
+    // The admin opens the directory, with the ACL's version.
+    let open = acl::parse("world:anyone:rwcda").expect("acl");
+    let s = admin.set_acl("/_baton/locks/billing", open.clone(), Some(0)).await.expect("set acl");
+    assert_eq!(s.aversion, 1);
+    let stale = admin.set_acl("/_baton/locks/billing", open, Some(0)).await;
+    assert!(matches!(stale, Err(Error::Server { code: ErrorCode::BadVersion, .. })), "{stale:?}");
+    bob.lock("billing").await.expect("bob locks once it is open").release().await.expect("release");
+
+    // Wrong password; a removed user.
+    no_auth(guest(&c, "guest-c", Some(("alice", "wrong"))).await, "a wrong password");
+    admin.remove_user("bob").await.expect("remove bob");
+    no_auth(guest(&c, "guest-d", Some(("bob", "bob-pw"))).await, "a removed user");
+
+    // The CLI: the same identities, the same answers.
+    let tls = c.tls.as_ref().expect("tls");
+    let files = tls.ca.client("guest-e").expect("certificate");
+    let cli = |args: &[&str]| {
+        Command::new(baton_bin())
+            .arg(format!("--endpoints={}", c.endpoints().join(",")))
+            .arg(format!("--cacert={}", tls.ca.ca.display()))
+            .arg(format!("--cert={}", files.cert.display()))
+            .arg(format!("--key={}", files.key.display()))
+            .args(["--user", "alice"])
+            .env("BATON_PASSWORD", "alice-pw")
+            .args(args)
+            .output()
+            .expect("run baton")
+    };
+    admin.set_acl("/_baton/locks/billing", billing.clone(), None).await.expect("set acl");
+    let out = cli(&["acl", "get", "/_baton/locks/billing"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "user:alice:rcd\nx509:admin:rwcda\n");
+    let out = cli(&["acl", "set", "/_baton/locks/billing", "world:anyone:rwcda"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not authorized") && err.contains("needs ADMIN"), "{err}");
+    let out = cli(&["auth", "whoami"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("user:alice"));
+    for cl in [alice, bob, admin] {
+        let _ = cl.close().await;
+    }
+}
