@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps build release demo test lint sim jepsen-faults-long jepsen-smoke compare-smoke compare bench clean
+.PHONY: deps peer-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -29,10 +29,17 @@ lint: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p baton-server --all-targets --features fault-injection -- -D warnings
 
-# The whole suite: lint, unit and golden tests, real 3-member clusters, the
-# harness's fault-catching tests, the peers' adapters and etcd's lock
-# safety test, a short Jepsen run of every workload, and a short compare.
-test: lint build peer-deps
+# Every crate in Cargo.lock against the pinned RustSec advisory database,
+# offline (installs cargo-deny if missing). Exceptions and their reasons are
+# in deny.toml; docs/advisories.md tells how to refresh the database.
+advisories:
+	./scripts/advisories.sh
+
+# The whole suite: lint, the advisory check, unit and golden tests, real
+# 3-member clusters, the harness's fault-catching tests, the peers' adapters
+# and etcd's lock safety test, a short Jepsen run of every workload, and a
+# short compare.
+test: lint advisories build peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) sim
 	$(MAKE) jepsen-smoke
