@@ -90,6 +90,21 @@ jepsen-smoke: build
 	  [ $$rc -eq 0 ] || { echo "jepsen smoke: $$w failed (exit $$rc); results in $$out/$$w-$$try"; exit 1; }; \
 	done; rm -rf $$out
 
+# Each fuzz target (fuzz/README.md) for FUZZ_SECS seconds with nightly and
+# cargo-fuzz (installed if missing); a crash fails and leaves its input in
+# fuzz/artifacts/. Not part of `make test` yet.
+FUZZ_SECS ?= 30
+fuzz-smoke:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	@for t in client_frame peer_frame apply; do \
+	  mkdir -p fuzz/corpus/$$t fuzz/seeds/$$t; \
+	  echo "fuzz-smoke: $$t ($(FUZZ_SECS) s)"; \
+	  $(CARGO) +nightly fuzz run -a $$t fuzz/corpus/$$t fuzz/seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECS) -print_final_stats=1 2>&1 \
+	    | grep -E '^(Done|stat::average_exec_per_sec)|panicked|ERROR|SUMMARY|Test unit written' ; \
+	  [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz-smoke: $$t failed (input in fuzz/artifacts/$$t)"; exit 1; }; \
+	done
+
 # Throughput and latency on a fresh local cluster (release build).
 bench: release
 	./scripts/bench.sh
