@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps build release demo test lint sim jepsen-faults-long jepsen-smoke compare-smoke compare bench clean
+.PHONY: deps peer-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -29,10 +29,17 @@ lint: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p baton-server --all-targets --features fault-injection -- -D warnings
 
-# The whole suite: lint, unit and golden tests, real 3-member clusters, the
-# harness's fault-catching tests, the peers' adapters and etcd's lock
-# safety test, a short Jepsen run of every workload, and a short compare.
-test: lint build peer-deps
+# Every crate in Cargo.lock against the pinned RustSec advisory database,
+# offline (installs cargo-deny if missing). Exceptions and their reasons are
+# in deny.toml; docs/advisories.md tells how to refresh the database.
+advisories:
+	./scripts/advisories.sh
+
+# The whole suite: lint, the advisory check, unit and golden tests, real
+# 3-member clusters, the harness's fault-catching tests, the peers' adapters
+# and etcd's lock safety test, a short Jepsen run of every workload, and a
+# short compare.
+test: lint advisories build peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) sim
 	$(MAKE) jepsen-smoke
@@ -84,6 +91,21 @@ jepsen-smoke: build
 	  done; \
 	  [ $$rc -eq 0 ] || { echo "jepsen smoke: $$w failed (exit $$rc); results in $$out/$$w-$$try"; exit 1; }; \
 	done; rm -rf $$out
+
+# Each fuzz target (fuzz/README.md) for FUZZ_SECS seconds with nightly and
+# cargo-fuzz (installed if missing); a crash fails and leaves its input in
+# fuzz/artifacts/. Not part of `make test` yet.
+FUZZ_SECS ?= 30
+fuzz-smoke:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	@for t in client_frame peer_frame apply; do \
+	  mkdir -p fuzz/corpus/$$t fuzz/seeds/$$t; \
+	  echo "fuzz-smoke: $$t ($(FUZZ_SECS) s)"; \
+	  $(CARGO) +nightly fuzz run -a $$t fuzz/corpus/$$t fuzz/seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECS) -print_final_stats=1 2>&1 \
+	    | grep -E '^(Done|stat::average_exec_per_sec)|panicked|ERROR|SUMMARY|Test unit written' ; \
+	  [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz-smoke: $$t failed (input in fuzz/artifacts/$$t)"; exit 1; }; \
+	done
 
 # Throughput and latency on a fresh local cluster (release build).
 bench: release
