@@ -37,11 +37,12 @@ advisories:
 
 # The whole suite: lint, the advisory check, unit and golden tests, real
 # 3-member clusters, the harness's fault-catching tests, the peers' adapters
-# and etcd's lock safety test, a short Jepsen run of every workload, and a
-# short compare.
+# and etcd's lock safety test, the simulator, 20 s of each fuzz target, a
+# short Jepsen run of every workload, and a short compare.
 test: lint advisories build peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) sim
+	$(MAKE) fuzz-smoke FUZZ_SECS=20
 	$(MAKE) jepsen-smoke
 	$(MAKE) compare-smoke
 
@@ -94,7 +95,7 @@ jepsen-smoke: build
 
 # Each fuzz target (fuzz/README.md) for FUZZ_SECS seconds with nightly and
 # cargo-fuzz (installed if missing); a crash fails and leaves its input in
-# fuzz/artifacts/. Not part of `make test` yet.
+# fuzz/artifacts/. `make test` runs it with FUZZ_SECS=20.
 FUZZ_SECS ?= 30
 fuzz-smoke:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked

@@ -134,6 +134,7 @@ impl Known {
             ephemeral: c.ephemeral,
             sequential: c.sequential,
             parents: c.parents,
+            acl: Vec::new(),
         }
     }
 
@@ -149,6 +150,9 @@ impl Known {
                 session_id: self.session(*session),
                 seq: *seq as u64 % 16,
                 acked_below: *acked_below as u64 % 16,
+                secret: vec![1; 16].into(),
+                identities: Vec::new(),
+                superuser: false,
                 op: Some(self.write_op(op)),
             }),
             Step::Skip => return None,

@@ -27,6 +27,7 @@ use baton_proto::{
     client_write, command, request, ClientFrame, ClientWrite, Command, NewSession, WatchKind, WatchSpec,
     DEFAULT_MAX_FRAME,
 };
+use baton_server::acl::Caller;
 use baton_server::driver::{fast_read, local_read, SharedState};
 use baton_server::state::StateMachine;
 use bytes::BytesMut;
@@ -76,21 +77,32 @@ impl Conn {
                     self.session = Some(a.session_id);
                 }
             }
-            B::Get(r) | B::Exists(r) | B::Children(r) => {
+            B::Get(r) | B::Exists(r) | B::Children(r) | B::GetAcl(r) => {
                 if r.watch.as_ref().is_some_and(|w| !spec_ok(w)) {
                     return;
                 }
-                if fast_read(&self.state, whole).is_none() {
+                let caller = Caller::default();
+                if fast_read(&self.state, whole, &caller).is_none() {
                     if let Ok(sm) = self.state.read() {
-                        let _ = local_read(&sm, &whole.body);
+                        let _ = local_read(&sm, &whole.body, &caller);
                     }
                 }
+            }
+            B::Auth(a) => {
+                let _ = self.state.read().map(|sm| sm.verify_user(&a.user, &a.password));
             }
             B::AddWatch(w) => {
                 let _ = w.watch.as_ref().map(spec_ok);
             }
-            B::Keepalive(_) | B::RemoveWatch(_) | B::Status(_) => {}
-            B::CloseSession(_) | B::Create(_) | B::Set(_) | B::Delete(_) | B::Multi(_) => {
+            B::Keepalive(_) | B::RemoveWatch(_) | B::Status(_) | B::ListUsers(_) | B::Whoami(_) => {}
+            B::CloseSession(_)
+            | B::Create(_)
+            | B::Set(_)
+            | B::Delete(_)
+            | B::Multi(_)
+            | B::SetAcl(_)
+            | B::AddUser(_)
+            | B::RemoveUser(_) => {
                 let Some(sid) = self.session else { return };
                 if !self.state.read().map(|sm| sm.session_exists(sid)).unwrap_or(false) {
                     return;
@@ -101,12 +113,19 @@ impl Conn {
                     B::Set(s) => client_write::Op::Set(s),
                     B::Delete(d) => client_write::Op::Delete(d),
                     B::Multi(m) => client_write::Op::Multi(m),
+                    B::SetAcl(a) => client_write::Op::SetAcl(a),
+                    B::AddUser(u) => client_write::Op::AddUser(u),
+                    B::RemoveUser(u) => client_write::Op::RemoveUser(u),
                     _ => return,
                 };
+                // As a plain client: the connection's secret, no identity.
                 self.apply(command::Body::Write(ClientWrite {
                     session_id: sid,
                     seq: whole.seq,
                     acked_below: whole.acked_below,
+                    secret: SECRET.to_vec().into(),
+                    identities: Vec::new(),
+                    superuser: false,
                     op: Some(op),
                 }));
             }

@@ -368,6 +368,7 @@ async fn holder_kill<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts
         .arg(format!("--endpoints={}", target.endpoints().join(",")))
         .arg(format!("--name={lock}"))
         .arg(format!("--ttl-ms={}", TTL.as_millis()))
+        .envs(target.child_env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -406,10 +407,11 @@ pub enum AnyTarget {
 }
 
 impl AnyTarget {
-    pub async fn start(kind: Kind, dir: &Path) -> anyhow::Result<AnyTarget> {
+    /// `baton_tls`: Baton's members and clients use TLS.
+    pub async fn start(kind: Kind, dir: &Path, baton_tls: bool) -> anyhow::Result<AnyTarget> {
         std::fs::create_dir_all(dir)?;
         Ok(match kind {
-            Kind::Baton => AnyTarget::Baton(Arc::new(crate::targets::baton::BatonTarget::start(dir).await?)),
+            Kind::Baton => AnyTarget::Baton(Arc::new(crate::targets::baton::BatonTarget::start(dir, baton_tls).await?)),
             Kind::Etcd => AnyTarget::Etcd(Arc::new(crate::targets::etcd::EtcdTarget::start(dir).await?)),
             Kind::Zookeeper => AnyTarget::Zookeeper(Arc::new(crate::targets::zookeeper::ZkTarget::start(dir).await?)),
         })

@@ -25,6 +25,8 @@ pub struct CompareOpts {
     pub run_warmup: Duration,
     pub runs: usize,
     pub out: PathBuf,
+    /// Baton with TLS on both ports, every client too.
+    pub baton_tls: bool,
 }
 
 /// Runs `runs` runs of one workload on one target. Failover starts a fresh
@@ -50,7 +52,7 @@ pub async fn runs_of(
             member_offset: i,
         };
         let r = if w == BenchWorkload::Failover || shared.is_none() {
-            let t = AnyTarget::start(kind, &dir.join("cluster")).await?;
+            let t = AnyTarget::start(kind, &dir.join("cluster"), o.baton_tls).await?;
             let r = t.run(&ro).await;
             t.stop();
             r
@@ -89,7 +91,7 @@ pub async fn compare(o: &CompareOpts) -> anyhow::Result<Vec<Summary>> {
             o.workloads.iter().copied().filter(|w| *w != BenchWorkload::Failover).collect();
         if !steady.is_empty() {
             eprintln!("[{}] starting a 3-member cluster", kind.name());
-            let t = AnyTarget::start(kind, &o.out.join(format!("{}-cluster", kind.name()))).await?;
+            let t = AnyTarget::start(kind, &o.out.join(format!("{}-cluster", kind.name())), o.baton_tls).await?;
             if !o.warmup.is_zero() {
                 eprintln!("[{}] warm-up: {:?} of writes and reads, not measured", kind.name(), o.warmup);
                 let half = o.warmup / 2;
@@ -161,6 +163,9 @@ fn opt_ms(v: Option<f64>) -> String {
 pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Baton, etcd and ZooKeeper side by side\n");
+    if o.baton_tls {
+        let _ = writeln!(md, "Baton ran with TLS on both ports (mutual TLS between members and for clients).\n");
+    }
     let _ = writeln!(
         md,
         "3-member clusters on 127.0.0.1, fsync on, {} s session / lease TTL, linearizable reads. \
@@ -365,6 +370,7 @@ mod tests {
             run_warmup: Duration::from_secs(2),
             runs: 1,
             out: dir.to_path_buf(),
+            baton_tls: false,
         }
     }
 

@@ -108,6 +108,9 @@ enum Cmd {
         /// Output folder (default jepsen/store/compare-<ts>).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Baton with TLS on both ports (a throwaway CA), every client too.
+        #[arg(long)]
+        baton_tls: bool,
     },
     /// (Used by the failover workload.) Hold a lock until killed.
     #[command(hide = true)]
@@ -177,6 +180,7 @@ fn main() {
                     run_warmup: Duration::from_secs(warmup),
                     runs,
                     out: out.clone(),
+                    baton_tls: false,
                 };
                 let clients = clients.unwrap_or(workload.default_clients());
                 eprintln!(
@@ -189,7 +193,7 @@ fn main() {
                     if workload == BenchWorkload::Failover {
                         return runs_of(target, workload, clients, &o, None).await;
                     }
-                    let t = AnyTarget::start(target, &out.join("cluster")).await?;
+                    let t = AnyTarget::start(target, &out.join("cluster"), false).await?;
                     let s = runs_of(target, workload, clients, &o, Some(&t)).await;
                     t.stop();
                     s
@@ -233,7 +237,7 @@ fn main() {
                     }
                 }
             }
-            Cmd::Compare { targets, workloads, duration, warmup, run_warmup, runs, out } => {
+            Cmd::Compare { targets, workloads, duration, warmup, run_warmup, runs, out, baton_tls } => {
                 let parsed = list(&targets, Kind::parse).and_then(|t| {
                     let w = match &workloads {
                         Some(w) => list(w, BenchWorkload::parse)?,
@@ -257,6 +261,7 @@ fn main() {
                     run_warmup: Duration::from_secs(run_warmup),
                     runs,
                     out: out.clone(),
+                    baton_tls,
                 };
                 let r = tokio::select! {
                     r = compare(&o) => r,

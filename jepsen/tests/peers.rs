@@ -53,7 +53,7 @@ async fn adapter_contract<T: Target>(t: Arc<T>) {
 async fn contract(kind: Kind) {
     let _turn = TURN.lock().await;
     let dir = tempfile::Builder::new().prefix(&format!("baton-peer-{}-", kind.name())).tempdir().expect("tempdir");
-    let t = AnyTarget::start(kind, dir.path()).await.expect("cluster starts");
+    let t = AnyTarget::start(kind, dir.path(), false).await.expect("cluster starts");
     match &t {
         AnyTarget::Baton(x) => adapter_contract(x.clone()).await,
         AnyTarget::Etcd(x) => adapter_contract(x.clone()).await,

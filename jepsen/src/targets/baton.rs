@@ -1,11 +1,17 @@
 //! Baton as a target: `batond` processes started by [`crate::db::Db`] in
 //! direct mode (no proxies), driven by Baton's own client and lock recipe.
+//!
+//! With `tls` (`compare --baton-tls`), the members run with TLS on both
+//! ports and every client uses it; the failover workload's holder process
+//! gets the certificates' folder as `BATON_JEPSEN_TLS_DIR` (`child_env`).
 
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use baton_client::{member_status, Client, ClientConfig, CreateOptions, Error, ErrorCode, LockGuard, Op};
+use baton_client::{
+    member_status_with, Client, ClientConfig, ClientTls, CreateOptions, Error, ErrorCode, LockGuard, Op,
+};
 
 use super::{Kind, OpError, OpResult, Target, TargetClient};
 use crate::db::{locate_bin, Db, DbOpts};
@@ -16,10 +22,20 @@ const ROOT: &str = "/cmp";
 pub struct BatonTarget {
     db: Mutex<Db>,
     endpoints: Vec<String>,
+    tls: Option<ClientTls>,
+    tls_dir: Option<std::path::PathBuf>,
+}
+
+/// The client TLS a holder process uses (from `BATON_JEPSEN_TLS_DIR`).
+pub fn tls_from_env() -> anyhow::Result<Option<ClientTls>> {
+    let Some(dir) = std::env::var_os("BATON_JEPSEN_TLS_DIR") else { return Ok(None) };
+    let dir = std::path::PathBuf::from(dir);
+    let (cert, key) = (dir.join("client-jepsen.pem"), dir.join("client-jepsen.key"));
+    Ok(Some(ClientTls::load(&dir.join("ca.pem"), Some((&cert, &key)))?))
 }
 
 impl BatonTarget {
-    pub async fn start(dir: &Path) -> anyhow::Result<BatonTarget> {
+    pub async fn start(dir: &Path, tls: bool) -> anyhow::Result<BatonTarget> {
         let db = Db::start(DbOpts {
             nodes: 3,
             slots: 0,
@@ -28,17 +44,21 @@ impl BatonTarget {
             server_faults: vec![],
             direct: true,
             session_ms: None,
-            tls: false,
+            tls,
         })
         .await?;
         let endpoints = db.direct_endpoints();
-        let setup = Client::connect(endpoints.clone()).await?;
+        let tls = db.client_tls();
+        let mut cfg = ClientConfig::new(endpoints.clone());
+        cfg.tls = tls.clone();
+        let setup = Client::connect_with(cfg).await?;
         match setup.create(ROOT, Vec::new(), CreateOptions::persistent()).await {
             Ok(_) | Err(Error::Server { code: ErrorCode::NodeExists, .. }) => {}
             Err(e) => return Err(e.into()),
         }
         let _ = setup.close().await;
-        Ok(BatonTarget { db: Mutex::new(db), endpoints })
+        let tls_dir = tls.as_ref().map(|_| dir.join("tls"));
+        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir })
     }
 
     fn with_db<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {
@@ -61,10 +81,17 @@ pub struct BatonClient {
 
 impl BatonClient {
     /// A session whose first contact is `endpoints[member]`.
-    pub async fn connect_to(mut endpoints: Vec<String>, member: usize, ttl: Duration) -> anyhow::Result<BatonClient> {
+    pub async fn connect_to(
+        mut endpoints: Vec<String>,
+        member: usize,
+        ttl: Duration,
+        tls: Option<ClientTls>,
+    ) -> anyhow::Result<BatonClient> {
         let n = endpoints.len().max(1);
         endpoints.rotate_left(member % n);
-        let client = Client::connect_with(ClientConfig::new(endpoints).session_timeout(ttl)).await?;
+        let mut cfg = ClientConfig::new(endpoints).session_timeout(ttl);
+        cfg.tls = tls;
+        let client = Client::connect_with(cfg).await?;
         Ok(BatonClient { client })
     }
 }
@@ -146,13 +173,17 @@ impl Target for BatonTarget {
         self.endpoints.clone()
     }
 
+    fn child_env(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.tls_dir.iter().map(|d| ("BATON_JEPSEN_TLS_DIR".to_string(), d.clone())).collect()
+    }
+
     async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<BatonClient> {
-        BatonClient::connect_to(self.endpoints.clone(), member, ttl).await
+        BatonClient::connect_to(self.endpoints.clone(), member, ttl, self.tls.clone()).await
     }
 
     async fn leader(&self) -> anyhow::Result<usize> {
         for (i, ep) in self.endpoints.iter().enumerate() {
-            if let Ok(s) = member_status(ep, Duration::from_millis(300)).await {
+            if let Ok(s) = member_status_with(ep, Duration::from_millis(300), self.tls.as_ref()).await {
                 if s.role == "leader" {
                     return Ok(i);
                 }

@@ -123,6 +123,10 @@ pub trait Target: Send + Sync + 'static {
     fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()>;
     /// Stops every process it started (also done on drop).
     fn stop(&self);
+    /// Environment a holder process (`baton-jepsen hold`) needs.
+    fn child_env(&self) -> Vec<(String, PathBuf)> {
+        Vec::new()
+    }
 }
 
 /// Runs as a separate process for the failover workload's holder kill:
@@ -139,7 +143,9 @@ pub async fn hold(kind: Kind, endpoints: Vec<String>, name: &str, ttl: Duration)
         Ok(())
     }
     match kind {
-        Kind::Baton => run(baton::BatonClient::connect_to(endpoints, 0, ttl).await?, name).await,
+        Kind::Baton => {
+            run(baton::BatonClient::connect_to(endpoints, 0, ttl, baton::tls_from_env()?).await?, name).await
+        }
         Kind::Etcd => run(etcd::EtcdClient::connect_to(endpoints, 0, ttl).await?, name).await,
         Kind::Zookeeper => run(zookeeper::ZkClient::connect_to(endpoints, 0, ttl).await?, name).await,
     }
