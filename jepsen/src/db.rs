@@ -242,18 +242,7 @@ impl Db {
         let session_ms = self.session_ms;
         let bin = self.bin.clone();
         let tls_args = match &self.tls {
-            Some(t) => {
-                let f = t.ca.member(id)?;
-                let (cert, key, ca) = (f.cert.display(), f.key.display(), t.ca.ca.display());
-                vec![
-                    format!("--cert={cert}"),
-                    format!("--key={key}"),
-                    format!("--ca={ca}"),
-                    format!("--peer-cert={cert}"),
-                    format!("--peer-key={key}"),
-                    format!("--peer-ca={ca}"),
-                ]
-            }
+            Some(t) => t.ca.member_args(id)?,
             None => Vec::new(),
         };
         let m = &mut self.members[(id - 1) as usize];

@@ -61,6 +61,21 @@ impl Authority {
         self.sign(&format!("member-{id}"), &format!("baton member {id}"), &names)
     }
 
+    /// `batond` flags for member `id`: its certificate on both ports,
+    /// client certificates required (signed by this CA).
+    pub fn member_args(&self, id: u64) -> anyhow::Result<Vec<String>> {
+        let m = self.member(id)?;
+        let (cert, key, ca) = (m.cert.display(), m.key.display(), self.ca.display());
+        Ok(vec![
+            format!("--cert={cert}"),
+            format!("--key={key}"),
+            format!("--ca={ca}"),
+            format!("--peer-cert={cert}"),
+            format!("--peer-key={key}"),
+            format!("--peer-ca={ca}"),
+        ])
+    }
+
     /// A client's certificate, named `<name>` (its identity).
     pub fn client(&self, name: &str) -> anyhow::Result<CertFiles> {
         self.sign(&format!("client-{name}"), name, &[format!("{name}.client.baton")])

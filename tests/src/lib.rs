@@ -89,21 +89,6 @@ impl Tls {
         let client = ClientTls::load(&ca.ca, Some((&c.cert, &c.key))).expect("client TLS");
         Tls { ca, client }
     }
-
-    /// `batond` flags for member `id`: its certificate on both ports,
-    /// client certificates required.
-    fn member_args(&self, id: u64) -> Vec<String> {
-        let m = self.ca.member(id).expect("member certificate");
-        let (cert, key, ca) = (m.cert.display(), m.key.display(), self.ca.ca.display());
-        vec![
-            format!("--cert={cert}"),
-            format!("--key={key}"),
-            format!("--ca={ca}"),
-            format!("--peer-cert={cert}"),
-            format!("--peer-key={key}"),
-            format!("--peer-ca={ca}"),
-        ]
-    }
 }
 
 impl Cluster {
@@ -174,7 +159,7 @@ impl Cluster {
         let peers = self.peers_arg.clone();
         let mut extra = self.extra.clone();
         if let Some(t) = &self.tls {
-            extra.extend(t.member_args(id));
+            extra.extend(t.ca.member_args(id).expect("member certificate"));
         }
         let m = &mut self.members[(id - 1) as usize];
         assert!(m.child.is_none(), "member {id} already running");

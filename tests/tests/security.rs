@@ -34,6 +34,26 @@ fn deadly_heartbeat(from: u64, to: u64, term: u64) -> PeerFrame {
     PeerFrame { frame: Some(peer_frame::Frame::Raft(b.into())) }
 }
 
+/// A forged proposal: an entry that would expire sessions 1..=100 if it
+/// reached raft-rs (a follower forwards proposals to its leader).
+fn forged_propose(from: u64, to: u64) -> PeerFrame {
+    let cmd = baton_proto::Command {
+        origin: from,
+        body: Some(baton_proto::command::Body::Expire(baton_proto::ExpireSessions {
+            session_ids: (1..=100).collect(),
+        })),
+        ..Default::default()
+    };
+    let e = raft::prelude::Entry { data: cmd.encode_to_vec().into(), ..Default::default() };
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgPropose);
+    m.from = from;
+    m.to = to;
+    m.set_entries(vec![e].into());
+    let b = m.write_to_bytes().expect("encode");
+    PeerFrame { frame: Some(peer_frame::Frame::Raft(b.into())) }
+}
+
 fn touch(ids: Vec<u64>) -> PeerFrame {
     PeerFrame { frame: Some(peer_frame::Frame::Touch(SessionTouch { session_ids: ids, batch: 1 })) }
 }
@@ -77,6 +97,25 @@ async fn joined(c: &Cluster) -> StatusResp {
     .await
 }
 
+/// A running cluster whose members all joined: its leader and term, the
+/// cluster id, a follower to attack (`victim`) and the third member.
+struct Scene {
+    leader: u64,
+    term: u64,
+    cluster_id: String,
+    victim: u64,
+    other: u64,
+}
+
+async fn scene(c: &Cluster) -> Scene {
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let cluster_id = joined(c).await.cluster_id;
+    let term = c.status(leader).await.expect("status").term;
+    let victim = if leader == 1 { 2 } else { 1 };
+    let other = 6 - leader - victim;
+    Scene { leader, term, cluster_id, victim, other }
+}
+
 /// Nothing moved: every member runs, the same leader in the same term, and
 /// a write through a client commits.
 async fn unharmed(c: &mut Cluster, leader: u64, term: u64) {
@@ -93,11 +132,11 @@ async fn unharmed(c: &mut Cluster, leader: u64, term: u64) {
 #[tokio::test]
 async fn s10_strangers_on_the_peer_port_are_refused_and_change_nothing() {
     let mut c = Cluster::start(3, &[]).await;
-    let leader = c.wait_leader(Duration::from_secs(20)).await;
-    let s = joined(&c).await;
-    let term = c.status(leader).await.expect("status").term;
-    let (id, victim) = (s.cluster_id.clone(), if leader == 1 { 2 } else { 1 });
-    let other = if victim == 3 { 2 } else { 3 };
+    let Scene { leader, term, cluster_id: id, victim, other } = scene(&c).await;
+    // A session the forged proposal would expire (its id, a log index, is
+    // well under 100).
+    let keeper = c.client().await;
+    assert!(keeper.session_id() <= 100);
     let addr = c.peer_addr(victim);
     let attacks = [
         ("another cluster", hello(other, victim, "0123456789abcdef0123456789abcdef"), "belongs to cluster"),
@@ -106,7 +145,8 @@ async fn s10_strangers_on_the_peer_port_are_refused_and_change_nothing() {
         ("itself", hello(victim, victim, &id), "is not another member"),
     ];
     for (what, h, expect) in attacks {
-        let frames = vec![h, deadly_heartbeat(other, victim, term), touch(vec![1, 2, 3])];
+        let frames =
+            vec![h, deadly_heartbeat(other, victim, term), forged_propose(other, victim), touch(vec![1, 2, 3])];
         let why = speak(plain(&addr).await, frames).await;
         assert!(why.as_deref().is_some_and(|w| w.contains(expect)), "{what}: refusal {why:?}, expected {expect:?}");
     }
@@ -121,22 +161,20 @@ async fn s10_strangers_on_the_peer_port_are_refused_and_change_nothing() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(c.log(victim).contains("refusing a peer"), "the refusals are logged");
+    keeper.create("/keeper", "alive", Default::default()).await.expect("the session was not expired");
     unharmed(&mut c, leader, term).await;
 }
 
 #[tokio::test]
 async fn s20_with_tls_only_members_and_clients_with_certificates_get_in() {
     let mut c = Cluster::start_tls(3, &[]).await;
-    let leader = c.wait_leader(Duration::from_secs(20)).await;
-    let s = joined(&c).await;
-    let term = c.status(leader).await.expect("status").term;
-    let victim = if leader == 1 { 2 } else { 1 };
-    let other = if victim == 3 { 2 } else { 3 };
+    let Scene { leader, term, cluster_id, victim, other } = scene(&c).await;
     let addr = c.peer_addr(victim);
     let tls = c.tls.as_ref().expect("tls");
 
     // A plaintext stranger never gets past the handshake.
-    let frames = vec![hello(other, victim, &s.cluster_id), deadly_heartbeat(other, victim, term)];
+    let frames =
+        vec![hello(other, victim, &cluster_id), deadly_heartbeat(other, victim, term), forged_propose(other, victim)];
     assert_eq!(speak(plain(&addr).await, frames).await, None);
 
     // A certificate from the cluster's own CA that names a client, not the
@@ -145,7 +183,7 @@ async fn s20_with_tls_only_members_and_clients_with_certificates_get_in() {
     let cfg = baton_proto::tls::client_config(&tls.ca.ca, Some((&client_cert.cert, &client_cert.key))).expect("cfg");
     let name = rustls_pki_types::ServerName::try_from(baton_proto::tls::member_name(victim)).expect("name");
     let stream = baton_proto::tls::connect(cfg, name.clone(), plain(&addr).await).await.expect("handshake");
-    let frames = vec![hello(other, victim, &s.cluster_id), deadly_heartbeat(other, victim, term)];
+    let frames = vec![hello(other, victim, &cluster_id), deadly_heartbeat(other, victim, term)];
     let why = speak(stream, frames).await;
     assert!(why.as_deref().is_some_and(|w| w.contains("does not name member-")), "refusal: {why:?}");
 
@@ -154,7 +192,7 @@ async fn s20_with_tls_only_members_and_clients_with_certificates_get_in() {
     let forged = rogue.member(other).expect("cert");
     let cfg = baton_proto::tls::client_config(&tls.ca.ca, Some((&forged.cert, &forged.key))).expect("cfg");
     if let Ok(stream) = baton_proto::tls::connect(cfg, name, plain(&addr).await).await {
-        let frames = vec![hello(other, victim, &s.cluster_id), deadly_heartbeat(other, victim, term)];
+        let frames = vec![hello(other, victim, &cluster_id), deadly_heartbeat(other, victim, term)];
         assert_eq!(speak(stream, frames).await, None, "a rogue certificate got an answer");
     }
 
@@ -189,10 +227,7 @@ async fn s20_with_tls_only_members_and_clients_with_certificates_get_in() {
 #[tokio::test]
 async fn s30_a_wiped_member_is_refused_and_says_how_to_come_back() {
     let mut c = Cluster::start(3, &[]).await;
-    let leader = c.wait_leader(Duration::from_secs(20)).await;
-    let s = joined(&c).await;
-    let term = c.status(leader).await.expect("status").term;
-    let victim = if leader == 3 { 2 } else { 3 };
+    let Scene { leader, term, cluster_id, victim, .. } = scene(&c).await;
     c.kill(victim);
     std::fs::remove_dir_all(c.data_dir(victim)).expect("wipe");
     c.start_member(victim);
@@ -204,7 +239,7 @@ async fn s30_a_wiped_member_is_refused_and_says_how_to_come_back() {
     assert_eq!(code, 2, "exit code\n{}", c.log_tails(20));
     let log = c.log(victim);
     assert!(log.contains("remove it and add it back"), "the wiped member says what to do:\n{log}");
-    assert!(log.contains(&s.cluster_id), "and names the cluster");
+    assert!(log.contains(&cluster_id), "and names the cluster");
     let others: String = (1..=3).filter(|&i| i != victim).map(|i| c.log(i)).collect();
     assert!(others.contains(&format!("member {victim} joined cluster")), "the others log why they refuse it");
     // It never voted: same leader, same term; the cluster serves.
