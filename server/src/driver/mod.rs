@@ -149,6 +149,8 @@ pub struct Driver {
     observed: Option<Vec<AppliedExpiry>>,
     /// When this member last proposed a cluster record (cluster.rs).
     cluster_proposed: Option<Instant>,
+    /// The current election countdown already got its random start.
+    election_drawn: bool,
 }
 
 /// Reads the shared state (a poisoned lock is still read: only this
@@ -236,6 +238,7 @@ impl Driver {
             last_tick: None,
             observed: None,
             cluster_proposed: None,
+            election_drawn: false,
             cfg,
         };
         d.randomize_election();
@@ -364,11 +367,20 @@ impl Driver {
     /// 2 * base)` ticks, as raft-rs's own randomization would, and a
     /// simulated run replays exactly. Leaders are left alone (their
     /// check-quorum counts the same ticks).
+    ///
+    /// One draw per restart: a draw of 0 leaves the countdown at 0, and
+    /// drawing again for it would push every member towards the same start
+    /// (`election_drawn` prevents that; sim t85).
     fn randomize_election(&mut self) {
         let base = self.cfg.election_ticks;
         let r = &mut self.raw.raft;
-        if r.state != StateRole::Leader && r.election_elapsed == 0 {
+        if r.state == StateRole::Leader || r.election_elapsed != 0 {
+            self.election_drawn = false;
+            return;
+        }
+        if !self.election_drawn {
             r.election_elapsed = self.rng.gen_range(0..base);
+            self.election_drawn = true;
         }
     }
 
@@ -420,6 +432,11 @@ impl Driver {
     /// One tick: raft-rs's tick, request and read timeouts, session rounds,
     /// and expiry. `drained`: this turn took every queued input.
     pub fn tick(&mut self, now: Instant, drained: bool) {
+        // A countdown a message restarted since the last tick (a vote, a new
+        // term, the leader's heartbeat), then one the tick itself restarted
+        // (a campaign). Missing the first let two candidates whose ticks ran
+        // in step time out together forever (sim t85).
+        self.randomize_election();
         self.raw.tick();
         self.randomize_election();
         // A gap between ticks much longer than a tick: this member was

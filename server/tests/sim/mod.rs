@@ -63,6 +63,9 @@ pub struct Opts {
     /// `MAX_INPUTS_PER_TURN`); a resumed member works through its queue in
     /// turns of this size, ticking after each.
     pub max_inputs_per_turn: usize,
+    /// Every member ticks at the same instants (processes started together
+    /// on one machine tick almost in step).
+    pub aligned_ticks: bool,
     pub faults: Faults,
 }
 
@@ -77,6 +80,7 @@ impl Default for Opts {
             net_delay_us: (100, 2_000),
             disk_delay_us: (200, 3_000),
             max_inputs_per_turn: baton_server::driver::MAX_INPUTS_PER_TURN,
+            aligned_ticks: false,
             faults: Faults::default(),
         }
     }
@@ -329,7 +333,10 @@ impl Sim {
         m.driver = Some(d);
         let life = m.life;
         // Ticks at a per-member phase.
-        let phase = Duration::from_micros(self.rng.gen_range(0..self.opts.tick_ms * 1000));
+        let phase = match self.opts.aligned_ticks {
+            true => Duration::from_millis(self.opts.tick_ms) - self.elapsed_in_tick(now),
+            false => Duration::from_micros(self.rng.gen_range(0..self.opts.tick_ms * 1000)),
+        };
         self.at(now + phase, Ev::Tick(id, life));
     }
 
@@ -337,6 +344,13 @@ impl Sim {
         self.seq += 1;
         self.pending.insert(self.seq, ev);
         self.events.push(Reverse((t, self.seq)));
+    }
+
+    /// How far `now` is into the current tick (ticks counted from the start).
+    fn elapsed_in_tick(&self, now: Instant) -> Duration {
+        let tick = self.opts.tick_ms * 1000;
+        let us = now.saturating_duration_since(self.start).as_micros() as u64;
+        Duration::from_micros(us % tick)
     }
 
     pub fn elapsed(&self) -> Duration {
