@@ -149,7 +149,7 @@ struct MemberArgs {
 }
 
 /// TLS files (PEM). See docs/security.md.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug)]
 struct TlsArgs {
     /// Client port: this member's certificate (chain). With --key, the
     /// client port speaks TLS only.
@@ -184,23 +184,6 @@ impl TlsArgs {
             return Ok(None);
         };
         Ok(Some(PeerTls::load(cert, key, ca)?))
-    }
-
-    fn to_args(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (flag, v) in [
-            ("cert", &self.cert),
-            ("key", &self.key),
-            ("ca", &self.ca),
-            ("peer-cert", &self.peer_cert),
-            ("peer-key", &self.peer_key),
-            ("peer-ca", &self.peer_ca),
-        ] {
-            if let Some(p) = v {
-                out.push(format!("--{flag}={}", p.display()));
-            }
-        }
-        out
     }
 }
 
@@ -357,7 +340,7 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes)? } else { (Vec::new(), None) };
     let mut members = Vec::new();
     for i in 1..=c.nodes {
-        let tls_args = tls.get(i as usize - 1).map(TlsArgs::to_args).unwrap_or_default();
+        let tls_args = tls.get(i as usize - 1).cloned().unwrap_or_default();
         match spawn_member(&exe, &c, i, &client(i), &peer(i), &peers, &tls_args) {
             Ok(child) => members.push(Member { id: i, child }),
             Err(e) => {
@@ -412,22 +395,12 @@ fn log_path(dir: &Path, id: u64) -> PathBuf {
 /// The CA file and a client certificate, for the cluster's clients.
 type ClientFiles = (PathBuf, CertFiles);
 
-/// A throwaway CA in `<dir>/tls`, a certificate per member (both ports,
-/// client certificates required), and one client certificate.
-fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<TlsArgs>, Option<ClientFiles>)> {
+/// A throwaway CA in `<dir>/tls`, each member's TLS flags (its certificate
+/// on both ports, client certificates required), and one client
+/// certificate.
+fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<Vec<String>>, Option<ClientFiles>)> {
     let ca = Authority::create(&dir.join("tls"), "baton cluster throwaway CA")?;
-    let mut out = Vec::new();
-    for i in 1..=nodes {
-        let m = ca.member(i)?;
-        out.push(TlsArgs {
-            cert: Some(m.cert.clone()),
-            key: Some(m.key.clone()),
-            ca: Some(ca.ca.clone()),
-            peer_cert: Some(m.cert),
-            peer_key: Some(m.key),
-            peer_ca: Some(ca.ca.clone()),
-        });
-    }
+    let out = (1..=nodes).map(|i| ca.member_args(i)).collect::<anyhow::Result<Vec<_>>>()?;
     let client = ca.client("admin")?;
     Ok((out, Some((ca.ca.clone(), client))))
 }
