@@ -114,10 +114,10 @@ pub fn next_record(
     let own = sm.cluster();
     if own.cluster_id.is_empty() {
         let id: u128 = rng.gen();
-        return Some(ClusterRecord { cluster_id: format!("{id:032x}"), index: 0, joined: vec![] });
+        return Some(ClusterRecord { cluster_id: format!("{id:032x}"), ..Default::default() });
     }
     let new: Vec<u64> = members.into_iter().filter(|m| !own.joined.contains(m) && matched(*m) >= own.index).collect();
-    (!new.is_empty()).then(|| ClusterRecord { cluster_id: own.cluster_id.clone(), index: 0, joined: new })
+    (!new.is_empty()).then(|| ClusterRecord { cluster_id: own.cluster_id.clone(), joined: new, ..Default::default() })
 }
 
 #[cfg(test)]
@@ -125,7 +125,7 @@ mod tests {
     use super::*;
 
     fn rec(id: &str, joined: &[u64]) -> ClusterRecord {
-        ClusterRecord { cluster_id: id.into(), index: 5, joined: joined.to_vec() }
+        ClusterRecord { cluster_id: id.into(), index: 5, joined: joined.to_vec(), ..Default::default() }
     }
 
     fn h(from: u64, to: u64, id: &str, to_joined: bool) -> PeerHello {
@@ -170,7 +170,7 @@ mod tests {
         sm.set_cluster(8, &next);
         assert!(next_record(&sm, [1, 2, 3], |m| if m == 3 { 6 } else { 8 }, &mut rng).is_none());
         // A second id never replaces the first.
-        sm.set_cluster(9, &ClusterRecord { cluster_id: "other".into(), index: 0, joined: vec![3] });
+        sm.set_cluster(9, &ClusterRecord { cluster_id: "other".into(), joined: vec![3], ..Default::default() });
         assert_eq!(sm.cluster().cluster_id, first.cluster_id);
         assert_eq!(sm.cluster().joined, vec![1, 2]);
     }

@@ -9,10 +9,20 @@ use std::time::Duration;
 pub struct Config {
     pub id: u64,
     pub data_dir: PathBuf,
-    pub client_addr: SocketAddr,
-    pub peer_addr: SocketAddr,
-    /// Every member's peer address, this one included.
-    pub peers: BTreeMap<u64, SocketAddr>,
+    /// Where the client port listens (`HOST:PORT`; a name is resolved).
+    pub client_addr: String,
+    /// Where the peer port listens.
+    pub peer_addr: String,
+    /// The addresses other members and clients reach this one at, as it
+    /// records them in the configuration (membership.rs).
+    pub advertise_client_addr: String,
+    pub advertise_peer_addr: String,
+    /// Peer addresses known at start, this member's included: the founding
+    /// members (`--peers`), or what `--join` learned from the cluster.
+    pub peers: BTreeMap<u64, String>,
+    /// `--peers`: a fresh data dir starts a new cluster with `peers` as its
+    /// voters. `--join`: it waits for the leader's snapshot instead.
+    pub founding: bool,
     /// Raft tick length in ms.
     pub tick_ms: u64,
     /// Election timeout in ticks (randomized by raft-rs in [n, 2n)).
@@ -120,8 +130,23 @@ impl Config {
     }
 }
 
-/// Parses `1=127.0.0.1:7201,2=127.0.0.1:7202`.
-pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, SocketAddr>, String> {
+/// Checks that `s` is `HOST:PORT` (an IP address or a DNS name; names are
+/// resolved when used, and again on every reconnect).
+pub fn check_addr(s: &str) -> Result<(), String> {
+    if s.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| format!("address {s:?} is not HOST:PORT"))?;
+    port.parse::<u16>().map_err(|_| format!("address {s:?}: port {port:?} is not a number"))?;
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
+    if host.is_empty() || host.len() > 253 || !host.chars().all(ok) {
+        return Err(format!("address {s:?}: {host:?} is not a host name or IP address"));
+    }
+    Ok(())
+}
+
+/// Parses `1=127.0.0.1:7201,2=db2.example:7202`.
+pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut out = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (id, addr) = part.split_once('=').ok_or_else(|| format!("peer {part:?} is not ID=HOST:PORT"))?;
@@ -129,8 +154,9 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, SocketAddr>, String> {
         if id == 0 {
             return Err("peer id 0 is reserved".into());
         }
-        let addr: SocketAddr = addr.trim().parse().map_err(|e| format!("peer address {addr:?}: {e}"))?;
-        if out.insert(id, addr).is_some() {
+        let addr = addr.trim();
+        check_addr(addr).map_err(|e| format!("peer {id}: {e}"))?;
+        if out.insert(id, addr.to_string()).is_some() {
             return Err(format!("peer id {id} given twice"));
         }
     }
@@ -151,5 +177,9 @@ mod tests {
         assert!(parse_peers("x=1").is_err());
         assert!(parse_peers("1=127.0.0.1:1,1=127.0.0.1:2").is_err());
         assert!(parse_peers("0=127.0.0.1:1").is_err());
+        assert_eq!(parse_peers("1=baton-1.local:7201").unwrap()[&1], "baton-1.local:7201");
+        assert!(parse_peers("1=baton 1:7201").is_err());
+        assert!(parse_peers("1=baton-1").is_err());
+        assert!(check_addr("[::1]:7").is_ok());
     }
 }

@@ -61,6 +61,10 @@ pub trait Kv: Send + Sync + 'static {
     fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError>;
     /// Applies `batch` atomically; with `sync`, returns only once it is on disk.
     fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError>;
+    /// Bytes on disk (SST files and the live WAL's memtables), 0 if unknown.
+    fn size_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// RocksDB, one default column family, WAL on.
@@ -79,6 +83,11 @@ impl RocksKv {
 }
 
 impl Kv for RocksKv {
+    fn size_bytes(&self) -> u64 {
+        let prop = |p: &str| self.db.property_int_value(p).ok().flatten().unwrap_or(0);
+        prop("rocksdb.total-sst-files-size") + prop("rocksdb.cur-size-all-mem-tables")
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         self.db.get(key).map_err(|e| KvError(e.to_string()))
     }

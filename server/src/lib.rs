@@ -25,6 +25,7 @@ pub mod faults;
 pub mod kv;
 pub mod listener;
 pub mod logging;
+pub mod membership;
 pub mod message;
 pub mod node;
 pub mod raft_store;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use baton_server::certs::{Authority, CertFiles};
-use baton_server::config::{parse_peers, Config, Limits};
+use baton_server::config::{check_addr, parse_peers, Config, Limits};
 use baton_server::kv::RocksKv;
 use baton_server::message::Input;
 use baton_server::node::Node;
@@ -133,15 +133,31 @@ struct MemberArgs {
     /// Where this member keeps its RocksDB.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Address clients connect to.
+    /// Address the client port listens on (HOST:PORT; a host name is
+    /// resolved).
     #[arg(long)]
-    client_addr: Option<SocketAddr>,
-    /// Address peers connect to.
+    client_addr: Option<String>,
+    /// Address the peer port listens on.
     #[arg(long)]
-    peer_addr: Option<SocketAddr>,
-    /// Every member's peer address, this one included: ID=HOST:PORT,...
+    peer_addr: Option<String>,
+    /// The client address other machines reach this member at (default:
+    /// --client-addr; required when that is 0.0.0.0 or [::]).
     #[arg(long)]
+    advertise_client_addr: Option<String>,
+    /// The peer address other members reach this member at (default:
+    /// --peer-addr; required when that is 0.0.0.0 or [::]).
+    #[arg(long)]
+    advertise_peer_addr: Option<String>,
+    /// A new cluster's founding members, this one included:
+    /// ID=HOST:PORT,... (their peer addresses). Only read when the data dir
+    /// is new; afterwards the configuration lives in the log.
+    #[arg(long, conflicts_with = "join")]
     peers: Option<String>,
+    /// Join a running cluster (after `baton member add`): the peer
+    /// addresses of some of its members, ID=HOST:PORT,... This member
+    /// learns the configuration from the leader's snapshot.
+    #[arg(long)]
+    join: Option<String>,
     #[command(flatten)]
     tls: TlsArgs,
     #[command(flatten)]
@@ -185,6 +201,17 @@ impl TlsArgs {
         };
         Ok(Some(PeerTls::load(cert, key, ca)?))
     }
+}
+
+/// The address others reach this member at: `given`, or the listen
+/// address when it names one machine.
+fn advertised(what: &str, listen: &str, given: Option<String>) -> anyhow::Result<String> {
+    let addr = given.unwrap_or_else(|| listen.to_string());
+    check_addr(&addr).map_err(|e| anyhow::anyhow!("--{what}-addr: {e}"))?;
+    if addr.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_unspecified()) {
+        anyhow::bail!("--{what}-addr {addr} listens on every interface: say --advertise-{what}-addr HOST:PORT");
+    }
+    Ok(addr)
 }
 
 /// Warns loudly when a non-loopback address is served in plaintext.
@@ -238,21 +265,33 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let data_dir = a.data_dir.ok_or_else(|| need("data-dir"))?;
     let client_addr = a.client_addr.ok_or_else(|| need("client-addr"))?;
     let peer_addr = a.peer_addr.ok_or_else(|| need("peer-addr"))?;
-    let peers = parse_peers(&a.peers.ok_or_else(|| need("peers"))?).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
-    if !peers.contains_key(&id) {
+    let advertise_client_addr = advertised("client", &client_addr, a.advertise_client_addr)?;
+    let advertise_peer_addr = advertised("peer", &peer_addr, a.advertise_peer_addr)?;
+    let (founding, list) = match (a.peers, a.join) {
+        (Some(p), None) => (true, p),
+        (None, Some(j)) => (false, j),
+        _ => return Err(need("peers (a new cluster) or --join (a running one)")),
+    };
+    let flag = if founding { "--peers" } else { "--join" };
+    let mut peers = parse_peers(&list).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+    if founding && !peers.contains_key(&id) {
         anyhow::bail!("--peers must include this member ({id})");
+    }
+    if !founding {
+        peers.insert(id, advertise_peer_addr.clone());
     }
     let client_tls = a.tls.client()?;
     let peer_tls = a.tls.peer()?;
-    warn_plaintext("client", client_addr, client_tls.is_some());
-    warn_plaintext("peer", peer_addr, peer_tls.is_some());
     let t = a.timing;
     let cfg = Config {
         id,
         data_dir: data_dir.clone(),
-        client_addr,
-        peer_addr,
-        peers: peers.clone(),
+        client_addr: client_addr.clone(),
+        peer_addr: peer_addr.clone(),
+        advertise_client_addr,
+        advertise_peer_addr,
+        peers,
+        founding,
         tick_ms: t.tick_ms.max(1),
         election_ticks: t.election_ticks,
         heartbeat_ticks: t.heartbeat_ticks.max(1),
@@ -281,18 +320,22 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
     let (peer_listener, client_listener) = rt.block_on(async {
-        let p = tokio::net::TcpListener::bind(peer_addr)
+        let p = tokio::net::TcpListener::bind(&peer_addr)
             .await
             .with_context(|| format!("binding peer address {peer_addr}"))?;
-        let c = tokio::net::TcpListener::bind(client_addr)
+        let c = tokio::net::TcpListener::bind(&client_addr)
             .await
             .with_context(|| format!("binding client address {client_addr}"))?;
         anyhow::Ok((p, c))
     })?;
-    let (transport, links) = baton_server::transport::transport(id, &peers);
+    if let (Ok(c), Ok(p)) = (client_listener.local_addr(), peer_listener.local_addr()) {
+        warn_plaintext("client", c, client_tls.is_some());
+        warn_plaintext("peer", p, peer_tls.is_some());
+    }
+    let (transport, links, members) = baton_server::transport::transport(id);
     let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
     let node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
-    let auth = PeerAuth { me: id, members: peers.keys().copied().collect(), tls: peer_tls, state: node.shared_state() };
+    let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state() };
     {
         let _g = rt.enter();
         baton_server::transport::start_senders(links, in_tx.clone(), auth.clone());

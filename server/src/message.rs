@@ -197,4 +197,7 @@ impl PeerOut {
 /// to the simulator's network).
 pub trait PeerSink: Send + 'static {
     fn send(&self, to: u64, msg: PeerOut);
+    /// The configuration's members and their peer addresses changed (this
+    /// member's included): links to new members open, to removed ones close.
+    fn set_members(&mut self, _members: &std::collections::BTreeMap<u64, String>) {}
 }

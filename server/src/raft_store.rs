@@ -94,6 +94,29 @@ impl RaftStore {
         Ok(RaftStore { hard_state, conf_state, truncated, entries, snapshot })
     }
 
+    /// True when `kv` holds no Raft state at all (a new data dir).
+    pub fn is_fresh(kv: &dyn Kv) -> Result<bool, KvError> {
+        Ok(kv.get(KEY_HARD_STATE)?.is_none()
+            && kv.get(KEY_CONF_STATE)?.is_none()
+            && kv.get(KEY_SNAPSHOT)?.is_none()
+            && kv.scan_prefix(&[PREFIX_ENTRY])?.is_empty())
+    }
+
+    /// Starts a new cluster in a fresh `kv` (membership.rs, rule 1): a
+    /// snapshot at index 1, term 1, whose configuration is `voters` and
+    /// whose state is `state` (an empty state machine at index 1). The log
+    /// starts at 2, so a member that joins later is sent a snapshot.
+    pub fn found(kv: &dyn Kv, voters: &[u64], state: Vec<u8>) -> Result<(), KvError> {
+        let mut store = RaftStore::load(kv, voters)?;
+        let mut snap = Snapshot { data: state.into(), ..Default::default() };
+        snap.mut_metadata().index = 1;
+        snap.mut_metadata().term = 1;
+        snap.mut_metadata().set_conf_state(ConfState::from((voters.to_vec(), Vec::<u64>::new())));
+        let mut batch = Batch::default();
+        store.apply_snapshot(snap, &mut batch)?;
+        kv.write(batch, true)
+    }
+
     pub fn hard_state(&self) -> &HardState {
         &self.hard_state
     }

@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use baton_proto::{
     command, op, parent_of, response, validate_path, Acl, AclResp, AddUserOp, CachedReply, CheckFenceOp, CheckOp,
     ClientWrite, ClusterRecord, Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode,
-    FenceRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp, Stat, UserRecord,
+    FenceRecord, MemberRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp, Stat, UserRecord,
     MAX_DATA,
 };
 use bytes::Bytes;
@@ -296,7 +296,9 @@ impl StateMachine {
             return;
         }
         if self.cluster.cluster_id.is_empty() {
-            self.cluster = ClusterRecord { cluster_id: rec.cluster_id.clone(), index, joined: vec![] };
+            self.cluster.cluster_id = rec.cluster_id.clone();
+            self.cluster.index = index;
+            self.cluster.joined.clear();
         } else if self.cluster.cluster_id != rec.cluster_id {
             return;
         }
@@ -304,6 +306,52 @@ impl StateMachine {
         joined.extend(rec.joined.iter().copied());
         self.cluster.joined = joined.into_iter().collect();
         self.dirty_cluster = true;
+    }
+
+    /// The addresses of member `id`, if recorded.
+    pub fn member(&self, id: u64) -> Option<&MemberRecord> {
+        self.cluster.members.iter().find(|m| m.id == id)
+    }
+
+    /// Records a member's addresses (membership.rs); empty addresses keep
+    /// the recorded ones.
+    pub fn set_member(&mut self, index: u64, rec: &MemberRecord) {
+        self.applied = self.applied.max(index);
+        let ms = &mut self.cluster.members;
+        match ms.iter_mut().find(|m| m.id == rec.id) {
+            Some(m) => {
+                if !rec.peer_addr.is_empty() {
+                    m.peer_addr = rec.peer_addr.clone();
+                }
+                if !rec.client_addr.is_empty() {
+                    m.client_addr = rec.client_addr.clone();
+                }
+            }
+            None => {
+                ms.push(rec.clone());
+                ms.sort_by_key(|m| m.id);
+            }
+        }
+        self.dirty_cluster = true;
+    }
+
+    /// Forgets a removed member: its addresses and that it joined.
+    pub fn remove_member(&mut self, index: u64, id: u64) {
+        self.applied = self.applied.max(index);
+        self.cluster.members.retain(|m| m.id != id);
+        self.cluster.joined.retain(|j| *j != id);
+        if !self.cluster.removed.contains(&id) {
+            self.cluster.removed.push(id);
+        }
+        self.dirty_cluster = true;
+    }
+
+    /// A learner the leader may now promote was promoted: no longer to be.
+    pub fn set_auto_promote(&mut self, id: u64, on: bool) {
+        if let Some(m) = self.cluster.members.iter_mut().find(|m| m.id == id) {
+            m.auto_promote = on;
+            self.dirty_cluster = true;
+        }
     }
 
     // ------------------------------------------------------------ apply
@@ -353,6 +401,10 @@ impl StateMachine {
             Some(command::Body::Write(w)) => Some(self.apply_write(index, cmd.time_ms, w, &mut out)),
             Some(command::Body::Cluster(c)) => {
                 self.set_cluster(index, c);
+                None
+            }
+            Some(command::Body::Member(m)) => {
+                self.set_member(index, m);
                 None
             }
             None => Some(error_response(index, ErrorCode::BadRequest, "empty command")),
@@ -600,7 +652,7 @@ impl StateMachine {
             nodes,
             sessions: self.sessions.iter().map(|(id, s)| session_record(*id, s)).collect(),
             fences,
-            cluster: (!self.cluster.cluster_id.is_empty()).then(|| self.cluster.clone()),
+            cluster: (self.cluster != ClusterRecord::default()).then(|| self.cluster.clone()),
             users: self
                 .users
                 .iter()
@@ -677,6 +729,9 @@ impl StateMachine {
         if !self.cluster.cluster_id.is_empty() {
             let c = &self.cluster;
             out.push_str(&format!("cluster {} set at {} joined {:?}\n", c.cluster_id, c.index, c.joined));
+        }
+        for m in &self.cluster.members {
+            out.push_str(&format!("member {} peer {} client {}\n", m.id, m.peer_addr, m.client_addr));
         }
         out
     }

@@ -44,11 +44,16 @@ pub trait Persist: Send {
     fn submit(&mut self, job: SyncJob);
     /// Finishes the queued writes and stops (shutdown).
     fn stop(&mut self);
+    /// Bytes the store takes on disk (status, metrics); 0 if unknown.
+    fn db_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The syncer thread's submit side (owned by the driver).
 pub struct Syncer {
     jobs: Option<Sender<SyncJob>>,
+    kv: Arc<dyn Kv>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -60,6 +65,7 @@ pub struct SyncReports {
 impl Syncer {
     /// Starts the thread; `wake` is told `Input::Persisted` after each write.
     pub fn start(kv: Arc<dyn Kv>, wake: Sender<Input>) -> (Syncer, SyncReports) {
+        let keep = kv.clone();
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let wake = Arc::new(Mutex::new(wake));
@@ -94,7 +100,7 @@ impl Syncer {
                 }
             })
             .ok();
-        (Syncer { jobs: Some(jobs_tx), thread }, SyncReports { done: done_rx })
+        (Syncer { jobs: Some(jobs_tx), kv: keep, thread }, SyncReports { done: done_rx })
     }
 }
 
@@ -106,6 +112,10 @@ impl Persist for Syncer {
         if let Some(j) = &self.jobs {
             let _ = j.send(job);
         }
+    }
+
+    fn db_bytes(&self) -> u64 {
+        self.kv.size_bytes()
     }
 
     fn stop(&mut self) {

@@ -20,7 +20,6 @@
 //! or whose `to` is not this member, is dropped and logged.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::SocketAddr;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,57 +75,85 @@ impl PeerTls {
 #[derive(Clone)]
 pub struct PeerAuth {
     pub me: u64,
-    pub members: BTreeSet<u64>,
+    /// The configuration's members (membership.rs), as the driver last set
+    /// them through [`Transport`].
+    pub members: Members,
     pub tls: Option<PeerTls>,
     /// The state machine: the cluster record (cluster.rs).
     pub state: SharedState,
 }
 
+/// The member ids the acceptor admits, shared with the driver's handle.
+pub type Members = Arc<std::sync::RwLock<BTreeSet<u64>>>;
+
 impl PeerAuth {
     fn cluster(&self) -> baton_proto::ClusterRecord {
         crate::driver::read(&self.state).cluster().clone()
     }
+
+    fn members(&self) -> BTreeSet<u64> {
+        self.members.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
-/// The driver's handle: one queue per peer. Queues are unbounded because
-/// raft-rs bounds what it sends (`max_inflight_msgs` appends per peer).
+/// A link to open: the member, its peer address, its queue.
+type NewLink = (u64, String, UnboundedReceiver<PeerOut>);
+
+/// The driver's handle: one queue per other member. Queues are unbounded
+/// because raft-rs bounds what it sends (`max_inflight_msgs` appends per
+/// peer). `set_members` opens links to new members (their sender tasks
+/// start in the runtime) and closes the queues of removed ones (their tasks
+/// end).
 pub struct Transport {
-    queues: HashMap<u64, UnboundedSender<PeerOut>>,
+    me: u64,
+    queues: HashMap<u64, (String, UnboundedSender<PeerOut>)>,
+    members: Members,
+    links: UnboundedSender<NewLink>,
 }
 
 impl PeerSink for Transport {
     fn send(&self, to: u64, msg: PeerOut) {
-        if let Some(q) = self.queues.get(&to) {
+        if let Some((_, q)) = self.queues.get(&to) {
             let _ = q.send(msg);
         }
     }
-}
 
-/// The per-peer queues before their sender tasks start.
-pub struct Links {
-    links: Vec<(u64, SocketAddr, UnboundedReceiver<PeerOut>)>,
-}
-
-/// The driver's handle, and the queues its senders will drain.
-pub fn transport(me: u64, peers: &BTreeMap<u64, SocketAddr>) -> (Transport, Links) {
-    let mut queues = HashMap::new();
-    let mut links = Vec::new();
-    for (&id, &addr) in peers {
-        if id == me {
-            continue;
+    fn set_members(&mut self, members: &BTreeMap<u64, String>) {
+        *self.members.write().unwrap_or_else(|p| p.into_inner()) = members.keys().copied().collect();
+        self.queues.retain(|id, (addr, _)| members.get(id) == Some(addr));
+        for (&id, addr) in members {
+            if id == self.me || self.queues.contains_key(&id) {
+                continue;
+            }
+            let (tx, rx) = unbounded_channel();
+            self.queues.insert(id, (addr.clone(), tx));
+            let _ = self.links.send((id, addr.clone(), rx));
         }
-        let (tx, rx) = unbounded_channel();
-        queues.insert(id, tx);
-        links.push((id, addr, rx));
     }
-    (Transport { queues }, Links { links })
 }
 
-/// Starts one sender task per other member (call inside a tokio runtime).
-pub fn start_senders(links: Links, input: Sender<Input>, auth: PeerAuth) {
-    for (id, addr, rx) in links.links {
-        tokio::spawn(sender(id, addr, rx, input.clone(), auth.clone()));
-    }
+/// The links the driver opens, for [`start_senders`] to serve.
+pub struct Links {
+    rx: UnboundedReceiver<NewLink>,
+}
+
+/// The driver's handle, the links it will open, and the member set the
+/// acceptor checks.
+pub fn transport(me: u64) -> (Transport, Links, Members) {
+    let (links, rx) = unbounded_channel();
+    let members = Members::default();
+    (Transport { me, queues: HashMap::new(), members: members.clone(), links }, Links { rx }, members)
+}
+
+/// Starts a sender task for every link the driver opens (call inside a
+/// tokio runtime).
+pub fn start_senders(mut links: Links, input: Sender<Input>, auth: PeerAuth) {
+    tokio::spawn(async move {
+        while let Some((id, addr, rx)) = links.rx.recv().await {
+            info!(peer = id, %addr, "link to member {id}");
+            tokio::spawn(sender(id, addr, rx, input.clone(), auth.clone()));
+        }
+    });
 }
 
 fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
@@ -159,7 +186,8 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
 
 /// Dials `to`: TCP, then TLS verifying that the far end is `to`'s
 /// certificate.
-async fn dial(to: u64, addr: SocketAddr, auth: &PeerAuth) -> Option<BoxStream> {
+async fn dial(to: u64, addr: &str, auth: &PeerAuth) -> Option<BoxStream> {
+    // A name is resolved on every dial: a member that moved is found again.
     let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         _ => return None,
@@ -198,10 +226,10 @@ async fn read_refusal(to: u64, rd: ReadHalf<BoxStream>) {
     }
 }
 
-async fn sender(to: u64, addr: SocketAddr, mut rx: UnboundedReceiver<PeerOut>, input: Sender<Input>, auth: PeerAuth) {
+async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input: Sender<Input>, auth: PeerAuth) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let Some(stream) = dial(to, addr, &auth).await else {
+        let Some(stream) = dial(to, &addr, &auth).await else {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
             // Drop what queued meanwhile; Raft will send again.
@@ -333,7 +361,7 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
         Some(peer_frame::Frame::Hello(h)) => h,
         _ => anyhow::bail!("first peer frame is not a hello"),
     };
-    let mut verdict = cluster::judge(auth.me, &auth.members, &auth.cluster(), &hello);
+    let mut verdict = cluster::judge(auth.me, &auth.members(), &auth.cluster(), &hello);
     if verdict == Verdict::Admit && auth.tls.is_some() && !cert.is_some_and(|c| cert_names_member(&c, hello.from)) {
         verdict = Verdict::Refuse(format!(
             "the peer says it is member {} but its certificate does not name {}",

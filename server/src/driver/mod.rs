@@ -66,6 +66,7 @@ use crate::state::{error_response, StateMachine};
 use crate::syncer::{Persist, SyncJob, Synced};
 use crate::watches::{missed_event, Fired, Watches};
 
+mod members;
 mod ready;
 mod requests;
 
@@ -151,6 +152,12 @@ pub struct Driver {
     cluster_proposed: Option<Instant>,
     /// The current election countdown already got its random start.
     election_drawn: bool,
+    /// The members' peer addresses as last given to the transport.
+    members: BTreeMap<u64, String>,
+    /// When this member last reported its own addresses (membership.rs).
+    reported: Option<Instant>,
+    /// When this member started (status's uptime).
+    started: Instant,
 }
 
 /// Reads the shared state (a poisoned lock is still read: only this
@@ -174,8 +181,16 @@ impl Driver {
         now: Instant,
         wall: WallClock,
     ) -> anyhow::Result<Self> {
-        let voters: Vec<u64> = cfg.peers.keys().copied().collect();
-        let store = RaftStore::load(kv, &voters)?;
+        // A fresh data dir founds a new cluster (`--peers`) or waits for the
+        // leader's snapshot (`--join`): membership.rs, rule 1.
+        if cfg.founding && RaftStore::is_fresh(kv)? {
+            let voters: Vec<u64> = cfg.peers.keys().copied().collect();
+            let mut empty = StateMachine::new();
+            empty.skip(1);
+            RaftStore::found(kv, &voters, empty.snapshot())?;
+            info!(?voters, "founded a new cluster");
+        }
+        let store = RaftStore::load(kv, &[])?;
         let mut sm = StateMachine::load(kv)?;
         if sm.applied() + 1 < store.first() {
             // The state is older than the log's start (a crash between
@@ -239,9 +254,13 @@ impl Driver {
             observed: None,
             cluster_proposed: None,
             election_drawn: false,
+            members: BTreeMap::new(),
+            reported: None,
+            started: now,
             cfg,
         };
         d.randomize_election();
+        d.members_changed();
         Ok(d)
     }
 
@@ -493,7 +512,9 @@ impl Driver {
         }
         if self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) {
             self.propose_cluster_record(now);
+            self.maybe_promote();
         }
+        self.maybe_report(now);
     }
 
     /// The cluster's id, then who joined it (cluster.rs), at most once per
@@ -607,6 +628,10 @@ impl Driver {
             sessions: self.sm().session_count() as u64,
             nodes: self.sm().node_count() as u64,
             voters: self.raw.store().conf_state().voters.clone(),
+            learners: self.raw.store().conf_state().learners.clone(),
+            uptime_ms: self.last_tick.map_or(0, |t| t.saturating_duration_since(self.started).as_millis() as u64),
+            db_bytes: self.persist.db_bytes(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
             cluster_id: self.sm().cluster().cluster_id.clone(),
             joined: self.sm().cluster().joined.clone(),
         }

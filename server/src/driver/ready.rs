@@ -5,6 +5,7 @@
 //! write (`on_persisted`).
 
 use super::*;
+use crate::membership;
 
 impl Driver {
     pub(super) fn handle_ready(&mut self, now: Instant) -> anyhow::Result<()> {
@@ -25,7 +26,7 @@ impl Driver {
         }
         self.reads.on_read_states(&rd.take_read_states());
         // Committed entries come only once they are persisted here too.
-        self.apply_entries(rd.take_committed_entries(), now)?;
+        self.apply_entries(rd.take_committed_entries(), now, &mut batch)?;
         if !rd.entries().is_empty() {
             self.raw.mut_store().append(rd.entries(), &mut batch)?;
             if self.cfg.faults.ack_before_commit() {
@@ -135,10 +136,11 @@ impl Driver {
         for f in fired {
             self.send_event(&f, index);
         }
+        self.members_changed();
         Ok(())
     }
 
-    pub(super) fn apply_entries(&mut self, entries: Vec<Entry>, now: Instant) -> anyhow::Result<()> {
+    pub(super) fn apply_entries(&mut self, entries: Vec<Entry>, now: Instant, batch: &mut Batch) -> anyhow::Result<()> {
         for e in entries {
             if e.index <= self.sm().applied() {
                 continue;
@@ -146,21 +148,7 @@ impl Driver {
             match e.entry_type {
                 EntryType::EntryNormal if e.data.is_empty() => self.sm_mut().skip(e.index),
                 EntryType::EntryNormal => self.apply_command(e.index, &e.data, now),
-                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                    let cs = if e.entry_type == EntryType::EntryConfChange {
-                        let mut cc = ConfChange::default();
-                        protobuf::Message::merge_from_bytes(&mut cc, &e.data)?;
-                        self.raw.apply_conf_change(&cc)?
-                    } else {
-                        let mut cc = ConfChangeV2::default();
-                        protobuf::Message::merge_from_bytes(&mut cc, &e.data)?;
-                        self.raw.apply_conf_change(&cc)?
-                    };
-                    let mut b = Batch::default();
-                    self.raw.mut_store().set_conf_state(cs, &mut b)?;
-                    self.persist.submit(SyncJob { number: 0, batch: b, sync: false, after: Vec::new() });
-                    self.sm_mut().skip(e.index);
-                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => self.apply_conf_entry(&e, batch)?,
             }
         }
         Ok(())
@@ -181,6 +169,16 @@ impl Driver {
         // a listener's local read that sees this entry is answered after
         // them on the same connection (ZooKeeper's order: the event first).
         // Nothing below may lock the state again on this thread.
+        if let Some(command::Body::Member(m)) = &cmd.body {
+            // membership.rs rule 6: only members of the configuration.
+            if membership::ids(self.raw.store().conf_state()).contains(&m.id) {
+                self.sm_mut().set_member(index, m);
+            } else {
+                self.sm_mut().skip(index);
+            }
+            self.members_changed();
+            return;
+        }
         let shared = self.state();
         let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
         let applied = sm.apply(index, &cmd);

@@ -143,6 +143,11 @@ impl Driver {
                 let body = response::Body::Names(NamesResp { names });
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
             }
+            Some(B::Members(_)) => {
+                let body = response::Body::Members(self.members_resp());
+                self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
+            }
+            Some(B::MemberChange(mc)) => self.on_member_change(conn, id, mc, now),
             Some(B::ListUsers(_)) => {
                 if !self.caller(conn).superuser {
                     return self.reply_err(conn, id, ErrorCode::NoAuth, "list-users needs a superuser (--superuser)");

@@ -285,14 +285,17 @@ impl Sim {
 
     fn config(&self, id: u64) -> Config {
         let peers = (1..=self.opts.nodes)
-            .map(|i| (i, format!("127.0.0.1:{}", 20000 + i).parse().expect("static address")))
+            .map(|i| (i, format!("127.0.0.1:{}", 20000 + i)))
             .collect();
         Config {
             id,
             data_dir: "/nonexistent".into(),
-            client_addr: "127.0.0.1:1".parse().expect("static address"),
-            peer_addr: "127.0.0.1:2".parse().expect("static address"),
+            client_addr: "127.0.0.1:1".into(),
+            peer_addr: "127.0.0.1:2".into(),
+            advertise_client_addr: "127.0.0.1:1".into(),
+            advertise_peer_addr: "127.0.0.1:2".into(),
             peers,
+            founding: true,
             tick_ms: self.opts.tick_ms,
             election_ticks: self.opts.election_ticks,
             heartbeat_ticks: self.opts.heartbeat_ticks,
