@@ -19,7 +19,9 @@
 //! - `session.rs`: the actor task that owns the connection.
 //! - [`liveness`]: when the client may say `Connected` (the rule).
 //! - [`recipes`]: locks, elections, read-write locks, semaphores.
+//! - [`admin`]: sessionless operator calls (members, status, health).
 
+pub mod admin;
 pub mod liveness;
 pub mod recipes;
 mod session;
@@ -696,7 +698,7 @@ pub async fn member_status(endpoint: &str, timeout: Duration) -> Result<StatusRe
 
 /// [`member_status`] over TLS when `tls` is given.
 pub async fn member_status_with(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> Result<StatusResp> {
-    let resp = session::one_shot(endpoint, request::Body::Status(Default::default()), timeout, tls).await?;
+    let resp = session::one_shot(endpoint, request::Body::Status(Default::default()), timeout, tls, None).await?;
     match resp.body {
         Some(response::Body::Status(s)) => Ok(s),
         _ => Err(Error::Server {

@@ -182,21 +182,34 @@ pub(crate) async fn one_shot(
     body: request::Body,
     timeout: Duration,
     tls: Option<&ClientTls>,
+    auth: Option<&(String, String)>,
 ) -> Result<Response> {
     let fut = async {
-        let s = dial(endpoint, timeout, tls).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+        let unavailable = |e: &dyn std::fmt::Display| Error::Unavailable(format!("{endpoint}: {e}"));
+        let s = dial(endpoint, timeout, tls).await.map_err(|e| unavailable(&e))?;
         let mut f = tokio_util::codec::Framed::new(s, baton_proto::codec(MAX_FRAME));
-        let req = Request { id: 1, body: Some(body), ..Default::default() };
-        f.send(encode(&req)).await.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+        // With a password user, `auth` first (id 1); the request is id 2.
+        let mut want = 1;
+        if let Some((user, password)) = auth {
+            let a = request::Body::Auth(baton_proto::AuthReq { user: user.clone(), password: password.clone() });
+            let req = Request { id: 1, body: Some(a), ..Default::default() };
+            f.send(encode(&req)).await.map_err(|e| unavailable(&e))?;
+            want = 2;
+        }
+        let req = Request { id: want, body: Some(body), ..Default::default() };
+        f.send(encode(&req)).await.map_err(|e| unavailable(&e))?;
         while let Some(frame) = f.next().await {
-            let frame = frame.map_err(|e| Error::Unavailable(format!("{endpoint}: {e}")))?;
+            let frame = frame.map_err(|e| unavailable(&e))?;
             if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(r)) }) = ServerFrame::decode(frame) {
-                if r.id == 1 || r.id == 0 {
+                if r.id == 1 && want == 2 && r.error != 0 {
+                    return Err(Error::NoAuth(format!("{endpoint}: {}", r.message)));
+                }
+                if r.id == want || r.id == 0 {
                     return Ok(r);
                 }
             }
         }
-        Err(Error::Unavailable(format!("{endpoint}: connection closed")))
+        Err(unavailable(&"connection closed"))
     };
     tokio::time::timeout(timeout, fut)
         .await

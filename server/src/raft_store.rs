@@ -46,6 +46,10 @@ pub struct RaftStore {
     truncated: (u64, u64),
     entries: Vec<Entry>,
     snapshot: Snapshot,
+    /// raft-rs asked for a snapshot to send to a member that the stored
+    /// one's configuration does not hold (a member added since): the driver
+    /// makes a new one at its applied index.
+    snapshot_wanted: std::cell::Cell<bool>,
 }
 
 impl RaftStore {
@@ -91,7 +95,7 @@ impl RaftStore {
             }
             entries.push(e);
         }
-        Ok(RaftStore { hard_state, conf_state, truncated, entries, snapshot })
+        Ok(RaftStore { hard_state, conf_state, truncated, entries, snapshot, snapshot_wanted: Default::default() })
     }
 
     /// True when `kv` holds no Raft state at all (a new data dir).
@@ -230,6 +234,16 @@ impl RaftStore {
         Ok(())
     }
 
+    /// The snapshot last made or installed.
+    pub fn stored_snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// True (once) when raft-rs wanted a newer snapshot than the stored one.
+    pub fn take_snapshot_wanted(&self) -> bool {
+        self.snapshot_wanted.replace(false)
+    }
+
     fn term_of(&self, idx: u64) -> Result<u64, KvError> {
         raft::Storage::term(self, idx).map_err(|e| KvError(format!("term of {idx}: {e}")))
     }
@@ -285,7 +299,13 @@ impl raft::Storage for RaftStore {
         Ok(self.last())
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let cs = self.snapshot.get_metadata().get_conf_state();
+        let holds = cs.voters.iter().chain(&cs.learners).chain(&cs.voters_outgoing).any(|&m| m == to);
+        if !holds {
+            self.snapshot_wanted.set(true);
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
         if self.snapshot.get_metadata().index < request_index.max(1) {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }

@@ -1,11 +1,12 @@
 //! `baton`: the command-line client.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_client::{
-    member_status_with, parse_endpoints, Client, ClientConfig, ClientTls, CreateOptions, Error, Stat, WatchKind,
+    admin, parse_endpoints, Client, ClientConfig, ClientTls, CreateOptions, Error, Stat, WatchKind,
     DEFAULT_ENDPOINTS,
 };
 use clap::{Parser, Subcommand, ValueEnum};
@@ -37,6 +38,32 @@ struct Cli {
     password: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum MemberCmd {
+    /// Id, addresses, voter or learner, and (from the leader) match index
+    /// and lag.
+    List,
+    /// Add a member (start it with `batond --join` after this). It joins as
+    /// a learner and the leader promotes it to voter once it has caught up.
+    Add {
+        id: u64,
+        /// Where the other members reach its peer port (HOST:PORT).
+        #[arg(long)]
+        peer_addr: String,
+        /// Where clients reach it (HOST:PORT).
+        #[arg(long)]
+        client_addr: String,
+        /// Keep it a learner (no vote) until `member promote`.
+        #[arg(long)]
+        learner: bool,
+    },
+    /// Remove a member (the leader hands over leadership first if it is
+    /// the one removed). Its id can never be used again.
+    Remove { id: u64 },
+    /// Make a caught-up learner a voter.
+    Promote { id: u64 },
 }
 
 #[derive(Subcommand, Debug)]
@@ -99,8 +126,20 @@ enum Cmd {
     Stat { path: String },
     /// Print changes to a node and its children until Ctrl-C.
     Watch { path: String },
-    /// Each member's role, term, commit and applied index, and leader.
-    Status,
+    /// Every member's role, term, indexes, sessions, nodes, version, uptime
+    /// and database size (members are discovered from any endpoint). Exits
+    /// 1 when there is no leader or a member is unreachable.
+    Status {
+        /// Exit 0 as long as one member answers.
+        #[arg(long)]
+        partial: bool,
+    },
+    /// Each member's health (like etcdctl endpoint health): it sees a
+    /// leader and has applied what is committed. Exits 1 if any is not.
+    Health,
+    /// The cluster's members: list, add, remove, promote.
+    #[command(subcommand)]
+    Member(MemberCmd),
     /// Run a command while holding lock NAME; its token is in BATON_FENCE_TOKEN.
     Lock {
         name: String,
@@ -306,7 +345,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let _ = TLS.set(load_tls(&cli)?);
     let _ = AUTH.set(cli.user.clone().zip(cli.password.clone()));
     match cli.cmd {
-        Cmd::Status => return status(&endpoints, j).await,
+        Cmd::Status { partial } => return status(&endpoints, j, partial).await,
+        Cmd::Health => return health(&endpoints, j).await,
+        Cmd::Member(m) => return member(&endpoints, j, m).await,
         Cmd::Bench { workload, clients, duration, size } => {
             return bench(&endpoints, workload, clients, duration, size).await
         }
@@ -497,7 +538,7 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
                 }
             }
         }
-        Cmd::Status | Cmd::Bench { .. } | Cmd::Lock { .. } | Cmd::Elect { .. } => {}
+        Cmd::Status { .. } | Cmd::Health | Cmd::Member(_) | Cmd::Bench { .. } | Cmd::Lock { .. } | Cmd::Elect { .. } => {}
     }
     Ok(())
 }
@@ -653,33 +694,82 @@ async fn run_until_lost(
     }
 }
 
-async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
+/// Every member's client address: the ones given and the ones the cluster
+/// records (so one endpoint is enough).
+async fn discover(endpoints: &[String]) -> Vec<String> {
+    let cfg = config(endpoints);
+    let known = admin::members(&cfg).await.ok();
+    admin::all_endpoints(endpoints, known.as_ref())
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        s if s >= 86400 => format!("{}d{}h", s / 86400, s % 86400 / 3600),
+        s if s >= 3600 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        s if s >= 60 => format!("{}m{}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+async fn status(endpoints: &[String], j: bool, partial: bool) -> anyhow::Result<()> {
+    let cfg = config(endpoints);
+    let all = discover(endpoints).await;
     if !j {
         println!(
-            "{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}",
-            "endpoint", "id", "role", "term", "commit", "applied", "leader"
+            "{:<22} {:>3} {:<13} {:>5} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7}",
+            "endpoint", "id", "role", "term", "commit", "applied", "leader", "sessions", "nodes", "uptime", "db", "version"
         );
     }
-    let mut reachable = 0;
-    for e in endpoints {
-        match member_status_with(e, Duration::from_secs(2), tls()).await {
+    let (mut reachable, mut unreachable, mut leaders) = (0, 0, BTreeSet::new());
+    let mut voters = BTreeSet::new();
+    for e in &all {
+        match admin::status(&cfg, e).await {
             Ok(s) => {
                 reachable += 1;
+                if s.leader_id != 0 {
+                    leaders.insert(s.leader_id);
+                }
+                voters.extend(s.voters.iter().copied());
                 if j {
                     println!(
                         "{}",
                         json!({"endpoint": e, "id": s.id, "role": s.role, "term": s.term, "commit_index": s.commit_index,
                                "applied_index": s.applied_index, "leader_id": s.leader_id, "first_index": s.first_index,
-                               "sessions": s.sessions, "nodes": s.nodes})
+                               "sessions": s.sessions, "nodes": s.nodes, "voters": s.voters, "learners": s.learners,
+                               "uptime_ms": s.uptime_ms, "db_bytes": s.db_bytes, "version": s.version,
+                               "cluster_id": s.cluster_id})
                     );
                 } else {
+                    let role = if s.learners.contains(&s.id) { "learner".to_string() } else { s.role.clone() };
                     println!(
-                        "{:<22} {:>3} {:<13} {:>6} {:>10} {:>10} {:>7}",
-                        e, s.id, s.role, s.term, s.commit_index, s.applied_index, s.leader_id
+                        "{:<22} {:>3} {:<13} {:>5} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7}",
+                        e,
+                        s.id,
+                        role,
+                        s.term,
+                        s.commit_index,
+                        s.applied_index,
+                        s.leader_id,
+                        s.sessions,
+                        s.nodes,
+                        human_ms(s.uptime_ms),
+                        human_bytes(s.db_bytes),
+                        s.version
                     );
                 }
             }
             Err(err) => {
+                unreachable += 1;
                 if j {
                     println!("{}", json!({"endpoint": e, "error": err.to_string()}));
                 } else {
@@ -688,9 +778,81 @@ async fn status(endpoints: &[String], j: bool) -> anyhow::Result<()> {
             }
         }
     }
+    if !j {
+        println!("voters: {voters:?}");
+    }
     if reachable == 0 {
         anyhow::bail!("no member reachable");
     }
+    if !partial {
+        if leaders.is_empty() {
+            anyhow::bail!("no member sees a leader");
+        }
+        if unreachable > 0 {
+            anyhow::bail!("{unreachable} of {} members unreachable (--partial to accept)", all.len());
+        }
+    }
+    Ok(())
+}
+
+async fn health(endpoints: &[String], j: bool) -> anyhow::Result<()> {
+    let cfg = config(endpoints);
+    let mut bad = 0;
+    let all = discover(endpoints).await;
+    for e in &all {
+        let t = Instant::now();
+        let verdict = admin::status(&cfg, e).await.map_err(|e| e.to_string()).and_then(|s| admin::healthy(&s));
+        let took = t.elapsed();
+        bad += verdict.is_err() as usize;
+        match (&verdict, j) {
+            (Ok(()), false) => println!("{e} is healthy: took = {took:?}"),
+            (Err(why), false) => println!("{e} is unhealthy: {why}"),
+            (v, true) => println!(
+                "{}",
+                json!({"endpoint": e, "health": v.is_ok(), "took_ms": took.as_millis() as u64,
+                       "error": v.as_ref().err()})
+            ),
+        }
+    }
+    if bad > 0 {
+        anyhow::bail!("{bad} of {} members unhealthy", all.len());
+    }
+    Ok(())
+}
+
+async fn member(endpoints: &[String], j: bool, cmd: MemberCmd) -> anyhow::Result<()> {
+    let cfg = config(endpoints).op_timeout(Duration::from_secs(30));
+    let m = match cmd {
+        MemberCmd::List => admin::members(&cfg).await?,
+        MemberCmd::Add { id, peer_addr, client_addr, learner } => {
+            admin::member_add(&cfg, id, &peer_addr, &client_addr, !learner).await?
+        }
+        MemberCmd::Remove { id } => admin::member_remove(&cfg, id).await?,
+        MemberCmd::Promote { id } => admin::member_promote(&cfg, id).await?,
+    };
+    let from_leader = m.leader_id != 0 && m.answered_by == m.leader_id;
+    if j {
+        for i in &m.members {
+            println!(
+                "{}",
+                json!({"id": i.id, "peer_addr": i.peer_addr, "client_addr": i.client_addr, "role": admin::role(i),
+                       "leader": i.id == m.leader_id, "matched": from_leader.then_some(i.matched),
+                       "lag": from_leader.then_some(i.lag), "auto_promote": i.auto_promote})
+            );
+        }
+        return Ok(());
+    }
+    println!("{:>3} {:<8} {:<24} {:<24} {:>10} {:>8}", "id", "role", "peer", "client", "matched", "lag");
+    for i in &m.members {
+        let (matched, lag) =
+            if from_leader { (i.matched.to_string(), i.lag.to_string()) } else { ("?".into(), "?".into()) };
+        let mut role = admin::role(i).to_string();
+        if i.id == m.leader_id {
+            role.push('*');
+        }
+        println!("{:>3} {:<8} {:<24} {:<24} {:>10} {:>8}", i.id, role, i.peer_addr, i.client_addr, matched, lag);
+    }
+    println!("cluster {} term {}, leader {} (*), answered by member {}", m.cluster_id, m.term, m.leader_id, m.answered_by);
     Ok(())
 }
 

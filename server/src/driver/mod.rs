@@ -195,7 +195,10 @@ impl Driver {
         if sm.applied() + 1 < store.first() {
             // The state is older than the log's start (a crash between
             // installing a snapshot and writing the state): restore it.
-            let snap = store.snapshot(0, 0).map_err(|e| anyhow::anyhow!("snapshot missing: {e}"))?;
+            let snap = store.stored_snapshot();
+            if snap.get_metadata().index + 1 < store.first() {
+                anyhow::bail!("the stored snapshot (index {}) is older than the log", snap.get_metadata().index);
+            }
             sm.restore(&snap.data)?;
         }
         let applied = sm.applied();
@@ -573,6 +576,9 @@ impl Driver {
         }
         if self.raw.has_ready() {
             self.handle_ready(now)?;
+        }
+        if self.raw.store().take_snapshot_wanted() {
+            self.snapshot_now()?;
         }
         self.serve_ready_reads(now);
         let voters = self.voters();

@@ -235,6 +235,22 @@ impl Driver {
         }
     }
 
+    /// A snapshot at the applied index without dropping log entries, for a
+    /// member the stored snapshot's configuration does not hold (a member
+    /// added since it was made: raft-rs refuses to install it there).
+    pub(super) fn snapshot_now(&mut self) -> anyhow::Result<()> {
+        let applied = self.sm().applied();
+        if applied < self.raw.store().first().saturating_sub(1) {
+            return Ok(());
+        }
+        let data = self.sm().snapshot();
+        info!(applied, bytes = data.len(), "snapshot for a new member");
+        let mut batch = Batch::default();
+        self.raw.mut_store().compact(applied, data, 0, &mut batch)?;
+        self.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new() });
+        Ok(())
+    }
+
     pub(super) fn maybe_compact(&mut self, batch: &mut Batch) -> anyhow::Result<()> {
         let applied = self.sm().applied();
         let first = self.raw.store().first();

@@ -1,0 +1,168 @@
+//! Operator calls that need no session: the configuration, membership
+//! changes, every member's status and health. Each call opens a short
+//! connection (TLS and `--user` as in the [`ClientConfig`]) to one member.
+//!
+//! Membership changes go to the leader: [`member_change`] asks any member
+//! who leads, sends the change there, and follows `NOT_LEADER` answers (a
+//! removed leader hands over first) until `op_timeout`. A change that
+//! timed out may or may not have happened ([`Error::Ambiguous`]): look at
+//! [`members`] before sending it again.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use baton_proto::{member_change_req::Kind, request, response, MemberChangeReq, MemberInfo, MembersResp, Response};
+
+use crate::{session, ClientConfig, Error, ErrorCode, Result, StatusResp};
+
+pub use baton_proto::member_change_req::Kind as ChangeKind;
+
+/// How long one member has to answer one call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+async fn call(cfg: &ClientConfig, endpoint: &str, body: request::Body) -> Result<Response> {
+    let r = session::one_shot(endpoint, body, CALL_TIMEOUT, cfg.tls.as_ref(), cfg.auth.as_ref()).await?;
+    if r.error != 0 {
+        let code = ErrorCode::try_from(r.error).unwrap_or(ErrorCode::Internal);
+        return Err(match code {
+            ErrorCode::NoAuth => Error::NoAuth(r.message),
+            ErrorCode::Timeout | ErrorCode::LeaderChanged => Error::Ambiguous(r.message),
+            _ => Error::Server { code, message: r.message },
+        });
+    }
+    Ok(r)
+}
+
+fn members_body(r: Response) -> Result<MembersResp> {
+    match r.body {
+        Some(response::Body::Members(m)) => Ok(m),
+        _ => Err(Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }),
+    }
+}
+
+/// Every endpoint given plus every member's client address the cluster
+/// knows, given ones first.
+pub fn all_endpoints(given: &[String], members: Option<&MembersResp>) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    let known = members.into_iter().flat_map(|m| m.members.iter().map(|i| i.client_addr.clone()));
+    for e in given.iter().cloned().chain(known) {
+        if !e.is_empty() && seen.insert(e.clone()) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// The configuration, from the leader when it can be reached (its answer
+/// has every member's match index and lag), else from any member.
+pub async fn members(cfg: &ClientConfig) -> Result<MembersResp> {
+    let mut last = Error::Unavailable("no endpoint".into());
+    let mut any = None;
+    for e in &cfg.endpoints {
+        match call(cfg, e, request::Body::Members(Default::default())).await.and_then(members_body) {
+            Ok(m) if m.leader_id != 0 && m.answered_by == m.leader_id => return Ok(m),
+            Ok(m) => {
+                let leader = leader_endpoint(&m);
+                any = Some(m);
+                if let Some(l) = leader {
+                    if let Ok(m) = call(cfg, &l, request::Body::Members(Default::default())).await.and_then(members_body)
+                    {
+                        if m.answered_by == m.leader_id {
+                            return Ok(m);
+                        }
+                    }
+                }
+                break;
+            }
+            Err(err @ Error::NoAuth(_)) => return Err(err),
+            Err(err) => last = err,
+        }
+    }
+    any.ok_or(last)
+}
+
+fn leader_endpoint(m: &MembersResp) -> Option<String> {
+    m.members.iter().find(|i| i.id == m.leader_id).map(|i| i.client_addr.clone()).filter(|a| !a.is_empty())
+}
+
+/// Sends a membership change to the leader and returns the configuration
+/// after it was applied.
+pub async fn member_change(cfg: &ClientConfig, req: MemberChangeReq) -> Result<MembersResp> {
+    let deadline = Instant::now() + cfg.op_timeout;
+    let mut last = String::from("no leader found");
+    while Instant::now() < deadline {
+        let leader = match members(cfg).await {
+            Ok(m) => leader_endpoint(&m),
+            Err(e @ Error::NoAuth(_)) => return Err(e),
+            Err(e) => {
+                last = e.to_string();
+                None
+            }
+        };
+        if let Some(l) = leader {
+            match call(cfg, &l, request::Body::MemberChange(req.clone())).await {
+                Ok(r) => return members_body(r),
+                Err(Error::Server { code: ErrorCode::NotLeader | ErrorCode::NoLeader, message }) => last = message,
+                Err(Error::Server { code: ErrorCode::Busy, message }) if message.contains("not applied yet") => {
+                    last = message
+                }
+                Err(Error::Unavailable(m)) => last = m,
+                Err(e) => return Err(e),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(Error::Unavailable(format!("membership change not made: {last}")))
+}
+
+/// `member add`: as a learner; `voter` asks the leader to promote it once
+/// it has caught up.
+pub async fn member_add(cfg: &ClientConfig, id: u64, peer: &str, client: &str, voter: bool) -> Result<MembersResp> {
+    let kind = if voter { Kind::Add } else { Kind::AddLearner };
+    let req = MemberChangeReq { kind: kind as i32, member_id: id, peer_addr: peer.into(), client_addr: client.into() };
+    member_change(cfg, req).await
+}
+
+pub async fn member_remove(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
+    member_change(cfg, MemberChangeReq { kind: Kind::Remove as i32, member_id: id, ..Default::default() }).await
+}
+
+pub async fn member_promote(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
+    member_change(cfg, MemberChangeReq { kind: Kind::Promote as i32, member_id: id, ..Default::default() }).await
+}
+
+/// One member's status, or why it could not be had.
+pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<StatusResp> {
+    let r = call(cfg, endpoint, request::Body::Status(Default::default())).await?;
+    match r.body {
+        Some(response::Body::Status(s)) => Ok(s),
+        _ => Err(Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }),
+    }
+}
+
+/// Applied entries a healthy member may be behind its commit index.
+pub const HEALTHY_APPLY_LAG: u64 = 1000;
+
+/// The health rule (`baton health`, and `GET /health` on the member): a
+/// member is healthy when it sees a leader and has applied within
+/// [`HEALTHY_APPLY_LAG`] of its commit index. `Err` says why not.
+pub fn healthy(s: &StatusResp) -> std::result::Result<(), String> {
+    if s.leader_id == 0 {
+        return Err(format!("member {} sees no leader (role {}, term {})", s.id, s.role, s.term));
+    }
+    let lag = s.commit_index.saturating_sub(s.applied_index);
+    if lag > HEALTHY_APPLY_LAG {
+        return Err(format!("member {} has applied {} of {} committed entries", s.id, s.applied_index, s.commit_index));
+    }
+    Ok(())
+}
+
+/// A member as `baton member list` prints it.
+pub fn role(m: &MemberInfo) -> &'static str {
+    if m.voter {
+        "voter"
+    } else {
+        "learner"
+    }
+}
