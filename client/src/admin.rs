@@ -66,7 +66,8 @@ pub async fn members(cfg: &ClientConfig) -> Result<MembersResp> {
                 let leader = leader_endpoint(&m);
                 any = Some(m);
                 if let Some(l) = leader {
-                    if let Ok(m) = call(cfg, &l, request::Body::Members(Default::default())).await.and_then(members_body)
+                    if let Ok(m) =
+                        call(cfg, &l, request::Body::Members(Default::default())).await.and_then(members_body)
                     {
                         if m.answered_by == m.leader_id {
                             return Ok(m);

@@ -186,9 +186,11 @@ pub fn next_promotion(v: &View) -> Option<u64> {
     if v.pending {
         return None;
     }
-    v.conf.learners.iter().copied().find(|&id| {
-        v.sm.member(id).is_some_and(|m| m.auto_promote) && (v.matched)(id) > 0 && lag(v, id) <= PROMOTE_LAG
-    })
+    v.conf
+        .learners
+        .iter()
+        .copied()
+        .find(|&id| v.sm.member(id).is_some_and(|m| m.auto_promote) && (v.matched)(id) > 0 && lag(v, id) <= PROMOTE_LAG)
 }
 
 /// Rule 6: the record this member should report about itself, if any.
@@ -201,7 +203,12 @@ pub fn self_report(me: u64, cs: &ConfState, sm: &StateMachine, peer: &str, clien
 }
 
 /// The configuration as `baton member list` shows it.
-pub fn list(cs: &ConfState, sm: &StateMachine, start: &BTreeMap<u64, String>, progress: Option<&View>) -> Vec<MemberInfo> {
+pub fn list(
+    cs: &ConfState,
+    sm: &StateMachine,
+    start: &BTreeMap<u64, String>,
+    progress: Option<&View>,
+) -> Vec<MemberInfo> {
     let peers = peer_addrs(cs, sm, start);
     ids(cs)
         .into_iter()
@@ -280,8 +287,14 @@ mod tests {
     fn auto_promotion_and_self_reports() {
         let mut sm = StateMachine::new();
         let cs = conf(&[1, 2, 3], &[4, 5]);
-        sm.set_member(2, &MemberRecord { id: 4, peer_addr: "a:1".into(), client_addr: "b:2".into(), auto_promote: true });
-        sm.set_member(3, &MemberRecord { id: 5, peer_addr: "c:1".into(), client_addr: "d:2".into(), auto_promote: false });
+        sm.set_member(
+            2,
+            &MemberRecord { id: 4, peer_addr: "a:1".into(), client_addr: "b:2".into(), auto_promote: true },
+        );
+        sm.set_member(
+            3,
+            &MemberRecord { id: 5, peer_addr: "c:1".into(), client_addr: "d:2".into(), auto_promote: false },
+        );
         let far = |id: u64| if id == 4 { 10 } else { 5000 };
         let v = View { me: 1, conf: &cs, sm: &sm, matched: &far, last_index: 5000, pending: false };
         assert_eq!(next_promotion(&v), None);

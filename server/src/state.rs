@@ -41,8 +41,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use baton_proto::{
     command, op, parent_of, response, validate_path, Acl, AclResp, AddUserOp, CachedReply, CheckFenceOp, CheckOp,
     ClientWrite, ClusterRecord, Command, CreateOp, CreateResp, CreateSessionResp, DeleteOp, Empty, ErrorCode,
-    FenceRecord, MemberRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp, Stat, UserRecord,
-    MAX_DATA,
+    FenceRecord, MemberRecord, MultiResp, NodeEntry, NodeRecord, OpResult, Response, SessionRecord, SetOp, SetResp,
+    Stat, UserRecord, MAX_DATA,
 };
 use bytes::Bytes;
 use prost::Message as _;

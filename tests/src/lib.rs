@@ -64,6 +64,9 @@ pub struct Member {
     pub peer_addr: String,
     pub data_dir: PathBuf,
     pub log: PathBuf,
+    /// Started with `--join` (added to a running cluster) instead of
+    /// `--peers` (a founding member).
+    pub joins: bool,
     child: Option<Child>,
 }
 
@@ -123,6 +126,7 @@ impl Cluster {
                     peer_addr: format!("127.0.0.1:{}", fresh()),
                     log: dir.path().join(format!("member-{id}.log")),
                     data_dir,
+                    joins: false,
                     child: None,
                 });
             }
@@ -149,6 +153,34 @@ impl Cluster {
         unreachable!("the last attempt returns")
     }
 
+    /// A new member slot (the next id, fresh ports) that starts with
+    /// `--join` (the founding members' peer addresses). Add it with `baton
+    /// member add`, then [`Cluster::start_member`].
+    pub fn new_member(&mut self) -> u64 {
+        let id = self.members.len() as u64 + 1;
+        let fresh = || loop {
+            let p = free_port();
+            if self
+                .members
+                .iter()
+                .all(|m| !m.client_addr.ends_with(&format!(":{p}")) && !m.peer_addr.ends_with(&format!(":{p}")))
+            {
+                return p;
+            }
+        };
+        let (client, peer) = (fresh(), fresh());
+        self.members.push(Member {
+            id,
+            client_addr: format!("127.0.0.1:{client}"),
+            peer_addr: format!("127.0.0.1:{peer}"),
+            data_dir: self.dir.path().join(format!("member-{id}")),
+            log: self.dir.path().join(format!("member-{id}.log")),
+            joins: true,
+            child: None,
+        });
+        id
+    }
+
     fn member(&self, id: u64) -> &Member {
         &self.members[(id - 1) as usize]
     }
@@ -169,7 +201,7 @@ impl Cluster {
             .arg(format!("--data-dir={}", m.data_dir.display()))
             .arg(format!("--client-addr={}", m.client_addr))
             .arg(format!("--peer-addr={}", m.peer_addr))
-            .arg(format!("--peers={peers}"))
+            .arg(if m.joins { format!("--join={peers}") } else { format!("--peers={peers}") })
             .args(extra)
             .env("RUST_LOG", std::env::var("BATON_TEST_LOG").unwrap_or_else(|_| "info,raft=info".into()))
             .stdin(Stdio::null())

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_client::{
-    admin, parse_endpoints, Client, ClientConfig, ClientTls, CreateOptions, Error, Stat, WatchKind,
-    DEFAULT_ENDPOINTS,
+    admin, parse_endpoints, Client, ClientConfig, ClientTls, CreateOptions, Error, Stat, WatchKind, DEFAULT_ENDPOINTS,
 };
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
@@ -538,7 +537,12 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
                 }
             }
         }
-        Cmd::Status { .. } | Cmd::Health | Cmd::Member(_) | Cmd::Bench { .. } | Cmd::Lock { .. } | Cmd::Elect { .. } => {}
+        Cmd::Status { .. }
+        | Cmd::Health
+        | Cmd::Member(_)
+        | Cmd::Bench { .. }
+        | Cmd::Lock { .. }
+        | Cmd::Elect { .. } => {}
     }
     Ok(())
 }
@@ -727,7 +731,18 @@ async fn status(endpoints: &[String], j: bool, partial: bool) -> anyhow::Result<
     if !j {
         println!(
             "{:<22} {:>3} {:<13} {:>5} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7}",
-            "endpoint", "id", "role", "term", "commit", "applied", "leader", "sessions", "nodes", "uptime", "db", "version"
+            "endpoint",
+            "id",
+            "role",
+            "term",
+            "commit",
+            "applied",
+            "leader",
+            "sessions",
+            "nodes",
+            "uptime",
+            "db",
+            "version"
         );
     }
     let (mut reachable, mut unreachable, mut leaders) = (0, 0, BTreeSet::new());
@@ -852,7 +867,10 @@ async fn member(endpoints: &[String], j: bool, cmd: MemberCmd) -> anyhow::Result
         }
         println!("{:>3} {:<8} {:<24} {:<24} {:>10} {:>8}", i.id, role, i.peer_addr, i.client_addr, matched, lag);
     }
-    println!("cluster {} term {}, leader {} (*), answered by member {}", m.cluster_id, m.term, m.leader_id, m.answered_by);
+    println!(
+        "cluster {} term {}, leader {} (*), answered by member {}",
+        m.cluster_id, m.term, m.leader_id, m.answered_by
+    );
     Ok(())
 }
 

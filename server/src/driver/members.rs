@@ -42,9 +42,8 @@ impl Driver {
 
     pub(super) fn members_resp(&self) -> MembersResp {
         let leader = self.raw.raft.state == StateRole::Leader;
-        let members = self.view_with(|v| {
-            membership::list(self.raw.store().conf_state(), v.sm, &self.cfg.peers, leader.then_some(v))
-        });
+        let members = self
+            .view_with(|v| membership::list(self.raw.store().conf_state(), v.sm, &self.cfg.peers, leader.then_some(v)));
         MembersResp {
             members,
             leader_id: self.raw.raft.leader_id,

@@ -284,9 +284,7 @@ impl Sim {
     }
 
     fn config(&self, id: u64) -> Config {
-        let peers = (1..=self.opts.nodes)
-            .map(|i| (i, format!("127.0.0.1:{}", 20000 + i)))
-            .collect();
+        let peers = (1..=self.opts.nodes).map(|i| (i, format!("127.0.0.1:{}", 20000 + i))).collect();
         Config {
             id,
             data_dir: "/nonexistent".into(),
