@@ -142,21 +142,9 @@ pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<StatusResp> {
     }
 }
 
-/// Applied entries a healthy member may be behind its commit index.
-pub const HEALTHY_APPLY_LAG: u64 = 1000;
-
-/// The health rule (`baton health`, and `GET /health` on the member): a
-/// member is healthy when it sees a leader and has applied within
-/// [`HEALTHY_APPLY_LAG`] of its commit index. `Err` says why not.
+/// The health rule, as `GET /health` on the member applies it.
 pub fn healthy(s: &StatusResp) -> std::result::Result<(), String> {
-    if s.leader_id == 0 {
-        return Err(format!("member {} sees no leader (role {}, term {})", s.id, s.role, s.term));
-    }
-    let lag = s.commit_index.saturating_sub(s.applied_index);
-    if lag > HEALTHY_APPLY_LAG {
-        return Err(format!("member {} has applied {} of {} committed entries", s.id, s.applied_index, s.commit_index));
-    }
-    Ok(())
+    baton_proto::health(s)
 }
 
 /// A member as `baton member list` prints it.

@@ -8,6 +8,27 @@
 
 include!(concat!(env!("OUT_DIR"), "/baton.rs"));
 
+/// Applied entries a healthy member may be behind its commit index.
+pub const HEALTHY_APPLY_LAG: u64 = 1000;
+
+/// The health rule (`GET /health` on a member, `baton health`): a member is
+/// healthy when it is the leader or has heard from one within an election
+/// timeout, and has applied within [`HEALTHY_APPLY_LAG`] entries of its
+/// commit index. `Err` says why not.
+pub fn health(s: &StatusResp) -> Result<(), String> {
+    if s.leader_id == 0 || !s.leader_contact {
+        return Err(format!("member {} has no contact with a leader (role {}, term {})", s.id, s.role, s.term));
+    }
+    let lag = s.commit_index.saturating_sub(s.applied_index);
+    if lag > HEALTHY_APPLY_LAG {
+        return Err(format!(
+            "member {} has applied {} of {} committed entries ({lag} behind, at most {HEALTHY_APPLY_LAG})",
+            s.id, s.applied_index, s.commit_index
+        ));
+    }
+    Ok(())
+}
+
 pub mod acl;
 pub mod auth;
 pub mod tls;

@@ -12,7 +12,9 @@
 //! A peer connection starts with the dialer's `PeerHello` (after the TLS
 //! handshake when TLS is on). The acceptor admits it only if, in order:
 //! 1. `to` is this member (the dialer reached whom it meant to);
-//! 2. `from` is another member of the configuration (`--peers`);
+//! 2. `from` is another member of the configuration (membership.rs: the
+//!    applied `ConfState`; before a joining member has one, its `--join`
+//!    list);
 //! 3. with peer TLS on, the dialer's certificate (already verified against
 //!    the peer CA) carries the DNS name `member-<from>.baton`;
 //! 4. when this member has no cluster id: the hello does not say that this
@@ -29,8 +31,8 @@
 //! is accepted are limited to [`HELLO_FRAME_LIMIT`] bytes.
 //!
 //! What it does not cover: a member wiped before the leader recorded it as
-//! joined (the first seconds of a new cluster) is taken for a new member.
-//! The member set comes from `--peers` until membership changes exist.
+//! joined (the first seconds of a new cluster, or of a member's life after
+//! `member add`) is taken for a new member.
 
 use std::collections::BTreeSet;
 

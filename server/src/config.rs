@@ -41,6 +41,8 @@ pub struct Config {
     pub limits: Limits,
     /// Identities that may do everything (acl.rs), e.g. `x509:admin`.
     pub superusers: Vec<String>,
+    /// Requests slower than this are logged (listener.rs); 0: none.
+    pub slow_request_ms: u64,
     /// Deliberate bugs (test builds only; see `faults`).
     pub faults: crate::faults::Faults,
 }

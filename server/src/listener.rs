@@ -14,6 +14,10 @@
 //! connection's task, bounded by [`HANDSHAKE_TIMEOUT`]; with `--ca`, a
 //! client must present a certificate that chains to it.
 //!
+//! Every answered request is counted and timed (metrics.rs: from its frame
+//! read to its response written); one slower than `--slow-request-ms` is
+//! logged as a warning with its type, id, error and time.
+//!
 //! Bad input: an undecodable frame gets a `BAD_REQUEST` response and the
 //! connection is closed (the stream cannot be trusted after it); a frame over
 //! the limit gets `TOO_LARGE` and is closed likewise. Nothing reaches the
@@ -169,7 +173,9 @@ async fn handle(
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
         return;
     }
-    let writer = tokio::spawn(write_loop(wr, rx, slots.clone(), tx.gauge()));
+    let inflight = Inflight::default();
+    let slow = (cfg.slow_request_ms > 0).then(|| std::time::Duration::from_millis(cfg.slow_request_ms));
+    let writer = tokio::spawn(write_loop(wr, rx, slots.clone(), tx.gauge(), inflight.clone(), conn, slow));
     let mut frames = FramedRead::new(rd, baton_proto::codec(max_frame));
     let closed = tx.gauge().closed().clone();
     loop {
@@ -192,6 +198,7 @@ async fn handle(
                 break;
             }
         };
+        crate::metrics::client_bytes(frame.len(), 0);
         let req = match ClientFrame::decode(frame) {
             Ok(ClientFrame { request: Some(r) }) => r,
             Ok(ClientFrame { request: None }) => {
@@ -209,6 +216,10 @@ async fn handle(
             continue;
         }
         permit.forget(); // returned by the writer when the response goes out
+        inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.id, (crate::metrics::request_kind(req.body.as_ref()), std::time::Instant::now()));
         if let Some(request::Body::Auth(a)) = &req.body {
             let resp = auth(&state, &tx, req.id, a).await;
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
@@ -232,11 +243,28 @@ async fn handle(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
 }
 
+/// A connection's requests without a response: their type and when read.
+type Inflight = Arc<std::sync::Mutex<std::collections::HashMap<u64, (&'static str, std::time::Instant)>>>;
+
+/// Counts, times and (when slow) logs one answered request.
+fn answered(inflight: &Inflight, r: &Response, conn: u64, slow: Option<std::time::Duration>) {
+    let Some((kind, since)) = inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&r.id) else { return };
+    let took = since.elapsed();
+    let code = (r.error != 0).then(|| ErrorCode::try_from(r.error).map_or("UNKNOWN", |c| c.as_str_name()));
+    crate::metrics::request(kind, code, took);
+    if slow.is_some_and(|s| took >= s) {
+        warn!(conn, id = r.id, kind, error = code.unwrap_or("OK"), took_ms = took.as_millis() as u64, "slow request");
+    }
+}
+
 async fn write_loop(
     wr: tokio::io::WriteHalf<BoxStream>,
     mut rx: UnboundedReceiver<ServerFrame>,
     slots: Arc<Semaphore>,
     gauge: Arc<QueueGauge>,
+    inflight: Inflight,
+    conn: u64,
+    slow: Option<std::time::Duration>,
 ) {
     let mut w = FramedWrite::new(wr, baton_proto::codec(usize::MAX));
     while let Some(first) = rx.recv().await {
@@ -247,13 +275,16 @@ async fn write_loop(
                 return;
             }
             gauge.written(f.encoded_len());
+            let bytes = bytes::Bytes::from(f.encode_to_vec());
+            crate::metrics::client_bytes(0, bytes.len());
+            if w.feed(bytes).await.is_err() {
+                return;
+            }
             if let Some(server_frame::Frame::Response(r)) = &f.frame {
                 if r.id != 0 {
                     slots.add_permits(1);
+                    answered(&inflight, r, conn, slow);
                 }
-            }
-            if w.feed(bytes::Bytes::from(f.encode_to_vec())).await.is_err() {
-                return;
             }
             n += 1;
             if n < 256 {

@@ -39,13 +39,15 @@ pub fn slog_logger(id: u64) -> slog::Logger {
     slog::Logger::root(TracingDrain.fuse(), slog::o!("raft_id" => id))
 }
 
-/// Installs the tracing subscriber (`RUST_LOG`, default `info`).
-pub fn init() {
+/// Installs the tracing subscriber (`RUST_LOG`, default `info`): text, or
+/// with `json` one JSON object per line (timestamp, level, target, fields).
+pub fn init(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,raft=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json {
+        b.json().flatten_event(true).try_init()
+    } else {
+        b.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
+    };
 }

@@ -20,10 +20,19 @@ use tracing::{error, info, warn};
 #[command(name = "batond", version, about = "A Baton member: Raft-replicated coordination service")]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
+    /// Log format: text, or json (one object per line).
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Option<Sub>,
     #[command(flatten)]
     member: MemberArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -81,6 +90,9 @@ struct Timing {
     /// Largest response (bytes); larger ones are answered TOO_LARGE.
     #[arg(long, default_value_t = Limits::default().max_reply_bytes)]
     max_reply_bytes: usize,
+    /// Log requests slower than this (ms) as warnings; 0: never.
+    #[arg(long, default_value_t = 1000)]
+    slow_request_ms: u64,
     /// An identity that may do everything: x509:NAME (a client
     /// certificate's common name) or user:NAME (repeatable).
     #[arg(long = "superuser")]
@@ -111,6 +123,7 @@ impl Timing {
             format!("--max-watches={}", self.max_watches),
             format!("--max-multi-ops={}", self.max_multi_ops),
             format!("--max-reply-bytes={}", self.max_reply_bytes),
+            format!("--slow-request-ms={}", self.slow_request_ms),
         ]
         .into_iter()
         .chain(self.superusers.iter().map(|s| format!("--superuser={s}")))
@@ -158,6 +171,10 @@ struct MemberArgs {
     /// learns the configuration from the leader's snapshot.
     #[arg(long)]
     join: Option<String>,
+    /// Serve GET /metrics, /health and /ready over HTTP here (off when
+    /// not given; docs/operations.md).
+    #[arg(long)]
+    http_addr: Option<String>,
     #[command(flatten)]
     tls: TlsArgs,
     #[command(flatten)]
@@ -234,7 +251,8 @@ struct ClusterArgs {
     /// Parent folder of the members' data dirs (and their logs).
     #[arg(long)]
     data_dir: PathBuf,
-    /// Client ports are base+1.., peer ports base+101..
+    /// Client ports are base+1.., peer ports base+101.., HTTP (metrics,
+    /// health) base+201..
     #[arg(long, default_value_t = 7100)]
     base_port: u16,
     /// TLS on both ports with a throwaway CA and certificates made in
@@ -247,7 +265,7 @@ struct ClusterArgs {
 
 pub fn main() {
     let cli = Cli::parse();
-    baton_server::logging::init();
+    baton_server::logging::init(cli.log_format == LogFormat::Json);
     let result = match cli.cmd {
         Some(Sub::Cluster(c)) => run_cluster(c),
         None => run_member(cli.member),
@@ -310,6 +328,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             max_reply_bytes: t.max_reply_bytes.max(64 << 10),
         },
         superusers: t.superusers.clone(),
+        slow_request_ms: t.slow_request_ms,
         faults: t.faults()?,
     };
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
@@ -319,14 +338,20 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
-    let (peer_listener, client_listener) = rt.block_on(async {
+    let (peer_listener, client_listener, http_listener) = rt.block_on(async {
         let p = tokio::net::TcpListener::bind(&peer_addr)
             .await
             .with_context(|| format!("binding peer address {peer_addr}"))?;
         let c = tokio::net::TcpListener::bind(&client_addr)
             .await
             .with_context(|| format!("binding client address {client_addr}"))?;
-        anyhow::Ok((p, c))
+        let h = match &a.http_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding HTTP address {addr}"))?,
+            ),
+            None => None,
+        };
+        anyhow::Ok((p, c, h))
     })?;
     if let (Ok(c), Ok(p)) = (client_listener.local_addr(), peer_listener.local_addr()) {
         warn_plaintext("client", c, client_tls.is_some());
@@ -334,7 +359,14 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     }
     let (transport, links, members) = baton_server::transport::transport(id);
     let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
-    let node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
+    let mut node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
+    if let Some(l) = http_listener {
+        let prom = baton_server::http::install_recorder()?;
+        let board = baton_server::http::Board::default();
+        node.set_board(board.clone());
+        let stale = 3 * cfg.election_timeout();
+        rt.spawn(baton_server::http::serve(l, prom, board, stale));
+    }
     let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state() };
     {
         let _g = rt.enter();
@@ -378,12 +410,14 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     let client = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + i);
     let peer = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + 100 + i);
+    let http = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + 200 + i);
     let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", peer(i))).collect();
     let peers = peers.join(",");
     let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes)? } else { (Vec::new(), None) };
     let mut members = Vec::new();
     for i in 1..=c.nodes {
-        let tls_args = tls.get(i as usize - 1).cloned().unwrap_or_default();
+        let mut tls_args = tls.get(i as usize - 1).cloned().unwrap_or_default();
+        tls_args.push(format!("--http-addr={}", http(i)));
         match spawn_member(&exe, &c, i, &client(i), &peer(i), &peers, &tls_args) {
             Ok(child) => members.push(Member { id: i, child }),
             Err(e) => {
@@ -395,11 +429,12 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     let endpoints: Vec<String> = (1..=c.nodes).map(client).collect();
     for m in &members {
         println!(
-            "member {}: pid {} client {} peer {} log {}",
+            "member {}: pid {} client {} peer {} http {} log {}",
             m.id,
             m.child.id(),
             client(m.id),
             peer(m.id),
+            http(m.id),
             log_path(&c.data_dir, m.id).display()
         );
     }

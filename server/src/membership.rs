@@ -33,7 +33,8 @@
 //!    it to the new leader.
 //! 6. Each member reports its own addresses (`--advertise-*`) as a log entry
 //!    when the recorded ones differ; a report for an id outside the
-//!    configuration changes nothing.
+//!    configuration changes nothing. A member dials the addresses it was
+//!    started with (`--peers`, `--join`) before recorded ones ([`peer_addrs`]).
 //! 7. A removed member is refused by every peer (cluster.rs rule 2), and one
 //!    that comes back finds itself outside the configuration.
 
@@ -64,9 +65,11 @@ pub fn is_learner(cs: &ConfState, id: u64) -> bool {
     cs.learners.contains(&id) || cs.learners_next.contains(&id)
 }
 
-/// The peer address of every member: the recorded one, else the one this
-/// member started with (`--peers` or `--join`). With no configuration yet
-/// (a joining member before the leader's snapshot), the start addresses.
+/// The peer address this member dials for every member: the one it was
+/// started with (`--peers` or `--join`: the operator's word for this
+/// member, e.g. a proxy in the Jepsen harness), else the recorded one.
+/// With no configuration yet (a joining member before the leader's
+/// snapshot), the start addresses.
 pub fn peer_addrs(cs: &ConfState, sm: &StateMachine, start: &BTreeMap<u64, String>) -> BTreeMap<u64, String> {
     let ids = ids(cs);
     if ids.is_empty() {
@@ -74,8 +77,8 @@ pub fn peer_addrs(cs: &ConfState, sm: &StateMachine, start: &BTreeMap<u64, Strin
     }
     ids.into_iter()
         .filter_map(|id| {
-            let recorded = sm.member(id).map(|m| m.peer_addr.clone()).filter(|a| !a.is_empty());
-            recorded.or_else(|| start.get(&id).cloned()).map(|a| (id, a))
+            let recorded = || sm.member(id).map(|m| m.peer_addr.clone()).filter(|a| !a.is_empty());
+            start.get(&id).cloned().or_else(recorded).map(|a| (id, a))
         })
         .collect()
 }
@@ -305,10 +308,11 @@ mod tests {
         assert!(self_report(4, &cs, &sm, "a:1", "b:2").is_none());
         assert_eq!(self_report(4, &cs, &sm, "a:9", "b:2").map(|r| r.peer_addr), Some("a:9".into()));
         assert!(self_report(9, &cs, &sm, "x:1", "y:2").is_none());
-        // Addresses: recorded first, then the start ones.
-        let start: BTreeMap<u64, String> = [(1, "s1:1".to_string()), (4, "old:1".to_string())].into();
+        // Addresses: the start ones first (a proxy, say), then recorded.
+        let start: BTreeMap<u64, String> = [(1, "s1:1".to_string()), (4, "proxy:1".to_string())].into();
         let peers = peer_addrs(&cs, &sm, &start);
-        assert_eq!(peers.get(&4).map(String::as_str), Some("a:1"));
+        assert_eq!(peers.get(&4).map(String::as_str), Some("proxy:1"));
+        assert_eq!(peers.get(&5).map(String::as_str), Some("c:1"));
         assert_eq!(peers.get(&1).map(String::as_str), Some("s1:1"));
         assert!(!peers.contains_key(&2));
         assert_eq!(peer_addrs(&ConfState::default(), &sm, &start), start);

@@ -43,6 +43,11 @@ impl Node {
         Ok(Node { driver, reports, tick })
     }
 
+    /// Publish the status (and metrics) to `board` every tick (http.rs).
+    pub fn set_board(&mut self, board: crate::http::Board) {
+        self.driver.set_board(board);
+    }
+
     /// The state machine, for the listeners' local reads.
     pub fn shared_state(&self) -> SharedState {
         self.driver.shared_state()

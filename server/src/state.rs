@@ -193,6 +193,11 @@ impl StateMachine {
         self.nodes.len()
     }
 
+    /// Ephemeral nodes of every session (walks the sessions).
+    pub fn ephemeral_count(&self) -> usize {
+        self.sessions.values().map(|s| s.ephemerals.len()).sum()
+    }
+
     pub fn session_count(&self) -> usize {
         self.sessions.len()
     }

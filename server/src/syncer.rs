@@ -87,7 +87,11 @@ impl Syncer {
                         number = number.max(j.number);
                         after.extend(j.after);
                     }
+                    let t = std::time::Instant::now();
                     let r = if batch.is_empty() { Ok(()) } else { kv.write(batch, sync) };
+                    if sync && r.is_ok() {
+                        crate::metrics::fsync(t.elapsed());
+                    }
                     let failed = r.is_err();
                     let out = r.map(|_| Synced { number, after }).map_err(anyhow::Error::from);
                     if done_tx.send(out).is_err() {

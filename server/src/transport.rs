@@ -274,6 +274,7 @@ async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input
             while let Some(msg) = next.take() {
                 if let Some((bytes, snap)) = encode(msg) {
                     snaps += snap as usize;
+                    crate::metrics::peer_bytes(0, bytes.len());
                     if w.feed(bytes).await.is_err() {
                         failed = true;
                         break;
@@ -398,7 +399,9 @@ async fn refuse(wr: tokio::io::WriteHalf<BoxStream>, reason: &str) {
 
 async fn frames(r: &mut PeerReader, peer: u64, me: u64, input: &Sender<Input>) -> anyhow::Result<()> {
     while let Some(frame) = r.next().await {
-        match PeerFrame::decode(frame?)?.frame {
+        let frame = frame?;
+        crate::metrics::peer_bytes(frame.len(), 0);
+        match PeerFrame::decode(frame)?.frame {
             Some(peer_frame::Frame::Raft(b)) => {
                 let mut m = Message::default();
                 m.merge_from_bytes(&b)?;

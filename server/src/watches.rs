@@ -72,6 +72,11 @@ impl Watches {
     }
 
     /// How many watches `conn` holds.
+    /// Watches held by every connection.
+    pub fn total(&self) -> usize {
+        self.per_conn.values().sum()
+    }
+
     pub fn count(&self, conn: ConnId) -> usize {
         self.per_conn.get(&conn).copied().unwrap_or(0)
     }

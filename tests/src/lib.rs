@@ -62,6 +62,8 @@ pub struct Member {
     pub id: u64,
     pub client_addr: String,
     pub peer_addr: String,
+    /// `--http-addr`: /metrics, /health, /ready.
+    pub http_addr: String,
     pub data_dir: PathBuf,
     pub log: PathBuf,
     /// Started with `--join` (added to a running cluster) instead of
@@ -124,6 +126,7 @@ impl Cluster {
                     id,
                     client_addr: format!("127.0.0.1:{}", fresh()),
                     peer_addr: format!("127.0.0.1:{}", fresh()),
+                    http_addr: format!("127.0.0.1:{}", fresh()),
                     log: dir.path().join(format!("member-{id}.log")),
                     data_dir,
                     joins: false,
@@ -158,27 +161,46 @@ impl Cluster {
     /// member add`, then [`Cluster::start_member`].
     pub fn new_member(&mut self) -> u64 {
         let id = self.members.len() as u64 + 1;
-        let fresh = || loop {
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 3 {
             let p = free_port();
-            if self
-                .members
-                .iter()
-                .all(|m| !m.client_addr.ends_with(&format!(":{p}")) && !m.peer_addr.ends_with(&format!(":{p}")))
-            {
-                return p;
+            let port = format!(":{p}");
+            let taken = |m: &Member| [&m.client_addr, &m.peer_addr, &m.http_addr].iter().any(|a| a.ends_with(&port));
+            if !ports.contains(&p) && !self.members.iter().any(taken) {
+                ports.push(p);
             }
-        };
-        let (client, peer) = (fresh(), fresh());
+        }
+        let (client, peer, http) = (ports[0], ports[1], ports[2]);
         self.members.push(Member {
             id,
             client_addr: format!("127.0.0.1:{client}"),
             peer_addr: format!("127.0.0.1:{peer}"),
+            http_addr: format!("127.0.0.1:{http}"),
             data_dir: self.dir.path().join(format!("member-{id}")),
             log: self.dir.path().join(format!("member-{id}.log")),
             joins: true,
             child: None,
         });
         id
+    }
+
+    /// `GET path` on member `id`'s HTTP port: (status code, body); None if
+    /// it does not answer within 2 s.
+    pub async fn http_get(&self, id: u64, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.member(id).http_addr.clone();
+        let fut = async move {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+            let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).await.ok()?;
+            let mut out = Vec::new();
+            s.read_to_end(&mut out).await.ok()?;
+            let text = String::from_utf8_lossy(&out).to_string();
+            let code = text.split_whitespace().nth(1)?.parse().ok()?;
+            let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+            Some((code, body))
+        };
+        tokio::time::timeout(Duration::from_secs(2), fut).await.ok().flatten()
     }
 
     fn member(&self, id: u64) -> &Member {
@@ -201,6 +223,7 @@ impl Cluster {
             .arg(format!("--data-dir={}", m.data_dir.display()))
             .arg(format!("--client-addr={}", m.client_addr))
             .arg(format!("--peer-addr={}", m.peer_addr))
+            .arg(format!("--http-addr={}", m.http_addr))
             .arg(if m.joins { format!("--join={peers}") } else { format!("--peers={peers}") })
             .args(extra)
             .env("RUST_LOG", std::env::var("BATON_TEST_LOG").unwrap_or_else(|_| "info,raft=info".into()))

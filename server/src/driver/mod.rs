@@ -158,6 +158,10 @@ pub struct Driver {
     reported: Option<Instant>,
     /// When this member started (status's uptime).
     started: Instant,
+    /// Where the status is published for `/health` and `/ready`, with the
+    /// metrics (http.rs, metrics.rs); None: neither (the simulator).
+    board: Option<crate::http::Board>,
+    ticks: u64,
 }
 
 /// Reads the shared state (a poisoned lock is still read: only this
@@ -260,11 +264,33 @@ impl Driver {
             members: BTreeMap::new(),
             reported: None,
             started: now,
+            board: None,
+            ticks: 0,
             cfg,
         };
         d.randomize_election();
         d.members_changed();
         Ok(d)
+    }
+
+    /// Publish the status to `board` and record metrics, every tick.
+    pub fn set_board(&mut self, board: crate::http::Board) {
+        self.board = Some(board);
+    }
+
+    /// The status for `/health`, and the metrics (every tick; the state
+    /// gauges, which walk the sessions, every 20 ticks).
+    fn publish(&mut self, now: Instant) {
+        let Some(board) = &self.board else { return };
+        let s = self.status();
+        crate::metrics::raft(&s, self.raw.raft.raft_log.persisted, self.pending.len());
+        if self.ticks.is_multiple_of(20) {
+            let sm = self.sm();
+            let (sessions, nodes, eph) = (sm.session_count(), sm.node_count(), sm.ephemeral_count());
+            drop(sm);
+            crate::metrics::state(sessions, nodes, eph, self.watches.total(), self.conns.len(), s.db_bytes);
+        }
+        board.publish(s, now);
     }
 
     /// The state machine, for the listeners' local reads.
@@ -475,6 +501,9 @@ impl Driver {
         let timeout = self.cfg.request_timeout();
         let late: Vec<u64> =
             self.pending.iter().filter(|(_, p)| now.duration_since(p.since) > timeout).map(|(k, _)| *k).collect();
+        if !late.is_empty() {
+            crate::metrics::proposal_failed("timeout", late.len());
+        }
         for rid in late {
             if let Some(p) = self.pending.remove(&rid) {
                 self.reply_err(
@@ -518,6 +547,8 @@ impl Driver {
             self.maybe_promote();
         }
         self.maybe_report(now);
+        self.publish(now);
+        self.ticks += 1;
     }
 
     /// The cluster's id, then who joined it (cluster.rs), at most once per
@@ -638,6 +669,7 @@ impl Driver {
             uptime_ms: self.last_tick.map_or(0, |t| t.saturating_duration_since(self.started).as_millis() as u64),
             db_bytes: self.persist.db_bytes(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            leader_contact: self.last_tick.is_some_and(|t| self.leader_alive(t)),
             cluster_id: self.sm().cluster().cluster_id.clone(),
             joined: self.sm().cluster().joined.clone(),
         }

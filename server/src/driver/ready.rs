@@ -26,7 +26,9 @@ impl Driver {
         }
         self.reads.on_read_states(&rd.take_read_states());
         // Committed entries come only once they are persisted here too.
-        self.apply_entries(rd.take_committed_entries(), now, &mut batch)?;
+        let committed = rd.take_committed_entries();
+        crate::metrics::ready(rd.entries().len(), committed.len());
+        self.apply_entries(committed, now, &mut batch)?;
         if !rd.entries().is_empty() {
             self.raw.mut_store().append(rd.entries(), &mut batch)?;
             if self.cfg.faults.ack_before_commit() {
@@ -83,9 +85,13 @@ impl Driver {
         if leader != self.leader || term != self.term || was_leader != is_leader {
             if leader != self.leader {
                 info!(leader, term, ?role, "leader changed");
+                crate::metrics::leader_changed();
             }
             // Forwarded proposals may be lost with the old leader.
             let pending: Vec<(u64, PendingWrite)> = std::mem::take(&mut self.pending).into_iter().collect();
+            if !pending.is_empty() {
+                crate::metrics::proposal_failed("leader_changed", pending.len());
+            }
             for (_, p) in pending {
                 self.reply_err(
                     p.conn,
@@ -125,7 +131,10 @@ impl Driver {
     pub(super) fn install_snapshot(&mut self, snap: Snapshot, batch: &mut Batch) -> anyhow::Result<()> {
         let index = snap.get_metadata().index;
         info!(index, bytes = snap.data.len(), "installing snapshot");
+        // The clock is read for the metric only (nothing decides on it).
+        let t = std::time::Instant::now();
         self.sm_mut().restore(&snap.data)?;
+        crate::metrics::snapshot("installed", t.elapsed());
         self.raw.mut_store().apply_snapshot(snap, batch)?;
         // Watches registered before may have missed changes in between.
         let fired = {
@@ -193,6 +202,9 @@ impl Driver {
         if let Some(command::Body::NewSession(ns)) = &cmd.body {
             self.sessions.created(index, ns.timeout_ms, now);
         }
+        if let Some(command::Body::Expire(_)) = &cmd.body {
+            crate::metrics::expirations(applied.ended_sessions.len());
+        }
         if let (Some(log), Some(command::Body::Expire(_))) = (self.observed.as_mut(), &cmd.body) {
             log.push(AppliedExpiry { index, sessions: applied.ended_sessions.clone() });
         }
@@ -243,7 +255,9 @@ impl Driver {
         if applied < self.raw.store().first().saturating_sub(1) {
             return Ok(());
         }
+        let t = std::time::Instant::now();
         let data = self.sm().snapshot();
+        crate::metrics::snapshot("made", t.elapsed());
         info!(applied, bytes = data.len(), "snapshot for a new member");
         let mut batch = Batch::default();
         self.raw.mut_store().compact(applied, data, 0, &mut batch)?;
@@ -260,7 +274,9 @@ impl Driver {
         // Keep a tail of the log so a briefly lagging follower catches up
         // from entries instead of a whole snapshot.
         let keep = self.cfg.snapshot_entries / 4;
+        let t = std::time::Instant::now();
         let data = self.sm().snapshot();
+        crate::metrics::snapshot("made", t.elapsed());
         debug!(applied, first, bytes = data.len(), "compacting log");
         self.raw.mut_store().compact(applied, data, applied.saturating_sub(keep), batch)?;
         Ok(())

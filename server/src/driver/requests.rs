@@ -246,12 +246,15 @@ impl Driver {
             Ok(()) => {
                 self.pending.insert(rid, PendingWrite { conn, client_id, since: now, bind_session });
             }
-            Err(e) => self.reply_err(
-                conn,
-                client_id,
-                ErrorCode::NoLeader,
-                format!("proposal refused ({e}); no leader known, retry"),
-            ),
+            Err(e) => {
+                crate::metrics::proposal_failed("not_proposed", 1);
+                self.reply_err(
+                    conn,
+                    client_id,
+                    ErrorCode::NoLeader,
+                    format!("proposal refused ({e}); no leader known, retry"),
+                )
+            }
         }
     }
 

@@ -1,0 +1,147 @@
+//! Metrics: every name a member exports, in one place, recorded through the
+//! `metrics` facade and rendered by `metrics-exporter-prometheus` at
+//! `GET /metrics` (http.rs). Without an installed recorder (the simulator,
+//! unit tests) every call here is a no-op.
+//!
+//! Names (all prefixed `baton_`; durations in seconds, sizes in bytes):
+//! - Raft, set every tick: `raft_term`, `raft_is_leader`, `raft_leader_id`,
+//!   `raft_commit_index`, `raft_applied_index`, `raft_persisted_index`,
+//!   `raft_apply_lag` (commit - applied), `raft_voters`, `raft_learners`;
+//!   counted: `raft_leader_changes_total`; per Ready: `ready_entries` and
+//!   `ready_committed` (histograms of entries to persist and to apply).
+//! - Writes: `proposals_pending` (gauge), `proposals_failed_total{reason}`
+//!   (`timeout`, `leader_changed`, `not_proposed`).
+//! - Storage: `fsync_seconds` (histogram, the syncer's synced writes),
+//!   `db_bytes` (RocksDB SST files and memtables, every second),
+//!   `snapshots_total{kind}` and `snapshot_seconds{kind}` (`made`,
+//!   `installed`).
+//! - State, set every second: `sessions`, `nodes`, `ephemeral_nodes`,
+//!   `watches`, `client_connections`; counted:
+//!   `session_expirations_total`.
+//! - Clients (listener.rs): `requests_total{type}`,
+//!   `request_errors_total{type,code}`, `request_seconds{type}` (from the
+//!   request read to its response written to the socket),
+//!   `client_bytes_received_total`, `client_bytes_sent_total`.
+//! - Peers (transport.rs): `peer_bytes_sent_total`,
+//!   `peer_bytes_received_total`.
+
+use std::time::Duration;
+
+use baton_proto::StatusResp;
+use metrics::{counter, gauge, histogram};
+
+/// Histogram buckets (seconds) for every `*_seconds` metric: 50 us to 10 s.
+pub const SECONDS_BUCKETS: &[f64] =
+    &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Buckets for counts per Ready.
+pub const COUNT_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0];
+
+/// The Raft gauges, from a status (every tick).
+pub fn raft(s: &StatusResp, persisted: u64, pending: usize) {
+    gauge!("baton_raft_term").set(s.term as f64);
+    gauge!("baton_raft_is_leader").set(if s.role == "leader" { 1.0 } else { 0.0 });
+    gauge!("baton_raft_leader_id").set(s.leader_id as f64);
+    gauge!("baton_raft_commit_index").set(s.commit_index as f64);
+    gauge!("baton_raft_applied_index").set(s.applied_index as f64);
+    gauge!("baton_raft_persisted_index").set(persisted as f64);
+    gauge!("baton_raft_apply_lag").set(s.commit_index.saturating_sub(s.applied_index) as f64);
+    gauge!("baton_raft_voters").set(s.voters.len() as f64);
+    gauge!("baton_raft_learners").set(s.learners.len() as f64);
+    gauge!("baton_proposals_pending").set(pending as f64);
+}
+
+/// The state gauges (every second: some walk the sessions).
+pub fn state(sessions: usize, nodes: usize, ephemerals: usize, watches: usize, conns: usize, db_bytes: u64) {
+    gauge!("baton_sessions").set(sessions as f64);
+    gauge!("baton_nodes").set(nodes as f64);
+    gauge!("baton_ephemeral_nodes").set(ephemerals as f64);
+    gauge!("baton_watches").set(watches as f64);
+    gauge!("baton_client_connections").set(conns as f64);
+    gauge!("baton_db_bytes").set(db_bytes as f64);
+}
+
+pub fn leader_changed() {
+    counter!("baton_raft_leader_changes_total").increment(1);
+}
+
+pub fn ready(entries: usize, committed: usize) {
+    histogram!("baton_ready_entries").record(entries as f64);
+    histogram!("baton_ready_committed").record(committed as f64);
+}
+
+pub fn proposal_failed(reason: &'static str, n: usize) {
+    counter!("baton_proposals_failed_total", "reason" => reason).increment(n as u64);
+}
+
+pub fn expirations(n: usize) {
+    counter!("baton_session_expirations_total").increment(n as u64);
+}
+
+pub fn snapshot(kind: &'static str, took: Duration) {
+    counter!("baton_snapshots_total", "kind" => kind).increment(1);
+    histogram!("baton_snapshot_seconds", "kind" => kind).record(took.as_secs_f64());
+}
+
+pub fn fsync(took: Duration) {
+    histogram!("baton_fsync_seconds").record(took.as_secs_f64());
+}
+
+/// One client request answered: its type, error code name (None: OK) and
+/// time from read to written.
+pub fn request(kind: &'static str, error: Option<&'static str>, took: Duration) {
+    counter!("baton_requests_total", "type" => kind).increment(1);
+    histogram!("baton_request_seconds", "type" => kind).record(took.as_secs_f64());
+    if let Some(code) = error {
+        counter!("baton_request_errors_total", "type" => kind, "code" => code).increment(1);
+    }
+}
+
+pub fn client_bytes(received: usize, sent: usize) {
+    if received > 0 {
+        counter!("baton_client_bytes_received_total").increment(received as u64);
+    }
+    if sent > 0 {
+        counter!("baton_client_bytes_sent_total").increment(sent as u64);
+    }
+}
+
+pub fn peer_bytes(received: usize, sent: usize) {
+    if received > 0 {
+        counter!("baton_peer_bytes_received_total").increment(received as u64);
+    }
+    if sent > 0 {
+        counter!("baton_peer_bytes_sent_total").increment(sent as u64);
+    }
+}
+
+/// A request's type, for labels.
+pub fn request_kind(body: Option<&baton_proto::request::Body>) -> &'static str {
+    use baton_proto::request::Body as B;
+    match body {
+        None => "unknown",
+        Some(B::CreateSession(_)) => "create_session",
+        Some(B::Attach(_)) => "attach",
+        Some(B::Keepalive(_)) => "keepalive",
+        Some(B::CloseSession(_)) => "close_session",
+        Some(B::Create(_)) => "create",
+        Some(B::Set(_)) => "set",
+        Some(B::Delete(_)) => "delete",
+        Some(B::Multi(_)) => "multi",
+        Some(B::Get(_)) => "get",
+        Some(B::Exists(_)) => "exists",
+        Some(B::Children(_)) => "children",
+        Some(B::AddWatch(_)) => "add_watch",
+        Some(B::RemoveWatch(_)) => "remove_watch",
+        Some(B::Status(_)) => "status",
+        Some(B::SetAcl(_)) => "set_acl",
+        Some(B::GetAcl(_)) => "get_acl",
+        Some(B::Auth(_)) => "auth",
+        Some(B::AddUser(_)) => "add_user",
+        Some(B::RemoveUser(_)) => "remove_user",
+        Some(B::ListUsers(_)) => "list_users",
+        Some(B::Whoami(_)) => "whoami",
+        Some(B::Members(_)) => "members",
+        Some(B::MemberChange(_)) => "member_change",
+    }
+}
