@@ -20,6 +20,7 @@ pub mod acl;
 pub mod certs;
 pub mod cluster;
 pub mod config;
+pub mod config_file;
 pub mod driver;
 pub mod faults;
 pub mod http;

@@ -21,8 +21,13 @@ use tracing::{error, info, warn};
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Log format: text, or json (one object per line).
-    #[arg(long, value_enum, default_value = "text", global = true)]
+    #[arg(long, value_enum, default_value = "text", global = true, env = "BATON_LOG_FORMAT")]
     log_format: LogFormat,
+    /// A TOML file of settings: keys are the long flag names
+    /// (`data-dir = "/var/lib/baton"`). Flags and BATON_* variables win
+    /// over it (docs/operations.md).
+    #[arg(long, env = "BATON_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Option<Sub>,
     #[command(flatten)]
@@ -45,63 +50,63 @@ enum Sub {
 #[derive(Args, Debug, Clone)]
 struct Timing {
     /// Raft tick length (ms).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, env = "BATON_TICK_MS")]
     tick_ms: u64,
     /// Election timeout in ticks (raft-rs randomizes it in [n, 2n)).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "BATON_ELECTION_TICKS")]
     election_ticks: usize,
     /// Heartbeat interval in ticks.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, env = "BATON_HEARTBEAT_TICKS")]
     heartbeat_ticks: usize,
     /// Applied entries between snapshots (log compaction threshold).
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, env = "BATON_SNAPSHOT_ENTRIES")]
     snapshot_entries: u64,
     /// Largest client frame accepted (bytes).
-    #[arg(long, default_value_t = baton_proto::DEFAULT_MAX_FRAME)]
+    #[arg(long, default_value_t = baton_proto::DEFAULT_MAX_FRAME, env = "BATON_MAX_FRAME")]
     max_frame: usize,
     /// Smallest session timeout granted (ms).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, env = "BATON_MIN_SESSION_MS")]
     min_session_ms: u32,
     /// Largest session timeout granted (ms).
-    #[arg(long, default_value_t = 120_000)]
+    #[arg(long, default_value_t = 120_000, env = "BATON_MAX_SESSION_MS")]
     max_session_ms: u32,
     /// How long a request may wait for commit or ReadIndex (ms).
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, default_value_t = 8000, env = "BATON_REQUEST_TIMEOUT_MS")]
     request_timeout_ms: u64,
     /// Client connections open at once.
-    #[arg(long, default_value_t = Limits::default().max_connections)]
+    #[arg(long, default_value_t = Limits::default().max_connections, env = "BATON_MAX_CONNECTIONS")]
     max_connections: usize,
     /// Requests one connection may have without a response.
-    #[arg(long, default_value_t = Limits::default().max_inflight)]
+    #[arg(long, default_value_t = Limits::default().max_inflight, env = "BATON_MAX_INFLIGHT")]
     max_inflight: usize,
     /// Bytes of responses and events queued for one connection before it
     /// is closed (its client stopped reading).
-    #[arg(long, default_value_t = Limits::default().max_queued_bytes)]
+    #[arg(long, default_value_t = Limits::default().max_queued_bytes, env = "BATON_MAX_QUEUED_BYTES")]
     max_queued_bytes: usize,
     /// Live sessions (new ones are refused BUSY past it).
-    #[arg(long, default_value_t = Limits::default().max_sessions)]
+    #[arg(long, default_value_t = Limits::default().max_sessions, env = "BATON_MAX_SESSIONS")]
     max_sessions: usize,
     /// Watches one connection may hold.
-    #[arg(long, default_value_t = Limits::default().max_watches)]
+    #[arg(long, default_value_t = Limits::default().max_watches, env = "BATON_MAX_WATCHES")]
     max_watches: usize,
     /// Operations in one multi.
-    #[arg(long, default_value_t = Limits::default().max_multi_ops)]
+    #[arg(long, default_value_t = Limits::default().max_multi_ops, env = "BATON_MAX_MULTI_OPS")]
     max_multi_ops: usize,
     /// Largest response (bytes); larger ones are answered TOO_LARGE.
-    #[arg(long, default_value_t = Limits::default().max_reply_bytes)]
+    #[arg(long, default_value_t = Limits::default().max_reply_bytes, env = "BATON_MAX_REPLY_BYTES")]
     max_reply_bytes: usize,
     /// Log requests slower than this (ms) as warnings; 0: never.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, env = "BATON_SLOW_REQUEST_MS")]
     slow_request_ms: u64,
     /// An identity that may do everything: x509:NAME (a client
     /// certificate's common name) or user:NAME (repeatable).
-    #[arg(long = "superuser")]
+    #[arg(long = "superuser", env = "BATON_SUPERUSER", value_delimiter = ',')]
     superusers: Vec<String>,
     /// Switch on a deliberate bug (harness tests only): stale-reads,
     /// ack-before-commit, no-fence-check, grant-without-predecessor,
     /// expire-without-grace.
     #[cfg(feature = "fault-injection")]
-    #[arg(long = "server-fault")]
+    #[arg(long = "server-fault", env = "BATON_SERVER_FAULT", value_delimiter = ',')]
     server_fault: Vec<String>,
 }
 
@@ -141,39 +146,39 @@ impl Timing {
 #[derive(Args, Debug)]
 struct MemberArgs {
     /// This member's id (1..).
-    #[arg(long)]
+    #[arg(long, env = "BATON_ID")]
     id: Option<u64>,
     /// Where this member keeps its RocksDB.
-    #[arg(long)]
+    #[arg(long, env = "BATON_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Address the client port listens on (HOST:PORT; a host name is
     /// resolved).
-    #[arg(long)]
+    #[arg(long, env = "BATON_CLIENT_ADDR")]
     client_addr: Option<String>,
     /// Address the peer port listens on.
-    #[arg(long)]
+    #[arg(long, env = "BATON_PEER_ADDR")]
     peer_addr: Option<String>,
     /// The client address other machines reach this member at (default:
     /// --client-addr; required when that is 0.0.0.0 or [::]).
-    #[arg(long)]
+    #[arg(long, env = "BATON_ADVERTISE_CLIENT_ADDR")]
     advertise_client_addr: Option<String>,
     /// The peer address other members reach this member at (default:
     /// --peer-addr; required when that is 0.0.0.0 or [::]).
-    #[arg(long)]
+    #[arg(long, env = "BATON_ADVERTISE_PEER_ADDR")]
     advertise_peer_addr: Option<String>,
     /// A new cluster's founding members, this one included:
     /// ID=HOST:PORT,... (their peer addresses). Only read when the data dir
     /// is new; afterwards the configuration lives in the log.
-    #[arg(long, conflicts_with = "join")]
+    #[arg(long, conflicts_with = "join", env = "BATON_PEERS")]
     peers: Option<String>,
     /// Join a running cluster (after `baton member add`): the peer
     /// addresses of some of its members, ID=HOST:PORT,... This member
     /// learns the configuration from the leader's snapshot.
-    #[arg(long)]
+    #[arg(long, env = "BATON_JOIN")]
     join: Option<String>,
     /// Serve GET /metrics, /health and /ready over HTTP here (off when
     /// not given; docs/operations.md).
-    #[arg(long)]
+    #[arg(long, env = "BATON_HTTP_ADDR")]
     http_addr: Option<String>,
     #[command(flatten)]
     tls: TlsArgs,
@@ -181,7 +186,9 @@ struct MemberArgs {
     timing: Timing,
 }
 
-/// TLS files (PEM). See docs/security.md.
+/// TLS files (PEM). See docs/security.md. The client-port ones have no
+/// `BATON_*` variable: `BATON_CERT` and `BATON_KEY` are the `baton` CLI's
+/// client certificate, and a shell that runs both must not mix them up.
 #[derive(Args, Debug)]
 struct TlsArgs {
     /// Client port: this member's certificate (chain). With --key, the
@@ -195,14 +202,14 @@ struct TlsArgs {
     #[arg(long, requires = "cert")]
     ca: Option<PathBuf>,
     /// Peer port: this member's certificate, naming it `member-<id>.baton`.
-    #[arg(long, requires_all = ["peer_key", "peer_ca"])]
+    #[arg(long, requires_all = ["peer_key", "peer_ca"], env = "BATON_PEER_CERT")]
     peer_cert: Option<PathBuf>,
     /// Peer port: the private key of --peer-cert.
-    #[arg(long, requires_all = ["peer_cert", "peer_ca"])]
+    #[arg(long, requires_all = ["peer_cert", "peer_ca"], env = "BATON_PEER_KEY")]
     peer_key: Option<PathBuf>,
     /// Peer port: the CA every member's certificate is signed by (mutual
     /// TLS: a member proves it is one).
-    #[arg(long, requires_all = ["peer_cert", "peer_key"])]
+    #[arg(long, requires_all = ["peer_cert", "peer_key"], env = "BATON_PEER_CA")]
     peer_ca: Option<PathBuf>,
 }
 
@@ -263,8 +270,23 @@ struct ClusterArgs {
     timing: Timing,
 }
 
+/// The command line with `--config`'s settings added (config_file.rs).
+fn args_with_config() -> Result<Vec<String>, String> {
+    use clap::CommandFactory;
+    let args: Vec<String> = std::env::args().collect();
+    let env = |k: &str| std::env::var(k).ok();
+    let Some(path) = baton_server::config_file::config_path(&args, &env) else { return Ok(args) };
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("--config {path}: {e}"))?;
+    let known: Vec<String> = Cli::command().get_arguments().filter_map(|a| a.get_long()).map(str::to_string).collect();
+    baton_server::config_file::merge(args, Path::new(&path), &text, &known, &env)
+}
+
 pub fn main() {
-    let cli = Cli::parse();
+    let args = args_with_config().unwrap_or_else(|e| {
+        eprintln!("batond: {e}");
+        std::process::exit(1);
+    });
+    let cli = Cli::parse_from(args);
     baton_server::logging::init(cli.log_format == LogFormat::Json);
     let result = match cli.cmd {
         Some(Sub::Cluster(c)) => run_cluster(c),

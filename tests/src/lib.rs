@@ -36,6 +36,24 @@ pub fn baton_bin() -> PathBuf {
     p
 }
 
+/// `GET path` from `addr` over HTTP/1.1: (status code, body); None if no
+/// answer within 2 s.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.ok()?;
+        let text = String::from_utf8_lossy(&out).to_string();
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Some((code, body))
+    };
+    tokio::time::timeout(Duration::from_secs(2), fut).await.ok().flatten()
+}
+
 /// A free loopback port, picked at random below Linux's ephemeral range
 /// (32768-60999): a port the kernel hands out for port 0 can also be taken
 /// meanwhile as the source port of some outgoing connection. Bound then
@@ -187,20 +205,7 @@ impl Cluster {
     /// `GET path` on member `id`'s HTTP port: (status code, body); None if
     /// it does not answer within 2 s.
     pub async fn http_get(&self, id: u64, path: &str) -> Option<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let addr = self.member(id).http_addr.clone();
-        let fut = async move {
-            let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
-            let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-            s.write_all(req.as_bytes()).await.ok()?;
-            let mut out = Vec::new();
-            s.read_to_end(&mut out).await.ok()?;
-            let text = String::from_utf8_lossy(&out).to_string();
-            let code = text.split_whitespace().nth(1)?.parse().ok()?;
-            let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-            Some((code, body))
-        };
-        tokio::time::timeout(Duration::from_secs(2), fut).await.ok().flatten()
+        http_get(&self.member(id).http_addr, path).await
     }
 
     fn member(&self, id: u64) -> &Member {
@@ -233,6 +238,25 @@ impl Cluster {
             .spawn()
             .expect("spawn batond");
         m.child = Some(child);
+    }
+
+    /// SIGTERM member `id` (a clean stop) and reap it; SIGKILL after 10 s.
+    pub fn stop(&mut self, id: u64) {
+        let m = &mut self.members[(id - 1) as usize];
+        if let Some(mut c) = m.child.take() {
+            // SAFETY: signalling a child we spawned and have not reaped.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
+            }
+            for _ in 0..200 {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// SIGKILL member `id` (kill -9) and reap it.

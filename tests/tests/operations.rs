@@ -1,0 +1,187 @@
+//! Operating a cluster as docs/operations.md says: settings from a config
+//! file, `BATON_*` variables and flags (in that order of strength), host
+//! names instead of IP addresses, and a rolling restart under load.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_client::{Client, ClientConfig, CreateOptions, Error, Op};
+use baton_tests::{baton_bin, batond_bin, eventually, free_port, http_get, Cluster};
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+/// Member processes this test started itself; killed on drop.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn distinct_ports(n: usize) -> Vec<u16> {
+    let mut v: Vec<u16> = Vec::new();
+    while v.len() < n {
+        let p = free_port();
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o20_config_file_environment_flags_and_host_names() {
+    let dir = tempfile::Builder::new().prefix("baton-ops-").tempdir().expect("tempdir");
+    let ports = distinct_ports(9);
+    let (client, peer, http) = (&ports[0..3], &ports[3..6], &ports[6..9]);
+    let peers = (0..3).map(|i| format!("{}=localhost:{}", i + 1, peer[i])).collect::<Vec<_>>().join(",");
+    let mut procs = Procs(Vec::new());
+    for i in 0..3 {
+        let id = i + 1;
+        // The file sets everything; two of its settings are wrong on
+        // purpose and must lose: `tick-ms` to the command line, and
+        // `http-addr` (a name that cannot resolve) to the environment.
+        let file = dir.path().join(format!("member-{id}.toml"));
+        let toml = format!(
+            "id = {id}\n\
+             data-dir = \"{}\"\n\
+             client-addr = \"127.0.0.1:{}\"\n\
+             advertise-client-addr = \"localhost:{}\"\n\
+             peer-addr = \"127.0.0.1:{}\"\n\
+             advertise-peer-addr = \"localhost:{}\"\n\
+             peers = \"{peers}\"\n\
+             tick-ms = 5000\n\
+             http-addr = \"nowhere.invalid:1\"\n\
+             superuser = [\"user:root\", \"x509:admin\"]\n\
+             log-format = \"json\"\n",
+            dir.path().join(format!("member-{id}")).display(),
+            client[i],
+            client[i],
+            peer[i],
+            peer[i],
+        );
+        std::fs::write(&file, toml).expect("config file");
+        let log = std::fs::File::create(dir.path().join(format!("member-{id}.log"))).expect("log");
+        let child = Command::new(batond_bin())
+            .arg(format!("--config={}", file.display()))
+            .arg("--tick-ms=50")
+            .env("BATON_HTTP_ADDR", format!("127.0.0.1:{}", http[i]))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn batond");
+        procs.0.push(child);
+    }
+    // Clients reach the members by name too.
+    let endpoints: Vec<String> = client.iter().map(|p| format!("localhost:{p}")).collect();
+    let c = eventually(SECS(20), "a session (a leader was elected with 50 ms ticks)", || async {
+        Client::connect_with(ClientConfig::new(endpoints.clone()).op_timeout(SECS(2))).await.ok()
+    })
+    .await;
+    c.create("/configured", Vec::new(), CreateOptions::persistent()).await.expect("write");
+    // The environment's HTTP address won over the file's.
+    for (i, p) in http.iter().enumerate() {
+        let (_, text) = http_get(&format!("127.0.0.1:{p}"), "/health").await.expect("health on the env's address");
+        assert!(text.contains(&format!("\"id\":{}", i + 1)), "member {}: {text}", i + 1);
+    }
+    // Each member recorded the names it advertises; the CLI finds them all
+    // from one name.
+    eventually(SECS(10), "every member's reported name", || async {
+        let out = Command::new(baton_bin())
+            .arg(format!("--endpoints={}", endpoints[0]))
+            .args(["--json", "member", "list"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        client.iter().all(|p| text.contains(&format!("\"client_addr\":\"localhost:{p}\""))).then_some(())
+    })
+    .await;
+    // The file's repeatable setting arrived whole: both superusers are in
+    // force, so an anonymous membership change is refused.
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={}", endpoints[0]))
+        .args(["member", "remove", "3"])
+        .output()
+        .expect("baton");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("superuser"), "{out:?}");
+    // JSON logs, from the file.
+    let log = std::fs::read_to_string(dir.path().join("member-1.log")).expect("log");
+    assert!(log.lines().filter(|l| !l.trim().is_empty()).all(|l| l.starts_with('{')), "{log}");
+    // A bad key is refused, naming the file and the key.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "id = 1\ndata-dri = \"/tmp/x\"\n").expect("bad file");
+    let out = Command::new(batond_bin()).arg(format!("--config={}", bad.display())).output().expect("batond");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setting `data-dri`"), "{out:?}");
+}
+
+/// Restarts every member in turn (SIGTERM, start again, wait until it has
+/// caught up) while clients take a lock and write: grants keep flowing and
+/// no acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o30_rolling_restart_under_the_lock_workload() {
+    let mut c = Cluster::start(3, &[]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let setup = c.client().await;
+    setup.create("/rolling", Vec::new(), CreateOptions::persistent()).await.expect("parent");
+    let mut tasks = Vec::new();
+    for w in 0..3 {
+        let cl = c.client_with(c.config().session_timeout(SECS(10))).await;
+        let (stop, grants, acked) = (stop.clone(), grants.clone(), acked.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let g = match tokio::time::timeout(SECS(10), cl.lock("rolling")).await {
+                    Ok(Ok(g)) => g,
+                    Ok(Err(Error::SessionExpired)) => panic!("worker {w}: session expired in a rolling restart"),
+                    _ => continue,
+                };
+                n += 1;
+                let path = format!("/rolling/w{w}-{n}");
+                let op =
+                    Op::Create { path: path.clone(), data: Default::default(), options: CreateOptions::persistent() };
+                let fenced = g.fenced("rolling", &[op]).await;
+                if fenced.is_ok() {
+                    acked.lock().unwrap().push(path);
+                    grants.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = g.release().await;
+            }
+        }));
+    }
+    let grants_now = || grants.load(Ordering::Relaxed);
+    eventually(SECS(10), "first grants", || async { (grants_now() >= 3).then_some(()) }).await;
+    for id in 1..=3 {
+        c.stop(id);
+        c.start_member(id);
+        let before = grants_now();
+        eventually(SECS(30), "grants after restarting a member", || async {
+            (grants_now() >= before + 3).then_some(())
+        })
+        .await;
+        let leader = c.wait_leader(SECS(10)).await;
+        let commit = c.status(leader).await.map(|s| s.commit_index).unwrap_or(0);
+        c.wait_applied(id, commit, SECS(30)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        tokio::time::timeout(SECS(30), t).await.expect("worker stops").expect("worker did not panic");
+    }
+    let have: BTreeSet<String> =
+        setup.children("/rolling").await.expect("children").into_iter().map(|n| format!("/rolling/{n}")).collect();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 9, "only {} grants", acked.len());
+    for a in &acked {
+        assert!(have.contains(a), "acknowledged {a} lost in the rolling restart");
+    }
+}
