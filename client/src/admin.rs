@@ -133,6 +133,54 @@ pub async fn member_promote(cfg: &ClientConfig, id: u64) -> Result<MembersResp> 
     member_change(cfg, MemberChangeReq { kind: Kind::Promote as i32, member_id: id, ..Default::default() }).await
 }
 
+/// `baton snapshot save`: a backup of the whole state at a linearizable
+/// point (every write acknowledged before this call is in it), fetched in
+/// chunks from one member and checked against its SHA-256. Returns the
+/// encoded `BackupFile` and its index (server/src/backup.rs).
+pub async fn snapshot_save(cfg: &ClientConfig) -> Result<(Vec<u8>, u64)> {
+    let mut last = Error::Unavailable("no endpoint".into());
+    for e in &cfg.endpoints {
+        match save_from(cfg, e).await {
+            Ok(x) => return Ok(x),
+            Err(err @ Error::NoAuth(_)) => return Err(err),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+async fn save_from(cfg: &ClientConfig, endpoint: &str) -> Result<(Vec<u8>, u64)> {
+    let chunk = |r: Response| match r.body {
+        Some(response::Body::Snapshot(c)) => Ok(c),
+        _ => Err(Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }),
+    };
+    let req = |backup_id, offset| request::Body::Snapshot(baton_proto::SnapshotReq { backup_id, offset });
+    let first = chunk(call(cfg, endpoint, req(0, 0)).await?)?;
+    let mut data = Vec::with_capacity(first.total as usize);
+    data.extend_from_slice(&first.data);
+    while (data.len() as u64) < first.total {
+        let c = chunk(call(cfg, endpoint, req(first.backup_id, data.len() as u64)).await?)?;
+        if c.offset != data.len() as u64 || c.data.is_empty() || c.backup_id != first.backup_id {
+            return Err(Error::Unavailable(format!("{endpoint}: the backup's chunks do not line up")));
+        }
+        data.extend_from_slice(&c.data);
+    }
+    let sha = ring::digest::digest(&ring::digest::SHA256, &data);
+    if sha.as_ref() != &first.sha256[..] {
+        return Err(Error::Unavailable(format!("{endpoint}: the backup's checksum does not match")));
+    }
+    let file = baton_proto::BackupFile {
+        version: 1,
+        index: first.index,
+        term: first.term,
+        cluster_id: first.cluster_id,
+        sha256: first.sha256,
+        state: data.into(),
+    };
+    use prost::Message as _;
+    Ok((file.encode_to_vec(), first.index))
+}
+
 /// One member's status, or why it could not be had.
 pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<StatusResp> {
     let r = call(cfg, endpoint, request::Body::Status(Default::default())).await?;

@@ -17,6 +17,7 @@
 //! See docs/architecture.md for the write and read paths end to end.
 
 pub mod acl;
+pub mod backup;
 pub mod certs;
 pub mod cluster;
 pub mod config;

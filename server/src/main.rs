@@ -45,6 +45,10 @@ enum Sub {
     /// Start a local cluster of N member processes and keep it up until
     /// Ctrl-C or SIGTERM.
     Cluster(ClusterArgs),
+    /// Build a new one-member cluster's data dir from a backup (`baton
+    /// snapshot save`); start it with `batond --id ID --peers ID=ADDR ...`
+    /// and grow it with `baton member add`.
+    Restore(RestoreArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -251,6 +255,45 @@ fn warn_plaintext(what: &str, addr: SocketAddr, tls: bool) {
 }
 
 #[derive(Args, Debug)]
+struct RestoreArgs {
+    /// The backup file.
+    file: PathBuf,
+    /// The new member's data dir (must not exist or be empty).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The new member's id.
+    #[arg(long, default_value_t = 1)]
+    id: u64,
+    /// The new cluster's id (default: a random one; never the old one's,
+    /// so members of the old cluster are refused).
+    #[arg(long)]
+    cluster_id: Option<String>,
+}
+
+fn run_restore(r: RestoreArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&r.file).with_context(|| format!("reading {}", r.file.display()))?;
+    let file = baton_server::backup::decode(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", r.file.display()))?;
+    if r.id == 0 {
+        anyhow::bail!("--id 0 is reserved");
+    }
+    std::fs::create_dir_all(&r.data_dir)?;
+    let kv = RocksKv::open(&r.data_dir.join("db")).with_context(|| format!("opening {}", r.data_dir.display()))?;
+    let id = baton_server::backup::restore(&kv, &file, r.id, r.cluster_id)?;
+    println!(
+        "restored index {} of cluster {} into {} as member {} of new cluster {id}; start it with: \
+         batond --id {} --data-dir {} --peers {}=PEER_ADDR ...",
+        file.index,
+        file.cluster_id,
+        r.data_dir.display(),
+        r.id,
+        r.id,
+        r.data_dir.display(),
+        r.id
+    );
+    Ok(())
+}
+
+#[derive(Args, Debug)]
 struct ClusterArgs {
     /// Number of members.
     #[arg(long, default_value_t = 3)]
@@ -290,6 +333,7 @@ pub fn main() {
     baton_server::logging::init(cli.log_format == LogFormat::Json);
     let result = match cli.cmd {
         Some(Sub::Cluster(c)) => run_cluster(c),
+        Some(Sub::Restore(r)) => run_restore(r),
         None => run_member(cli.member),
     };
     if let Err(e) = result {

@@ -111,10 +111,15 @@ impl RaftStore {
     /// whose state is `state` (an empty state machine at index 1). The log
     /// starts at 2, so a member that joins later is sent a snapshot.
     pub fn found(kv: &dyn Kv, voters: &[u64], state: Vec<u8>) -> Result<(), KvError> {
+        Self::found_at(kv, voters, 1, 1, state)
+    }
+
+    /// [`RaftStore::found`] at `index` and `term` (a restored backup).
+    pub fn found_at(kv: &dyn Kv, voters: &[u64], index: u64, term: u64, state: Vec<u8>) -> Result<(), KvError> {
         let mut store = RaftStore::load(kv, voters)?;
         let mut snap = Snapshot { data: state.into(), ..Default::default() };
-        snap.mut_metadata().index = 1;
-        snap.mut_metadata().term = 1;
+        snap.mut_metadata().index = index;
+        snap.mut_metadata().term = term;
         snap.mut_metadata().set_conf_state(ConfState::from((voters.to_vec(), Vec::<u64>::new())));
         let mut batch = Batch::default();
         store.apply_snapshot(snap, &mut batch)?;

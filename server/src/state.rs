@@ -313,6 +313,12 @@ impl StateMachine {
         self.dirty_cluster = true;
     }
 
+    /// Replaces the cluster record (a restored backup: backup.rs).
+    pub fn replace_cluster(&mut self, rec: ClusterRecord) {
+        self.cluster = rec;
+        self.dirty_cluster = true;
+    }
+
     /// The addresses of member `id`, if recorded.
     pub fn member(&self, id: u64) -> Option<&MemberRecord> {
         self.cluster.members.iter().find(|m| m.id == id)

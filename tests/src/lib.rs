@@ -36,6 +36,30 @@ pub fn baton_bin() -> PathBuf {
     p
 }
 
+/// Processes a test started itself (outside a [`Cluster`]); killed on drop.
+pub struct Procs(pub Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `n` distinct free loopback ports.
+pub fn distinct_ports(n: usize) -> Vec<u16> {
+    let mut v: Vec<u16> = Vec::new();
+    while v.len() < n {
+        let p = free_port();
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    v
+}
+
 /// `GET path` from `addr` over HTTP/1.1: (status code, body); None if no
 /// answer within 2 s.
 pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {

@@ -3,38 +3,15 @@
 //! names instead of IP addresses, and a rolling restart under load.
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_client::{Client, ClientConfig, CreateOptions, Error, Op};
-use baton_tests::{baton_bin, batond_bin, eventually, free_port, http_get, Cluster};
+use baton_tests::{baton_bin, batond_bin, distinct_ports, eventually, http_get, Cluster, Procs};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
-
-/// Member processes this test started itself; killed on drop.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn distinct_ports(n: usize) -> Vec<u16> {
-    let mut v: Vec<u16> = Vec::new();
-    while v.len() < n {
-        let p = free_port();
-        if !v.contains(&p) {
-            v.push(p);
-        }
-    }
-    v
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn o20_config_file_environment_flags_and_host_names() {

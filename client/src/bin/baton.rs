@@ -40,6 +40,12 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+enum SnapshotCmd {
+    /// Save the whole state, as of now (every acknowledged write), to FILE.
+    Save { file: std::path::PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
 enum MemberCmd {
     /// Id, addresses, voter or learner, and (from the leader) match index
     /// and lag.
@@ -139,6 +145,9 @@ enum Cmd {
     /// The cluster's members: list, add, remove, promote.
     #[command(subcommand)]
     Member(MemberCmd),
+    /// Backups: `snapshot save FILE` (restore with `batond restore`).
+    #[command(subcommand)]
+    Snapshot(SnapshotCmd),
     /// Run a command while holding lock NAME; its token is in BATON_FENCE_TOKEN.
     Lock {
         name: String,
@@ -347,6 +356,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status { partial } => return status(&endpoints, j, partial).await,
         Cmd::Health => return health(&endpoints, j).await,
         Cmd::Member(m) => return member(&endpoints, j, m).await,
+        Cmd::Snapshot(SnapshotCmd::Save { file }) => {
+            let (bytes, index) = admin::snapshot_save(&config(&endpoints)).await?;
+            // Written beside, then renamed: a crash never leaves half a backup.
+            let tmp = file.with_extension("partial");
+            std::fs::write(&tmp, &bytes)?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &file)?;
+            if j {
+                println!("{}", json!({"file": file, "index": index, "bytes": bytes.len()}));
+            } else {
+                println!("saved {} ({} bytes) at index {index}", file.display(), bytes.len());
+            }
+            return Ok(());
+        }
         Cmd::Bench { workload, clients, duration, size } => {
             return bench(&endpoints, workload, clients, duration, size).await
         }
@@ -540,6 +563,7 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
         Cmd::Status { .. }
         | Cmd::Health
         | Cmd::Member(_)
+        | Cmd::Snapshot(_)
         | Cmd::Bench { .. }
         | Cmd::Lock { .. }
         | Cmd::Elect { .. } => {}

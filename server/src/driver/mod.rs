@@ -75,6 +75,15 @@ pub use requests::{capped, fast_read, local_read};
 /// The state machine as the driver and the listeners share it.
 pub type SharedState = Arc<RwLock<StateMachine>>;
 
+/// The backup this member took last (backup.rs), until the next one.
+struct Backup {
+    id: u64,
+    index: u64,
+    term: u64,
+    sha: Vec<u8>,
+    data: Arc<Vec<u8>>,
+}
+
 struct Conn {
     tx: ConnTx,
     session: Option<u64>,
@@ -162,6 +171,7 @@ pub struct Driver {
     /// metrics (http.rs, metrics.rs); None: neither (the simulator).
     board: Option<crate::http::Board>,
     ticks: u64,
+    backup: Option<Backup>,
 }
 
 /// Reads the shared state (a poisoned lock is still read: only this
@@ -266,6 +276,7 @@ impl Driver {
             started: now,
             board: None,
             ticks: 0,
+            backup: None,
             cfg,
         };
         d.randomize_election();

@@ -143,6 +143,19 @@ impl Driver {
                 let body = response::Body::Names(NamesResp { names });
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
             }
+            Some(B::Snapshot(s)) => {
+                if !self.cfg.superusers.is_empty() && !self.caller(conn).superuser {
+                    return self.reply_err(conn, id, ErrorCode::NoAuth, "backups need a superuser (--superuser)");
+                }
+                if s.backup_id != 0 {
+                    return self.send_backup_chunk(conn, id, s.backup_id, s.offset);
+                }
+                // A new backup holds every acknowledged write: after a ReadIndex.
+                if !self.leader_alive(now) {
+                    return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
+                }
+                self.reads.push(Deferred { conn, req, since: now, min_index: 0 });
+            }
             Some(B::Members(_)) => {
                 let body = response::Body::Members(self.members_resp());
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
@@ -258,10 +271,55 @@ impl Driver {
         }
     }
 
+    /// A new backup (backup.rs) of the state as applied now, kept for its
+    /// chunks to be fetched; answers the first chunk.
+    fn take_backup(&mut self, conn: ConnId, id: u64) {
+        let (data, index) = {
+            let sm = self.sm();
+            (sm.snapshot(), sm.applied())
+        };
+        let term = self.raw.raft.raft_log.term(index).unwrap_or(0);
+        let backup_id = self.rng.gen_range(1..u64::MAX);
+        let sha = crate::backup::sha256(&data);
+        info!(backup_id, index, bytes = data.len(), "backup taken");
+        self.backup = Some(Backup { id: backup_id, index, term, sha, data: Arc::new(data) });
+        self.send_backup_chunk(conn, id, backup_id, 0);
+    }
+
+    fn send_backup_chunk(&self, conn: ConnId, id: u64, backup_id: u64, offset: u64) {
+        let Some(b) = self.backup.as_ref().filter(|b| b.id == backup_id) else {
+            let msg = format!("backup {backup_id:#x} is gone from this member (another was taken); start again");
+            return self.reply_err(conn, id, ErrorCode::NoNode, msg);
+        };
+        let total = b.data.len() as u64;
+        if offset > total {
+            return self.reply_err(conn, id, ErrorCode::BadRequest, format!("offset {offset} is past {total}"));
+        }
+        let end = (offset as usize + crate::backup::CHUNK).min(b.data.len());
+        let chunk = baton_proto::SnapshotChunk {
+            backup_id,
+            index: b.index,
+            term: b.term,
+            total,
+            offset,
+            data: bytes::Bytes::copy_from_slice(&b.data[offset as usize..end]),
+            sha256: b.sha.clone().into(),
+            cluster_id: self.sm().cluster().cluster_id.clone(),
+        };
+        let r = Response { id, zxid: b.index, body: Some(response::Body::Snapshot(chunk)), ..Default::default() };
+        // Not capped by --max-reply-bytes: a chunk is at most backup::CHUNK.
+        if let Some(c) = self.conns.get(&conn) {
+            c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(r)) });
+        }
+    }
+
     /// Answers a read (or attach) from local state.
     pub(super) fn serve(&mut self, conn: ConnId, req: &Request, now: Instant) {
         use request::Body as B;
         let id = req.id;
+        if let Some(B::Snapshot(_)) = &req.body {
+            return self.take_backup(conn, id);
+        }
         let caller = self.caller(conn);
         let (zxid, result) = {
             let sm = self.sm();

@@ -1,0 +1,66 @@
+//! Backups: `baton snapshot save FILE` and `batond restore FILE`.
+//!
+//! Saving: the client asks any member for a snapshot (`SnapshotReq` with
+//! `backup_id` 0). The member takes it after a ReadIndex, like a
+//! linearizable read, so it holds every write acknowledged before the
+//! request was sent; it keeps those bytes (one backup at a time per member)
+//! and hands them out in chunks of [`CHUNK`] bytes with the SHA-256 of the
+//! whole. The client checks the digest and writes a `BackupFile`. Backups
+//! hold session secrets and password hashes: with `--superuser` set, only a
+//! superuser may take one.
+//!
+//! Restoring ([`restore`]) builds the data dir of a new one-member cluster:
+//! the saved state at the saved index and term, a configuration of that one
+//! member, a new cluster id (given or random), no `joined` members and no
+//! recorded addresses (the member reports its own). The log goes on from
+//! the saved index, so fencing tokens and zxids keep growing past every
+//! token handed out before the backup. The member starts with `--peers
+//! ID=ADDR` and the cluster grows with `baton member add`.
+//!
+//! Sessions in the backup are restored too and expire after their timeout
+//! unless their clients find the new cluster (a client with the endpoint
+//! and the session's secret may resume it, as after any failover).
+
+use baton_proto::{BackupFile, ClusterRecord};
+use prost::Message as _;
+use rand::Rng;
+
+use crate::kv::Kv;
+use crate::raft_store::RaftStore;
+use crate::state::StateMachine;
+
+/// Bytes per chunk.
+pub const CHUNK: usize = 4 << 20;
+
+pub fn sha256(data: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().to_vec()
+}
+
+/// Checks a backup file's version and digest.
+pub fn decode(bytes: &[u8]) -> Result<BackupFile, String> {
+    let f = BackupFile::decode(bytes).map_err(|e| format!("not a Baton backup: {e}"))?;
+    if f.version != 1 {
+        return Err(format!("backup version {} (this batond reads version 1)", f.version));
+    }
+    if sha256(&f.state) != f.sha256 {
+        return Err("the backup's checksum does not match: the file is corrupt".into());
+    }
+    Ok(f)
+}
+
+/// Builds a new one-member cluster in the fresh store `kv` from a backup;
+/// returns the new cluster id.
+pub fn restore(kv: &dyn Kv, file: &BackupFile, id: u64, cluster_id: Option<String>) -> anyhow::Result<String> {
+    if !RaftStore::is_fresh(kv)? {
+        anyhow::bail!("the data dir is not empty: restore builds a new member from nothing");
+    }
+    let mut sm = StateMachine::new();
+    sm.restore(&file.state)?;
+    if sm.applied() != file.index {
+        anyhow::bail!("the backup's state is at {} but its header says {}", sm.applied(), file.index);
+    }
+    let cluster_id = cluster_id.unwrap_or_else(|| format!("{:032x}", rand::thread_rng().gen::<u128>()));
+    sm.replace_cluster(ClusterRecord { cluster_id: cluster_id.clone(), index: file.index, ..Default::default() });
+    RaftStore::found_at(kv, &[id], file.index, file.term.max(1), sm.snapshot())?;
+    Ok(cluster_id)
+}

@@ -1,0 +1,144 @@
+//! Backups: `baton snapshot save` under load, `batond restore` into a new
+//! one-member cluster that grows by `member add` (server/src/backup.rs).
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_client::{Client, ClientConfig, CreateOptions, Error};
+use baton_tests::{baton_bin, batond_bin, distinct_ports, eventually, Cluster, Procs};
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+fn batond(args: &[String], log: &std::path::Path) -> std::process::Child {
+    let log = std::fs::File::create(log).expect("log");
+    Command::new(batond_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn batond")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b10_save_under_load_restore_and_grow() {
+    let c = Cluster::start(3, &[]).await;
+    let dir = tempfile::Builder::new().prefix("baton-backup-").tempdir().expect("tempdir");
+    let file = dir.path().join("baton.backup");
+    // A lock's fencing token before the backup.
+    let holder = c.client().await;
+    let g = holder.lock("job").await.expect("lock");
+    let old_token = g.fencing_token();
+    g.release().await.expect("release");
+    // Writes go on while the backup is taken.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let w = c.client().await;
+    w.create("/acked", Vec::new(), CreateOptions::persistent()).await.expect("parent");
+    let writer = {
+        let (stop, acked) = (stop.clone(), acked.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let p = format!("/acked/w-{n}");
+                match w.create(&p, vec![b'v'; 64], CreateOptions::persistent()).await {
+                    Ok(_) => acked.lock().unwrap().push(p),
+                    Err(Error::SessionExpired) => return,
+                    Err(_) => {}
+                }
+            }
+        })
+    };
+    eventually(SECS(10), "writes flowing", || async { (acked.lock().unwrap().len() > 50).then_some(()) }).await;
+    let before: Vec<String> = acked.lock().unwrap().clone();
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={}", c.endpoint(2)))
+        .args(["snapshot", "save"])
+        .arg(&file)
+        .output()
+        .expect("baton snapshot save");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("saved"));
+    stop.store(true, Ordering::Relaxed);
+    let _ = tokio::time::timeout(SECS(10), writer).await;
+    drop(c);
+
+    // A damaged file is refused.
+    let mut bad = std::fs::read(&file).expect("backup");
+    let n = bad.len();
+    bad[n - 10] ^= 0xff;
+    let bad_file = dir.path().join("bad.backup");
+    std::fs::write(&bad_file, bad).expect("write");
+    let out = Command::new(batond_bin())
+        .args(["restore", &bad_file.display().to_string(), "--data-dir", &dir.path().join("x").display().to_string()])
+        .output()
+        .expect("batond restore");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checksum"), "{out:?}");
+
+    // Restore into a new one-member cluster.
+    let d1 = dir.path().join("member-1");
+    let out = Command::new(batond_bin())
+        .args(["restore", &file.display().to_string(), "--data-dir", &d1.display().to_string(), "--id", "1"])
+        .output()
+        .expect("batond restore");
+    assert!(out.status.success(), "{out:?}");
+    let ports = distinct_ports(4);
+    let (c1, p1, c2, p2) = (ports[0], ports[1], ports[2], ports[3]);
+    let mut procs = Procs(Vec::new());
+    procs.0.push(batond(
+        &[
+            "--id=1".into(),
+            format!("--data-dir={}", d1.display()),
+            format!("--client-addr=127.0.0.1:{c1}"),
+            format!("--peer-addr=127.0.0.1:{p1}"),
+            format!("--peers=1=127.0.0.1:{p1}"),
+        ],
+        &dir.path().join("member-1.log"),
+    ));
+    let ep1 = format!("127.0.0.1:{c1}");
+    let r = eventually(SECS(20), "the restored member serves", || async {
+        Client::connect_with(ClientConfig::new(vec![ep1.clone()]).op_timeout(SECS(2))).await.ok()
+    })
+    .await;
+    // Every write acknowledged before the save is there.
+    let have: BTreeSet<String> =
+        r.children("/acked").await.expect("children").into_iter().map(|n| format!("/acked/{n}")).collect();
+    for p in &before {
+        assert!(have.contains(p), "{p} acknowledged before the backup is missing");
+    }
+    // Fencing tokens go on growing past every token handed out before.
+    let g = r.lock("job").await.expect("lock after restore");
+    assert!(g.fencing_token() > old_token, "token {} after restore, {old_token} before", g.fencing_token());
+    g.release().await.expect("release");
+    // The new cluster grows by member add.
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={ep1}"))
+        .args(["member", "add", "2", "--peer-addr", &format!("127.0.0.1:{p2}"), "--client-addr"])
+        .arg(format!("127.0.0.1:{c2}"))
+        .output()
+        .expect("member add");
+    assert!(out.status.success(), "{out:?}");
+    procs.0.push(batond(
+        &[
+            "--id=2".into(),
+            format!("--data-dir={}", dir.path().join("member-2").display()),
+            format!("--client-addr=127.0.0.1:{c2}"),
+            format!("--peer-addr=127.0.0.1:{p2}"),
+            format!("--join=1=127.0.0.1:{p1}"),
+        ],
+        &dir.path().join("member-2.log"),
+    ));
+    let ep2 = format!("127.0.0.1:{c2}");
+    eventually(SECS(30), "member 2 caught up and promoted", || async {
+        let s = baton_client::member_status(&ep2, SECS(1)).await.ok()?;
+        (s.voters.contains(&2) && s.applied_index >= r.last_zxid().await).then_some(())
+    })
+    .await;
+    let on2 = Client::connect_with(ClientConfig::new(vec![ep2.clone()]).op_timeout(SECS(5))).await.expect("client");
+    assert_eq!(on2.children("/acked").await.expect("children").len(), have.len());
+}
