@@ -331,14 +331,25 @@ pub fn main() {
     });
     let cli = Cli::parse_from(args);
     baton_server::logging::init(cli.log_format == LogFormat::Json);
+    let member_mode = cli.cmd.is_none();
     let result = match cli.cmd {
         Some(Sub::Cluster(c)) => run_cluster(c),
         Some(Sub::Restore(r)) => run_restore(r),
         None => run_member(cli.member),
     };
     if let Err(e) = result {
-        error!("{e:#}");
-        eprintln!("batond: {e:#}");
+        let text = format!("{e:#}");
+        error!("{text}");
+        eprintln!("batond: {text}");
+        if member_mode && text.contains("corrupt") {
+            // kv.rs: a damaged data dir is never served or voted from.
+            let msg = "this member's data dir is damaged: it will not serve or vote from it. Remove the member \
+                       (baton member remove ID), wipe its data dir and add the machine back with a new id \
+                       (docs/operations.md, Replace a dead machine)";
+            error!("{msg}");
+            eprintln!("batond: {msg}");
+            std::process::exit(3);
+        }
         std::process::exit(1);
     }
 }
