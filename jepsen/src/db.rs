@@ -82,6 +82,8 @@ struct Member {
     data_dir: PathBuf,
     log: PathBuf,
     peers_arg: String,
+    /// Added while the run goes (the `membership` nemesis): `--join`.
+    joins: bool,
     child: Option<Child>,
     paused: bool,
 }
@@ -96,6 +98,11 @@ pub struct Db {
     direct: bool,
     session_ms: Option<u64>,
     tls: Option<DbTls>,
+    /// Members the `membership` nemesis added (ids past `nodes`, never
+    /// reused), and the next id to use.
+    extra: Vec<Member>,
+    next_id: u64,
+    dir: PathBuf,
 }
 
 /// A free loopback port below Linux's ephemeral range (32768-60999), so no
@@ -172,6 +179,7 @@ impl Db {
                 data_dir: o.dir.join(format!("member-{id}")),
                 log: o.dir.join(format!("member-{id}.log")),
                 peers_arg: String::new(),
+                joins: false,
                 child: None,
                 paused: false,
             });
@@ -228,6 +236,9 @@ impl Db {
             server_faults: o.server_faults,
             direct: o.direct,
             session_ms: o.session_ms,
+            extra: Vec::new(),
+            next_id: o.nodes + 1,
+            dir: o.dir.clone(),
         };
         for id in 1..=o.nodes {
             db.start_member(id)?;
@@ -237,25 +248,33 @@ impl Db {
     }
 
     fn start_member(&mut self, id: u64) -> anyhow::Result<()> {
-        let faults = self.server_faults.clone();
-        let direct = self.direct;
-        let session_ms = self.session_ms;
-        let bin = self.bin.clone();
+        let m = &self.members[(id - 1) as usize];
+        if m.child.is_some() {
+            return Ok(());
+        }
+        let child = self.spawn(m)?;
+        let m = &mut self.members[(id - 1) as usize];
+        m.child = Some(child);
+        m.paused = false;
+        Ok(())
+    }
+
+    /// Starts member `m`'s process.
+    fn spawn(&self, m: &Member) -> anyhow::Result<Child> {
+        let id = m.id;
         let tls_args = match &self.tls {
             Some(t) => t.ca.member_args(id)?,
             None => Vec::new(),
         };
-        let m = &mut self.members[(id - 1) as usize];
-        if m.child.is_some() {
-            return Ok(());
-        }
+        let (direct, session_ms) = (self.direct, self.session_ms);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log)?;
-        let mut cmd = Command::new(bin);
+        let mut cmd = Command::new(&self.bin);
+        let peers = if m.joins { format!("--join={}", m.peers_arg) } else { format!("--peers={}", m.peers_arg) };
         cmd.arg(format!("--id={id}"))
             .arg(format!("--data-dir={}", m.data_dir.display()))
             .arg(format!("--client-addr={}", m.client_addr))
             .arg(format!("--peer-addr={}", m.peer_addr))
-            .arg(format!("--peers={}", m.peers_arg))
+            .arg(peers)
             .args(tls_args)
             // Small snapshots exercise installation under faults; a
             // benchmark runs with the server's defaults.
@@ -270,12 +289,102 @@ impl Db {
                 .arg(format!("--min-session-ms={}", session_floor_ms()))
                 .arg(format!("--max-session-ms={}", ms.max(120_000)));
         }
-        for f in faults {
+        for f in &self.server_faults {
             cmd.arg(format!("--server-fault={f}"));
         }
-        m.child = Some(cmd.spawn().with_context(|| format!("starting member {id}"))?);
-        m.paused = false;
-        Ok(())
+        cmd.spawn().with_context(|| format!("starting member {id}"))
+    }
+
+    /// A sessionless admin configuration on the direct endpoints.
+    fn admin(&self) -> baton_client::ClientConfig {
+        let mut cfg = baton_client::ClientConfig::new(self.direct_endpoints()).op_timeout(Duration::from_secs(20));
+        cfg.tls = self.client_tls();
+        cfg
+    }
+
+    /// The `membership` nemesis: adds a fresh member with the next unused
+    /// id (`member add`, then `batond --join`; the leader promotes it once
+    /// it has caught up). Its links are direct (no proxies): partitions
+    /// stay among the founding members.
+    pub async fn add_member(&mut self) -> anyhow::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let (client_addr, peer_addr) = (free_addr()?, free_addr()?);
+        baton_client::admin::member_add(&self.admin(), id, &peer_addr.to_string(), &client_addr.to_string(), true)
+            .await
+            .with_context(|| format!("member add {id}"))?;
+        let join = self.members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
+        let mut m = Member {
+            id,
+            client_addr,
+            peer_addr,
+            data_dir: self.dir.join(format!("member-{id}")),
+            log: self.dir.join(format!("member-{id}.log")),
+            peers_arg: join,
+            joins: true,
+            child: None,
+            paused: false,
+        };
+        m.child = Some(self.spawn(&m)?);
+        self.extra.push(m);
+        Ok(id)
+    }
+
+    /// Removes the members `add_member` added (`member remove`, then stops
+    /// them and deletes their data). Returns the ids removed.
+    pub async fn remove_added(&mut self) -> anyhow::Result<Vec<u64>> {
+        let mut done = Vec::new();
+        while let Some(mut m) = self.extra.pop() {
+            if let Err(e) = baton_client::admin::member_remove(&self.admin(), m.id).await {
+                self.extra.push(m);
+                return Err(anyhow::anyhow!("member remove: {e}"));
+            }
+            if let Some(mut c) = m.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = std::fs::remove_dir_all(&m.data_dir);
+            done.push(m.id);
+        }
+        Ok(done)
+    }
+
+    /// The `corrupt` nemesis: kill -9 member `id`, then flip `flips` bytes
+    /// of its newest RocksDB data file (WAL or SST, within its length).
+    /// Returns the file and its original bytes (for [`Db::repair`]).
+    pub fn damage(&mut self, id: u64, rng: &mut impl rand::Rng, flips: usize) -> Option<(PathBuf, Vec<u8>)> {
+        self.kill(id);
+        let db = self.members[(id - 1) as usize].data_dir.join("db");
+        let newest = std::fs::read_dir(&db)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log" || x == "sst"))
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .filter(|(_, p)| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+            .max()?
+            .1;
+        let original = std::fs::read(&newest).ok()?;
+        let mut bytes = original.clone();
+        for _ in 0..flips.max(1) {
+            let at = rng.gen_range(0..bytes.len());
+            bytes[at] ^= 1 << rng.gen_range(0..8);
+        }
+        std::fs::write(&newest, bytes).ok()?;
+        Some((newest, original))
+    }
+
+    /// Puts back what [`Db::damage`] changed.
+    pub fn repair(&mut self, file: &Path, original: &[u8]) {
+        let _ = std::fs::write(file, original);
+    }
+
+    /// Member `id`'s exit code once it has exited (reaped then).
+    pub fn exit_code(&mut self, id: u64) -> Option<i32> {
+        let m = &mut self.members[(id - 1) as usize];
+        let status = m.child.as_mut()?.try_wait().ok()??;
+        m.child = None;
+        Some(status.code().unwrap_or(-1))
     }
 
     /// The clients' TLS settings (None: plaintext).
@@ -397,7 +506,7 @@ impl Db {
 impl Db {
     /// Kills every member (also done on drop).
     pub fn stop_all(&mut self) {
-        for m in &mut self.members {
+        for m in self.members.iter_mut().chain(self.extra.iter_mut()) {
             if let Some(mut c) = m.child.take() {
                 // SAFETY: resume a possibly stopped child so it can die.
                 unsafe {

@@ -25,6 +25,17 @@
 //!   timeouts, then SIGCONT (the window is that long, not 4-8 s): a new
 //!   leader takes over meanwhile, and the old one resumes with session
 //!   deadlines that are long stale and a role it no longer has.
+//! - `membership`: add a fresh member with the next unused id (`member
+//!   add`, `batond --join`: it catches up by snapshot and log and the
+//!   leader promotes it, so the cluster has four voters and needs three),
+//!   then at the heal remove it again (when it leads, leadership moves
+//!   first). Its links are direct; the other nemeses act on the founding
+//!   members only.
+//! - `corrupt`: kill -9 a member, flip 1-4 bits of its newest RocksDB file
+//!   (WAL or SST) and start it: it must refuse its data dir (exit code 3).
+//!   At the heal the file is put back and the member restarted. A member
+//!   that starts on damaged data, or crashes on it, is the anomaly
+//!   `damaged-data-not-refused` of the `storage` check (runner.rs).
 //! - `all`: a random mix of the above.
 //!
 //! Every fault is recorded as a [`FaultWindow`] (kind = the label printed,
@@ -51,6 +62,8 @@ pub enum NemesisKind {
     Leader,
     IsolatePeers,
     PauseLeaderLong,
+    Membership,
+    Corrupt,
     All,
 }
 
@@ -60,16 +73,26 @@ enum Fault {
     Paused(u64),
     ClientPaused(usize),
     Partitioned,
+    /// Members added by `membership`, removed at the heal.
+    Added,
+    /// `corrupt`: the member, the damaged file and its original bytes.
+    Damaged(u64, std::path::PathBuf, Vec<u8>),
 }
 
+/// In the detail of a `corrupt` window whose member did not refuse its
+/// data dir with exit code 3 (it started anyway, or crashed).
+pub const DAMAGE_NOT_REFUSED: &str = "NOT REFUSED";
+
 /// The kinds `all` mixes.
-const MIX: [NemesisKind; 6] = [
+const MIX: [NemesisKind; 8] = [
     NemesisKind::Kill,
     NemesisKind::Pause,
     NemesisKind::Partition,
     NemesisKind::Leader,
     NemesisKind::IsolatePeers,
     NemesisKind::PauseLeaderLong,
+    NemesisKind::Membership,
+    NemesisKind::Corrupt,
 ];
 
 /// Runs until `run.stop`; heals everything before returning. The session
@@ -100,7 +123,7 @@ pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: 
         run.sleep(hold).await;
         {
             let mut db = db.lock().await;
-            heal(&mut db, &run, fault);
+            heal(&mut db, &run, fault).await;
         }
         let end = run.now();
         println!("[{:>5.1}s] nemesis: heal {label}", end as f64 / 1e9);
@@ -113,6 +136,9 @@ pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: 
     }
     let mut db = db.lock().await;
     let _ = db.heal_all();
+    if let Err(e) = db.remove_added().await {
+        println!("nemesis: removing added members: {e:#}");
+    }
     for s in &client_slots {
         run.set_paused(*s, false);
     }
@@ -320,11 +346,47 @@ async fn apply(
                 at,
             ))
         }
+        NemesisKind::Membership => {
+            let at = run.now();
+            match db.add_member().await {
+                Ok(id) => {
+                    Some((Fault::Added, "membership", format!("member {id} added (learner, then voter)"), None, at))
+                }
+                Err(e) => {
+                    println!("[{:>5.1}s] nemesis: membership: {e:#}", at as f64 / 1e9);
+                    None
+                }
+            }
+        }
+        NemesisKind::Corrupt => {
+            let victim = *members.choose(rng)?;
+            let flips = rng.gen_range(1..=4);
+            let at = run.now();
+            let (file, original) = db.damage(victim, rng, flips)?;
+            let _ = db.restart(victim);
+            // The member must refuse its data dir at start (exit 3).
+            let mut code = None;
+            for _ in 0..100 {
+                code = db.exit_code(victim);
+                if code.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let verdict = match code {
+                Some(3) => "refused its data dir (exit 3)".to_string(),
+                Some(c) => format!("{DAMAGE_NOT_REFUSED}: exited {c}"),
+                None => format!("{DAMAGE_NOT_REFUSED}: started on it"),
+            };
+            let detail = format!("member {victim}: {flips} bits flipped in {name}; {verdict}");
+            Some((Fault::Damaged(victim, file, original), "corrupt", detail, None, at))
+        }
         NemesisKind::None | NemesisKind::All => None,
     }
 }
 
-fn heal(db: &mut Db, run: &Run, fault: Fault) {
+async fn heal(db: &mut Db, run: &Run, fault: Fault) {
     match fault {
         Fault::Killed(v) => {
             for id in v {
@@ -337,5 +399,16 @@ fn heal(db: &mut Db, run: &Run, fault: Fault) {
             run.set_paused(slot, false);
         }
         Fault::Partitioned => db.proxies.heal(),
+        Fault::Added => {
+            // Removal needs a leader: retried at the final heal if it fails.
+            if let Err(e) = db.remove_added().await {
+                println!("nemesis: removing added members: {e:#}");
+            }
+        }
+        Fault::Damaged(id, file, original) => {
+            db.kill(id);
+            db.repair(&file, &original);
+            let _ = db.restart(id);
+        }
     }
 }

@@ -156,6 +156,10 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         }
         results.push(r);
     }
+    if let Some(r) = storage_check(&faults) {
+        println!("  {:<10} valid: {}  {}", r.checker, r.valid.as_str(), r.stats);
+        results.push(r);
+    }
     let valid = results.iter().fold(Validity::True, |v, r| v.and(r.valid));
     let doc = json!({
         "valid": valid,
@@ -191,4 +195,25 @@ async fn read_counter(c: &Client) -> Option<i64> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     None
+}
+
+/// The `corrupt` nemesis's verdicts: a member that did not refuse a
+/// damaged data dir with exit code 3 (it started on it, or crashed) is the
+/// anomaly `damaged-data-not-refused` (None: no such faults).
+fn storage_check(faults: &[crate::history::FaultWindow]) -> Option<workloads::CheckResult> {
+    let damaged: Vec<_> = faults.iter().filter(|f| f.kind == "corrupt").collect();
+    if damaged.is_empty() {
+        return None;
+    }
+    let served: Vec<_> = damaged.iter().filter(|f| f.detail.contains(crate::nemesis::DAMAGE_NOT_REFUSED)).collect();
+    let refused = damaged.iter().filter(|f| f.detail.contains("exit 3")).count();
+    Some(workloads::CheckResult {
+        checker: "storage".into(),
+        valid: if served.is_empty() { Validity::True } else { Validity::False },
+        anomalies: served
+            .iter()
+            .map(|f| json!({"anomaly": "damaged-data-not-refused", "detail": f.detail, "at_ns": f.start}))
+            .collect(),
+        stats: json!({"corrupt_faults": damaged.len(), "refused": refused}),
+    })
 }

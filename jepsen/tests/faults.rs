@@ -176,6 +176,15 @@ async fn t53_expire_from_stale_role_is_caught_by_holder_states_or_the_session_ch
     caught_in(s, &[1, 2, 3, 4, 5, 6], "expire-from-stale-role", &wanted).await;
 }
 
+/// A member whose RocksDB recovers its WAL point-in-time (the default) and
+/// reads no value checksums does not refuse a damaged data dir: it drops
+/// the WAL's damaged tail (acknowledged entries, its vote) and crashes or
+/// serves. The `corrupt` nemesis's storage check names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t54_lenient_storage_is_caught_by_the_storage_check() {
+    caught(Workload::Register, NemesisKind::Corrupt, 15, "lenient-storage", "damaged-data-not-refused").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t60_the_real_server_is_valid_under_the_same_faults() {
     let short = |s: Setup, ms| Setup { session_ms: ms, ..s };
@@ -185,6 +194,8 @@ async fn t60_the_real_server_is_valid_under_the_same_faults() {
         short(setup(Workload::Lock, NemesisKind::IsolatePeers, 30), 1000),
         short(setup(Workload::Election, NemesisKind::IsolatePeers, 30), 1000),
         short(setup(Workload::All, NemesisKind::PauseLeaderLong, 30), 2000),
+        setup(Workload::Lock, NemesisKind::Membership, 20),
+        setup(Workload::Register, NemesisKind::Corrupt, 15),
     ] {
         let o = run(s, None, 1).await;
         assert_eq!(o.valid, Validity::True, "{s:?}: {:?}", anomalies(&o));

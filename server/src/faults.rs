@@ -41,10 +41,13 @@ pub struct Faults {
     /// records: under frequent leader changes a dead client's session
     /// never expires (L1).
     pub no_deadline_rebuild: bool,
+    /// RocksDB's default point-in-time WAL recovery and no value checksums:
+    /// a damaged WAL loses its tail silently and the member serves.
+    pub lenient_storage: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -56,6 +59,7 @@ pub const NAMES: [&str; 11] = [
     "read-ctx-restarts",
     "attach-from-local-state",
     "no-deadline-rebuild",
+    "lenient-storage",
 ];
 
 impl Faults {
@@ -75,6 +79,7 @@ impl Faults {
                 "read-ctx-restarts" => f.read_ctx_restarts = true,
                 "attach-from-local-state" => f.attach_from_local_state = true,
                 "no-deadline-rebuild" => f.no_deadline_rebuild = true,
+                "lenient-storage" => f.lenient_storage = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -108,4 +113,5 @@ impl Faults {
     query!(read_ctx_restarts);
     query!(attach_from_local_state);
     query!(no_deadline_rebuild);
+    query!(lenient_storage);
 }

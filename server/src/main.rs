@@ -410,8 +410,8 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     };
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-    let kv =
-        RocksKv::open(&data_dir.join("db")).with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
+    let kv = RocksKv::open_with(&data_dir.join("db"), cfg.faults.lenient_storage())
+        .with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
