@@ -181,6 +181,26 @@ async fn save_from(cfg: &ClientConfig, endpoint: &str) -> Result<(Vec<u8>, u64)>
     Ok((file.encode_to_vec(), first.index))
 }
 
+/// `member move-leader`: hands leadership to voter `id` and waits (up to
+/// `op_timeout`) until the cluster says it leads.
+pub async fn member_move_leader(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
+    let deadline = Instant::now() + cfg.op_timeout;
+    member_change(cfg, MemberChangeReq { kind: Kind::MoveLeader as i32, member_id: id, ..Default::default() }).await?;
+    loop {
+        match members(cfg).await {
+            Ok(m) if m.leader_id == id => return Ok(m),
+            Ok(m) if Instant::now() >= deadline => {
+                return Err(Error::Unavailable(format!(
+                    "member {} still leads; member {id} did not take over",
+                    m.leader_id
+                )))
+            }
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// One member's status, or why it could not be had.
 pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<StatusResp> {
     let r = call(cfg, endpoint, request::Body::Status(Default::default())).await?;

@@ -306,11 +306,11 @@ impl Db {
     /// id (`member add`, then `batond --join`; the leader promotes it once
     /// it has caught up). Its links are direct (no proxies): partitions
     /// stay among the founding members.
-    pub async fn add_member(&mut self) -> anyhow::Result<u64> {
+    pub async fn add_member(&mut self, voter: bool) -> anyhow::Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
         let (client_addr, peer_addr) = (free_addr()?, free_addr()?);
-        baton_client::admin::member_add(&self.admin(), id, &peer_addr.to_string(), &client_addr.to_string(), true)
+        baton_client::admin::member_add(&self.admin(), id, &peer_addr.to_string(), &client_addr.to_string(), voter)
             .await
             .with_context(|| format!("member add {id}"))?;
         let join = self.members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
@@ -328,6 +328,16 @@ impl Db {
         m.child = Some(self.spawn(&m)?);
         self.extra.push(m);
         Ok(id)
+    }
+
+    /// Hands leadership to the last added member (`member move-leader`),
+    /// so that removing it removes the leader.
+    pub async fn lead_added(&mut self) -> anyhow::Result<Option<u64>> {
+        let Some(id) = self.extra.last().map(|m| m.id) else { return Ok(None) };
+        baton_client::admin::member_move_leader(&self.admin(), id)
+            .await
+            .with_context(|| format!("move-leader {id}"))?;
+        Ok(Some(id))
     }
 
     /// Removes the members `add_member` added (`member remove`, then stops

@@ -26,11 +26,12 @@
 //!   leader takes over meanwhile, and the old one resumes with session
 //!   deadlines that are long stale and a role it no longer has.
 //! - `membership`: add a fresh member with the next unused id (`member
-//!   add`, `batond --join`: it catches up by snapshot and log and the
-//!   leader promotes it, so the cluster has four voters and needs three),
-//!   then at the heal remove it again (when it leads, leadership moves
-//!   first). Its links are direct; the other nemeses act on the founding
-//!   members only.
+//!   add`, `batond --join`: it catches up by snapshot and log), two times
+//!   in three as a voter the leader promotes once caught up (four voters,
+//!   quorum three), else as a learner; at the heal remove it again, half
+//!   the voters after `member move-leader` made them leader (removing the
+//!   leader: leadership moves first). Its links are direct; the other
+//!   nemeses act on the founding members only.
 //! - `corrupt`: kill -9 a member, flip 1-4 bits of its newest RocksDB file
 //!   (WAL or SST) and start it: it must refuse its data dir (exit code 3).
 //!   At the heal the file is put back and the member restarted. A member
@@ -73,8 +74,9 @@ enum Fault {
     Paused(u64),
     ClientPaused(usize),
     Partitioned,
-    /// Members added by `membership`, removed at the heal.
-    Added,
+    /// Members added by `membership`, removed at the heal (after handing
+    /// them leadership, when `true`).
+    Added(bool),
     /// `corrupt`: the member, the damaged file and its original bytes.
     Damaged(u64, std::path::PathBuf, Vec<u8>),
 }
@@ -348,10 +350,17 @@ async fn apply(
         }
         NemesisKind::Membership => {
             let at = run.now();
-            match db.add_member().await {
-                Ok(id) => {
-                    Some((Fault::Added, "membership", format!("member {id} added (learner, then voter)"), None, at))
-                }
+            // A voter (promoted once caught up) two times in three, else a
+            // learner; half the voters are made leader before removal.
+            let voter = rng.gen_bool(2.0 / 3.0);
+            let lead = voter && rng.gen_bool(0.5);
+            let what = match (voter, lead) {
+                (false, _) => "a learner",
+                (true, false) => "a learner, promoted once caught up",
+                (true, true) => "a learner, promoted, then made leader and removed as leader",
+            };
+            match db.add_member(voter).await {
+                Ok(id) => Some((Fault::Added(lead), "membership", format!("member {id} added: {what}"), None, at)),
                 Err(e) => {
                     println!("[{:>5.1}s] nemesis: membership: {e:#}", at as f64 / 1e9);
                     None
@@ -399,7 +408,12 @@ async fn heal(db: &mut Db, run: &Run, fault: Fault) {
             run.set_paused(slot, false);
         }
         Fault::Partitioned => db.proxies.heal(),
-        Fault::Added => {
+        Fault::Added(lead) => {
+            if lead {
+                if let Err(e) = db.lead_added().await {
+                    println!("nemesis: moving leadership to the added member: {e:#}");
+                }
+            }
             // Removal needs a leader: retried at the final heal if it fails.
             if let Err(e) = db.remove_added().await {
                 println!("nemesis: removing added members: {e:#}");

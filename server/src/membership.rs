@@ -35,6 +35,10 @@
 //!    when the recorded ones differ; a report for an id outside the
 //!    configuration changes nothing. A member dials the addresses it was
 //!    started with (`--peers`, `--join`) before recorded ones ([`peer_addrs`]).
+//! 8. `MOVE_LEADER` hands leadership to a caught-up voter (raft-rs's
+//!    leader transfer: the target campaigns at once); the request is
+//!    answered once the leader has sent the hand-over, and the client
+//!    waits until the target leads.
 //! 7. A removed member is refused by every peer (cluster.rs rule 2), and one
 //!    that comes back finds itself outside the configuration.
 
@@ -89,6 +93,8 @@ pub enum Plan {
     Propose(ConfChangeV2),
     /// Rule 5: move leadership to this voter first.
     TransferTo(u64),
+    /// Rule 8: move leadership to this voter (nothing else).
+    MoveLeader(u64),
 }
 
 /// What the leader knows when it judges a change.
@@ -172,6 +178,19 @@ pub fn plan(v: &View, req: &MemberChangeReq) -> Result<Plan, Refusal> {
                 ));
             }
             single(ConfChangeType::AddNode)
+        }
+        Kind::MoveLeader => {
+            if id == v.me {
+                return Err((ErrorCode::NodeExists, format!("member {id} leads already")));
+            }
+            if !is_voter(v.conf, id) {
+                return Err((ErrorCode::NoNode, format!("member {id} is not a voter")));
+            }
+            let lag = lag(v, id);
+            if lag > PROMOTE_LAG {
+                return Err((ErrorCode::Busy, format!("member {id} is {lag} entries behind; move leadership later")));
+            }
+            return Ok(Plan::MoveLeader(id));
         }
     };
     let mut cc = ConfChangeV2::default();
@@ -258,7 +277,7 @@ mod tests {
         let matched = |id: u64| match id {
             1 => 5000,
             2 => 4990,
-            3 => 4000,
+            3 => 3900,
             4 => 3000,
             _ => 0,
         };
@@ -277,6 +296,10 @@ mod tests {
         assert_eq!(plan(&v, &req(Kind::Remove, 1)), Ok(Plan::TransferTo(2)));
         assert!(matches!(plan(&v, &req(Kind::Remove, 3)), Ok(Plan::Propose(_))));
         assert_eq!(plan(&v, &req(Kind::Remove, 9)).unwrap_err().0, ErrorCode::NoNode);
+        // Rule 8: to a caught-up voter only.
+        assert_eq!(plan(&v, &req(Kind::MoveLeader, 2)), Ok(Plan::MoveLeader(2)));
+        assert_eq!(plan(&v, &req(Kind::MoveLeader, 3)).unwrap_err().0, ErrorCode::Busy);
+        assert_eq!(plan(&v, &req(Kind::MoveLeader, 4)).unwrap_err().0, ErrorCode::NoNode);
         // Rule 2: one at a time.
         let busy = View { pending: true, ..v };
         assert_eq!(plan(&busy, &req(Kind::Remove, 3)).unwrap_err().0, ErrorCode::Busy);

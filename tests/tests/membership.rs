@@ -199,6 +199,13 @@ async fn m20_member_changes_are_checked_and_the_leader_hands_over_first() {
     // Ids are never reused.
     let out = baton(&ep, &["member", "add", "7", "--peer-addr", "127.0.0.1:9", "--client-addr", "127.0.0.1:9"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("never reused"));
+    // move-leader hands leadership over and waits until it has moved.
+    let target = if leader == 3 { 2 } else { 3 };
+    ok(baton(&ep, &["member", "move-leader", &target.to_string()]));
+    assert_eq!(c.wait_leader(SECS(10)).await, target);
+    let out = baton(&ep, &["member", "move-leader", "7"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a voter"), "{out:?}");
+    let leader = target;
     // Removing the leader: leadership moves first, then it goes.
     let other = c.endpoint(if leader == 1 { 2 } else { 1 });
     ok(baton(&other, &["member", "remove", &leader.to_string()]));

@@ -69,6 +69,8 @@ enum MemberCmd {
     Remove { id: u64 },
     /// Make a caught-up learner a voter.
     Promote { id: u64 },
+    /// Hand leadership to a caught-up voter (waits until it leads).
+    MoveLeader { id: u64 },
 }
 
 #[derive(Subcommand, Debug)]
@@ -868,6 +870,7 @@ async fn member(endpoints: &[String], j: bool, cmd: MemberCmd) -> anyhow::Result
         }
         MemberCmd::Remove { id } => admin::member_remove(&cfg, id).await?,
         MemberCmd::Promote { id } => admin::member_promote(&cfg, id).await?,
+        MemberCmd::MoveLeader { id } => admin::member_move_leader(&cfg, id).await?,
     };
     let from_leader = m.leader_id != 0 && m.answered_by == m.leader_id;
     if j {

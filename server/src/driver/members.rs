@@ -68,6 +68,19 @@ impl Driver {
         }
         match self.view_with(|v| membership::plan(v, req)) {
             Err((code, msg)) => self.reply_err(conn, id, code, msg),
+            Ok(Plan::MoveLeader(to)) => {
+                info!(to, "moving leadership to member {to}");
+                self.raw.transfer_leader(to);
+                self.reply(
+                    conn,
+                    Response {
+                        id,
+                        zxid: self.sm().applied(),
+                        body: Some(response::Body::Members(self.members_resp())),
+                        ..Default::default()
+                    },
+                );
+            }
             Ok(Plan::TransferTo(to)) => {
                 info!(to, "removing the leader: leadership moves to member {to} first");
                 self.raw.transfer_leader(to);
