@@ -121,7 +121,13 @@ pub async fn member_change(cfg: &ClientConfig, req: MemberChangeReq) -> Result<M
 /// it has caught up.
 pub async fn member_add(cfg: &ClientConfig, id: u64, peer: &str, client: &str, voter: bool) -> Result<MembersResp> {
     let kind = if voter { Kind::Add } else { Kind::AddLearner };
-    let req = MemberChangeReq { kind: kind as i32, member_id: id, peer_addr: peer.into(), client_addr: client.into() };
+    let req = MemberChangeReq {
+        kind: kind as i32,
+        member_id: id,
+        peer_addr: peer.into(),
+        client_addr: client.into(),
+        replaces: 0,
+    };
     member_change(cfg, req).await
 }
 
@@ -179,6 +185,13 @@ async fn save_from(cfg: &ClientConfig, endpoint: &str) -> Result<(Vec<u8>, u64)>
     };
     use prost::Message as _;
     Ok((file.encode_to_vec(), first.index))
+}
+
+/// `member replace`: voter `old` leaves and caught-up learner `new`
+/// becomes a voter, in one joint-consensus change.
+pub async fn member_replace(cfg: &ClientConfig, old: u64, new: u64) -> Result<MembersResp> {
+    let req = MemberChangeReq { kind: Kind::Replace as i32, member_id: new, replaces: old, ..Default::default() };
+    member_change(cfg, req).await
 }
 
 /// `member move-leader`: hands leadership to voter `id` and waits (up to

@@ -94,7 +94,28 @@ impl Conn {
             B::AddWatch(w) => {
                 let _ = w.watch.as_ref().map(spec_ok);
             }
-            B::Keepalive(_) | B::RemoveWatch(_) | B::Status(_) | B::ListUsers(_) | B::Whoami(_) => {}
+            B::MemberChange(mc) => {
+                // The leader's checks (membership.rs) on any request.
+                let conf = raft::prelude::ConfState::from((vec![1, 2, 3], vec![4]));
+                let Ok(sm) = self.state.read() else { return };
+                let matched = |id: u64| id.saturating_mul(10);
+                let v = baton_server::membership::View {
+                    me: 1,
+                    conf: &conf,
+                    sm: &sm,
+                    matched: &matched,
+                    last_index: 40,
+                    pending: false,
+                };
+                let _ = baton_server::membership::plan(&v, &mc);
+            }
+            B::Keepalive(_)
+            | B::RemoveWatch(_)
+            | B::Status(_)
+            | B::ListUsers(_)
+            | B::Whoami(_)
+            | B::Members(_)
+            | B::Snapshot(_) => {}
             B::CloseSession(_)
             | B::Create(_)
             | B::Set(_)

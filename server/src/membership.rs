@@ -35,6 +35,12 @@
 //!    when the recorded ones differ; a report for an id outside the
 //!    configuration changes nothing. A member dials the addresses it was
 //!    started with (`--peers`, `--join`) before recorded ones ([`peer_addrs`]).
+//! 9. `REPLACE` swaps a voter for a caught-up learner in one change of two
+//!    steps (raft-rs joint consensus: the learner becomes a voter and the
+//!    old voter leaves together; while joint, decisions need a majority of
+//!    both the old and the new voters; the leader leaves the joint
+//!    configuration on its own once it is applied). Replacing the leader
+//!    moves leadership first (rule 5).
 //! 8. `MOVE_LEADER` hands leadership to a caught-up voter (raft-rs's
 //!    leader transfer: the target campaigns at once); the request is
 //!    answered once the leader has sent the hand-over, and the client
@@ -179,6 +185,43 @@ pub fn plan(v: &View, req: &MemberChangeReq) -> Result<Plan, Refusal> {
             }
             single(ConfChangeType::AddNode)
         }
+        Kind::Replace => {
+            let old = req.replaces;
+            if !is_voter(v.conf, old) {
+                return Err((ErrorCode::NoNode, format!("member {old} is not a voter")));
+            }
+            if !is_learner(v.conf, id) {
+                return Err((ErrorCode::NoNode, format!("member {id} is not a learner (add it with --learner first)")));
+            }
+            let lag = lag(v, id);
+            if lag > PROMOTE_LAG || (v.matched)(id) == 0 {
+                return Err((
+                    ErrorCode::Busy,
+                    format!("member {id} is {lag} entries behind the leader; replace once caught up"),
+                ));
+            }
+            if old == v.me {
+                let to = v
+                    .conf
+                    .voters
+                    .iter()
+                    .filter(|&&o| o != v.me)
+                    .max_by_key(|&&o| ((v.matched)(o), std::cmp::Reverse(o)));
+                return match to {
+                    Some(&to) => Ok(Plan::TransferTo(to)),
+                    None => Err((ErrorCode::BadRequest, "cannot replace the only voter".into())),
+                };
+            }
+            let mut cc = ConfChangeV2::default();
+            cc.set_transition(ConfChangeTransition::Auto);
+            let mut new = single(ConfChangeType::AddNode);
+            new.node_id = id;
+            let mut gone = single(ConfChangeType::RemoveNode);
+            gone.node_id = old;
+            cc.mut_changes().push(new);
+            cc.mut_changes().push(gone);
+            return Ok(Plan::Propose(cc));
+        }
         Kind::MoveLeader => {
             if id == v.me {
                 return Err((ErrorCode::NodeExists, format!("member {id} leads already")));
@@ -267,6 +310,7 @@ mod tests {
             member_id: id,
             peer_addr: "10.0.0.4:7201".into(),
             client_addr: "db4.example:7101".into(),
+            replaces: 0,
         }
     }
 
@@ -296,6 +340,16 @@ mod tests {
         assert_eq!(plan(&v, &req(Kind::Remove, 1)), Ok(Plan::TransferTo(2)));
         assert!(matches!(plan(&v, &req(Kind::Remove, 3)), Ok(Plan::Propose(_))));
         assert_eq!(plan(&v, &req(Kind::Remove, 9)).unwrap_err().0, ErrorCode::NoNode);
+        // Rule 9: a caught-up learner replaces a voter in one joint change.
+        let mut r = req(Kind::Replace, 4);
+        r.replaces = 3;
+        assert_eq!(plan(&v, &r).unwrap_err().0, ErrorCode::Busy, "member 4 is 2000 behind");
+        let near = |id: u64| if id == 4 { 4990 } else { matched(id) };
+        let v2 = View { matched: &near, ..v };
+        let Ok(Plan::Propose(cc)) = plan(&v2, &r) else { panic!("not proposed") };
+        assert_eq!(cc.changes.len(), 2, "joint: two changes at once");
+        r.replaces = 1;
+        assert_eq!(plan(&v2, &r), Ok(Plan::TransferTo(2)), "replacing the leader moves leadership first");
         // Rule 8: to a caught-up voter only.
         assert_eq!(plan(&v, &req(Kind::MoveLeader, 2)), Ok(Plan::MoveLeader(2)));
         assert_eq!(plan(&v, &req(Kind::MoveLeader, 3)).unwrap_err().0, ErrorCode::Busy);

@@ -24,6 +24,12 @@
 //!   `client_bytes_received_total`, `client_bytes_sent_total`.
 //! - Peers (transport.rs): `peer_bytes_sent_total`,
 //!   `peer_bytes_received_total`.
+//! - Locks (the recipes' queues under `/_baton/locks/<name>/`, judged on
+//!   apply): `lock_grants_total{kind}`, `free` when a queue node is created
+//!   into an empty queue, `handoff` when the head of a queue with waiters
+//!   goes (released, or its session expired) and the next one is granted.
+//!   Hand-off latency is a client's figure (`baton bench lock-contended`):
+//!   a member cannot see when the next holder learns of its grant.
 
 use std::time::Duration;
 
@@ -112,6 +118,38 @@ pub fn peer_bytes(received: usize, sent: usize) {
     }
     if sent > 0 {
         counter!("baton_peer_bytes_sent_total").increment(sent as u64);
+    }
+}
+
+/// Lock grants among the changes of one applied entry (see the module
+/// docs); `sm` is the state after the entry.
+pub fn lock_changes(sm: &crate::state::StateMachine, changes: &[crate::state::Change]) {
+    use crate::state::Change;
+    const LOCKS: &str = "/_baton/locks/";
+    for ch in changes {
+        let (path, created) = match ch {
+            Change::Created(p) => (p, true),
+            Change::Deleted(p) => (p, false),
+            _ => continue,
+        };
+        let Some(rest) = path.strip_prefix(LOCKS) else { continue };
+        let Some((name, node)) = rest.split_once('/') else { continue };
+        if node.contains('/') {
+            continue;
+        }
+        let Ok((queue, _)) = sm.children(&format!("{LOCKS}{name}")) else { continue };
+        let seq = |n: &str| n.len().checked_sub(10).and_then(|i| n[i..].parse::<u64>().ok());
+        if created && queue.len() == 1 {
+            counter!("baton_lock_grants_total", "kind" => "free").increment(1);
+        } else if !created {
+            let gone = seq(node);
+            let head = queue.iter().filter_map(|n| seq(n)).min();
+            if let (Some(g), Some(h)) = (gone, head) {
+                if g < h {
+                    counter!("baton_lock_grants_total", "kind" => "handoff").increment(1);
+                }
+            }
+        }
     }
 }
 

@@ -315,6 +315,20 @@ impl Cluster {
         Some(status.code().unwrap_or(-1))
     }
 
+    /// Waits up to `timeout` for member `id` to exit; its exit code.
+    pub async fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(code) = self.exit_code(id) {
+                return Some(code);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Member `id`'s data dir.
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.member(id).data_dir.clone()

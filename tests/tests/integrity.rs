@@ -43,14 +43,7 @@ async fn i10_a_flipped_byte_stops_the_member_not_the_cluster() {
         std::fs::write(path, bytes).expect("damage");
     }
     c.start_member(3);
-    let mut code = None;
-    for _ in 0..200 {
-        code = c.exit_code(3);
-        if code.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let code = c.wait_exit(3, SECS(10)).await;
     assert_eq!(code, Some(3), "member 3 must refuse its damaged data dir: {}", c.log(3));
     assert!(c.log(3).contains("damaged"), "{}", c.log(3));
     // The others go on: writes commit and the value reads back intact.

@@ -166,15 +166,7 @@ async fn m10_replace_a_dead_member_while_locks_and_writes_go_on() {
     c.kill(4);
     std::fs::remove_dir_all(c.data_dir(4)).expect("wipe member 4");
     c.start_member(4);
-    let mut exit = None;
-    for _ in 0..200 {
-        exit = c.exit_code(4);
-        if exit.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(exit, Some(2), "{}", c.log(4));
+    assert_eq!(c.wait_exit(4, SECS(20)).await, Some(2), "{}", c.log(4));
     assert!(c.log(4).contains("remove it and add it back"), "{}", c.log(4));
 }
 
@@ -215,4 +207,39 @@ async fn m20_member_changes_are_checked_and_the_leader_hands_over_first() {
     assert!(rest.contains(&st.leader_id), "leader {} after removing {leader}", st.leader_id);
     let w = Client::connect(c.endpoints_from(*rest.iter().next().unwrap())).await.expect("client");
     w.create("/after", Vec::new(), CreateOptions::persistent()).await.expect("writes go on with two voters");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m30_replace_swaps_a_voter_for_a_learner_in_one_joint_change() {
+    let mut c = Cluster::start(3, &[]).await;
+    let leader = c.wait_leader(SECS(10)).await;
+    let ep = c.endpoint(leader);
+    let id = c.new_member();
+    let (peer, client) = (c.peer_addr(id), c.endpoint(id));
+    ok(baton(&ep, &["member", "add", &id.to_string(), "--learner", "--peer-addr", &peer, "--client-addr", &client]));
+    c.start_member(id);
+    // Member 4 stays a learner (--learner) until the replace.
+    let victim = if leader == 3 { 2 } else { 3 };
+    eventually(SECS(20), "the learner caught up and replaced a voter", || async {
+        baton(&ep, &["member", "replace", &victim.to_string(), &id.to_string()]).status.success().then_some(())
+    })
+    .await;
+    let expect: BTreeSet<u64> = [1, 2, 3, id].into_iter().filter(|&i| i != victim).collect();
+    assert_eq!(voters(&ep), expect);
+    // The joint configuration was entered and left on its own.
+    let log = c.log(leader);
+    assert!(log.contains("joint=true"), "no joint configuration:\n{log}");
+    eventually(SECS(10), "joint configuration left", || async {
+        c.status(leader).await.is_some_and(|s| s.voters.len() == 3).then_some(())
+    })
+    .await;
+    // The new voter counts: with the replaced member gone and one more
+    // original down, the leader and the new voter are a quorum.
+    c.kill(victim);
+    let w = c.client().await;
+    w.create("/replaced", Vec::new(), CreateOptions::persistent()).await.expect("writes with the new voter");
+    let other = [1, 2, 3].into_iter().find(|&i| i != victim && i != leader).expect("a third member");
+    c.kill(other);
+    let r = tokio::time::timeout(SECS(10), w.create("/with-4", Vec::new(), CreateOptions::persistent())).await;
+    assert!(matches!(r, Ok(Ok(_))), "the leader and member {id} are a quorum of the new voters: {r:?}");
 }

@@ -60,6 +60,16 @@ async fn o10_metrics_health_and_logs() {
         cl.create(&format!("/o/n{i}"), vec![b'x'; 100], CreateOptions::persistent()).await.expect("create");
     }
     let _ = cl.get("/o/n1").await.expect("get");
+    // Two lock grants: one free, one handed off.
+    let other = c.client().await;
+    let g = cl.lock("m").await.expect("lock");
+    let waiter = tokio::spawn(async move {
+        let g = other.lock("m").await.expect("second lock");
+        g.release().await.expect("release");
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    g.release().await.expect("release");
+    waiter.await.expect("waiter");
     let _ = cl.get("/o/missing").await;
 
     // Gauges are set every tick: wait for the writes to show.
@@ -115,7 +125,16 @@ async fn o10_metrics_health_and_logs() {
             let sum = value(&s, "baton_request_seconds_count", &[("type", "create")]).unwrap_or(0.0);
             assert!(sum >= value(&s, "baton_requests_total", &[("type", "create")]).unwrap_or(0.0));
         }
-        (creates >= 21.0 && no_node >= 1.0).then_some(())
+        let mut free = 0.0;
+        let mut handoff = 0.0;
+        for id in 1..=3 {
+            let (_, text) = c.http_get(id, "/metrics").await?;
+            let s = parse(&text);
+            free += value(&s, "baton_lock_grants_total", &[("kind", "free")]).unwrap_or(0.0);
+            handoff += value(&s, "baton_lock_grants_total", &[("kind", "handoff")]).unwrap_or(0.0);
+        }
+        // Every member applies every entry: 3 x (1 free, 1 hand-off).
+        (creates >= 21.0 && no_node >= 1.0 && free >= 3.0 && handoff >= 3.0).then_some(())
     })
     .await;
     // Slow requests (over 1 ms here) are logged, as JSON like every line.

@@ -71,6 +71,9 @@ enum MemberCmd {
     Promote { id: u64 },
     /// Hand leadership to a caught-up voter (waits until it leads).
     MoveLeader { id: u64 },
+    /// Swap voter OLD for caught-up learner NEW in one joint-consensus
+    /// change (add NEW with --learner first).
+    Replace { old: u64, new: u64 },
 }
 
 #[derive(Subcommand, Debug)]
@@ -871,6 +874,7 @@ async fn member(endpoints: &[String], j: bool, cmd: MemberCmd) -> anyhow::Result
         MemberCmd::Remove { id } => admin::member_remove(&cfg, id).await?,
         MemberCmd::Promote { id } => admin::member_promote(&cfg, id).await?,
         MemberCmd::MoveLeader { id } => admin::member_move_leader(&cfg, id).await?,
+        MemberCmd::Replace { old, new } => admin::member_replace(&cfg, old, new).await?,
     };
     let from_leader = m.leader_id != 0 && m.answered_by == m.leader_id;
     if j {

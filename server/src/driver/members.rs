@@ -142,7 +142,8 @@ impl Driver {
                     }
                     sm.skip(e.index);
                 }
-                info!(index = e.index, voters = ?cs.voters, learners = ?cs.learners, "configuration changed");
+                let joint = !cs.voters_outgoing.is_empty();
+                info!(index = e.index, voters = ?cs.voters, learners = ?cs.learners, joint, "configuration changed");
                 if cs.voters.iter().chain(&cs.learners).all(|&m| m != self.cfg.id) && !cs.voters.is_empty() {
                     error!("this member was removed from the cluster: it takes no further part in it");
                 }

@@ -191,6 +191,7 @@ impl Driver {
         let shared = self.state();
         let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
         let applied = sm.apply(index, &cmd);
+        crate::metrics::lock_changes(&sm, &applied.changes);
         for ch in &applied.changes {
             for f in self.watches.fire(ch) {
                 self.send_event(&f, index);
