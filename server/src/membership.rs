@@ -155,17 +155,7 @@ pub fn plan(v: &View, req: &MemberChangeReq) -> Result<Plan, Refusal> {
                 return Err((ErrorCode::NoNode, format!("member {id} is not in the configuration")));
             }
             if id == v.me {
-                let best = v
-                    .conf
-                    .voters
-                    .iter()
-                    .filter(|&&o| o != v.me)
-                    .max_by_key(|&&o| ((v.matched)(o), std::cmp::Reverse(o)))
-                    .copied();
-                return match best {
-                    Some(to) => Ok(Plan::TransferTo(to)),
-                    None => Err((ErrorCode::BadRequest, "cannot remove the only voter".into())),
-                };
+                return hand_over(v, "remove");
             }
             single(ConfChangeType::RemoveNode)
         }
@@ -176,13 +166,7 @@ pub fn plan(v: &View, req: &MemberChangeReq) -> Result<Plan, Refusal> {
             if !is_learner(v.conf, id) {
                 return Err((ErrorCode::NoNode, format!("member {id} is not in the configuration")));
             }
-            let lag = lag(v, id);
-            if lag > PROMOTE_LAG || (v.matched)(id) == 0 {
-                return Err((
-                    ErrorCode::Busy,
-                    format!("member {id} is {lag} entries behind the leader; promote it once caught up"),
-                ));
-            }
+            caught_up(v, id, "promote it")?;
             single(ConfChangeType::AddNode)
         }
         Kind::Replace => {
@@ -193,24 +177,9 @@ pub fn plan(v: &View, req: &MemberChangeReq) -> Result<Plan, Refusal> {
             if !is_learner(v.conf, id) {
                 return Err((ErrorCode::NoNode, format!("member {id} is not a learner (add it with --learner first)")));
             }
-            let lag = lag(v, id);
-            if lag > PROMOTE_LAG || (v.matched)(id) == 0 {
-                return Err((
-                    ErrorCode::Busy,
-                    format!("member {id} is {lag} entries behind the leader; replace once caught up"),
-                ));
-            }
+            caught_up(v, id, "replace")?;
             if old == v.me {
-                let to = v
-                    .conf
-                    .voters
-                    .iter()
-                    .filter(|&&o| o != v.me)
-                    .max_by_key(|&&o| ((v.matched)(o), std::cmp::Reverse(o)));
-                return match to {
-                    Some(&to) => Ok(Plan::TransferTo(to)),
-                    None => Err((ErrorCode::BadRequest, "cannot replace the only voter".into())),
-                };
+                return hand_over(v, "replace");
             }
             let mut cc = ConfChangeV2::default();
             cc.set_transition(ConfChangeTransition::Auto);
@@ -240,6 +209,28 @@ pub fn plan(v: &View, req: &MemberChangeReq) -> Result<Plan, Refusal> {
     cc.set_transition(ConfChangeTransition::Auto);
     cc.mut_changes().push(change);
     Ok(Plan::Propose(cc))
+}
+
+/// A learner within [`PROMOTE_LAG`] of the leader's log (rule 3).
+fn caught_up(v: &View, id: u64, then: &str) -> Result<(), Refusal> {
+    let lag = lag(v, id);
+    if lag > PROMOTE_LAG || (v.matched)(id) == 0 {
+        return Err((
+            ErrorCode::Busy,
+            format!("member {id} is {lag} entries behind the leader; {then} once caught up"),
+        ));
+    }
+    Ok(())
+}
+
+/// Rule 5: the leader leaves only after handing leadership to the most
+/// caught-up other voter.
+fn hand_over(v: &View, what: &str) -> Result<Plan, Refusal> {
+    let best = v.conf.voters.iter().filter(|&&o| o != v.me).max_by_key(|&&o| ((v.matched)(o), std::cmp::Reverse(o)));
+    match best {
+        Some(&to) => Ok(Plan::TransferTo(to)),
+        None => Err((ErrorCode::BadRequest, format!("cannot {what} the only voter"))),
+    }
 }
 
 fn lag(v: &View, id: u64) -> u64 {
