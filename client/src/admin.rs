@@ -188,10 +188,23 @@ async fn save_from(cfg: &ClientConfig, endpoint: &str) -> Result<(Vec<u8>, u64)>
 }
 
 /// `member replace`: voter `old` leaves and caught-up learner `new`
-/// becomes a voter, in one joint-consensus change.
+/// becomes a voter, in one joint-consensus change. The leader answers once
+/// the joint configuration is applied; this waits (up to `op_timeout`)
+/// until the leader has also left it, so `old` is gone from the answer.
 pub async fn member_replace(cfg: &ClientConfig, old: u64, new: u64) -> Result<MembersResp> {
+    let deadline = Instant::now() + cfg.op_timeout;
     let req = MemberChangeReq { kind: Kind::Replace as i32, member_id: new, replaces: old, ..Default::default() };
-    member_change(cfg, req).await
+    let mut m = member_change(cfg, req).await?;
+    while m.members.iter().any(|i| i.id == old) {
+        if Instant::now() >= deadline {
+            return Err(Error::Ambiguous(format!("member {old} is still in the (joint) configuration")));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Ok(now) = members(cfg).await {
+            m = now;
+        }
+    }
+    Ok(m)
 }
 
 /// `member move-leader`: hands leadership to voter `id` and waits (up to
