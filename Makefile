@@ -14,7 +14,7 @@ peer-deps:
 	@./jepsen/peers/zookeeper.sh install
 
 build: deps
-	$(CARGO) build --bins
+	$(CARGO) build --workspace --bins
 	$(CARGO) build -p baton-server --features fault-injection --bin batond-faulty
 
 release: deps
@@ -26,7 +26,7 @@ demo: release
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p baton-server --all-targets --features fault-injection -- -D warnings
 
 # Every crate in Cargo.lock against the pinned RustSec advisory database,
