@@ -245,6 +245,24 @@ impl StateMachine {
         Ok((kids, full_stat(n)))
     }
 
+    /// Every node strictly below `path` with its stat, parents before
+    /// children (for recursive watches' gap reports).
+    pub fn descendants(&self, path: &str) -> Vec<(String, Stat)> {
+        let mut out = Vec::new();
+        let mut stack = vec![path.to_string()];
+        while let Some(dir) = stack.pop() {
+            let Some(kids) = self.kids.get(&dir) else { continue };
+            for k in kids.iter().rev() {
+                let child = if dir == "/" { format!("/{k}") } else { format!("{dir}/{k}") };
+                if let Some(n) = self.nodes.get(&child) {
+                    out.push((child.clone(), full_stat(n)));
+                    stack.push(child);
+                }
+            }
+        }
+        out
+    }
+
     /// The stat of a node, if it exists (no path check; for watches).
     pub fn stat_of(&self, path: &str) -> Option<Stat> {
         self.nodes.get(path).map(full_stat)

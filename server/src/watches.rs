@@ -9,6 +9,17 @@
 //!   the change (the driver queues both on the same connection, in order).
 //! - `since` and `existed` record what the watcher saw at registration, so
 //!   a snapshot install (which skips entries) fires what was missed.
+//! - A recursive watch is always persistent. It fires NODE_CREATED,
+//!   NODE_DATA_CHANGED and NODE_DELETED for its node and every node below
+//!   it, each event naming the node that changed (never
+//!   NODE_CHILDREN_CHANGED for a live change: a child's create or delete is
+//!   reported as that child's event).
+//! - After a gap (a snapshot install, or an attach that re-registers the
+//!   watch as of the client's last index) a recursive watch reports what it
+//!   missed: NODE_CREATED or NODE_DATA_CHANGED for each node in its subtree
+//!   created or changed since, NODE_DELETED for its own node if it went, and
+//!   NODE_CHILDREN_CHANGED for each node whose children changed since (a
+//!   deleted child cannot be named any more: re-read that node's children).
 //!
 //! Pure bookkeeping: no I/O, no clock. The driver sends what it returns.
 
@@ -47,6 +58,9 @@ pub struct Watches {
     by_path: BTreeMap<String, Vec<Watch>>,
     /// Watches each connection holds (for the `max_watches` cap).
     per_conn: BTreeMap<ConnId, usize>,
+    /// How many recursive watches exist: none, and a change looks at its
+    /// own path only.
+    recursive: usize,
 }
 
 impl Watches {
@@ -61,14 +75,15 @@ impl Watches {
         if list.len() == before {
             *self.per_conn.entry(conn).or_default() += 1;
         }
-        list.push(Watch {
-            conn,
-            id: spec.watch_id,
-            kind: WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data),
-            persistent: spec.persistent,
-            since,
-            existed,
-        });
+        let kind = WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data);
+        let persistent = spec.persistent || kind == WatchKind::Recursive;
+        list.push(Watch { conn, id: spec.watch_id, kind, persistent, since, existed });
+        self.recount();
+    }
+
+    /// Keeps `recursive` right after any change to the table.
+    fn recount(&mut self) {
+        self.recursive = self.by_path.values().flatten().filter(|w| w.kind == WatchKind::Recursive).count();
     }
 
     /// How many watches `conn` holds.
@@ -99,6 +114,7 @@ impl Watches {
             }
         }
         self.by_path.retain(|_, l| !l.is_empty());
+        self.recount();
     }
 
     pub fn remove_conn(&mut self, conn: ConnId) {
@@ -107,20 +123,34 @@ impl Watches {
         }
         self.by_path.retain(|_, l| !l.is_empty());
         self.per_conn.remove(&conn);
+        self.recount();
     }
 
     /// The watches one committed change fires (one-shots are removed).
     pub fn fire(&mut self, change: &Change) -> Vec<Fired> {
+        use WatchKind::{Children, Data, Exists, Recursive};
         let (path, ty, kinds): (&str, EventType, &[WatchKind]) = match change {
-            Change::Created(p) => (p, EventType::NodeCreated, &[WatchKind::Exists]),
-            Change::Deleted(p) => {
-                (p, EventType::NodeDeleted, &[WatchKind::Data, WatchKind::Exists, WatchKind::Children])
-            }
-            Change::DataChanged(p) => (p, EventType::NodeDataChanged, &[WatchKind::Data, WatchKind::Exists]),
-            Change::ChildrenChanged(p) => (p, EventType::NodeChildrenChanged, &[WatchKind::Children]),
+            Change::Created(p) => (p, EventType::NodeCreated, &[Exists, Recursive]),
+            Change::Deleted(p) => (p, EventType::NodeDeleted, &[Data, Exists, Children, Recursive]),
+            Change::DataChanged(p) => (p, EventType::NodeDataChanged, &[Data, Exists, Recursive]),
+            Change::ChildrenChanged(p) => (p, EventType::NodeChildrenChanged, &[Children]),
         };
-        let Some(list) = self.by_path.get_mut(path) else { return Vec::new() };
         let mut fired = Vec::new();
+        if self.recursive > 0 && ty != EventType::NodeChildrenChanged {
+            // Recursive watches on the ancestors (one on `path` itself is
+            // found below, with the others on `path`).
+            let mut at = path;
+            while let Some(cut) = at.rfind('/') {
+                at = if cut == 0 { "/" } else { &at[..cut] };
+                for w in self.by_path.get(at).into_iter().flatten().filter(|w| w.kind == Recursive) {
+                    fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string() });
+                }
+                if at == "/" {
+                    break;
+                }
+            }
+        }
+        let Some(list) = self.by_path.get_mut(path) else { return fired };
         let per_conn = &mut self.per_conn;
         list.retain(|w| {
             if kinds.contains(&w.kind) {
@@ -153,19 +183,18 @@ impl Watches {
                     persistent: w.persistent,
                     existed: w.existed,
                 };
-                match missed_event(sm, &spec, w.since) {
-                    Some(ty) => {
-                        out.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.clone() });
-                        // A persistent watch goes on from here.
-                        w.since = sm.applied();
-                        w.existed = sm.stat_of(path).is_some();
-                        if !w.persistent {
-                            Self::forget(per_conn, w.conn);
-                        }
-                        w.persistent
-                    }
-                    None => true,
+                let missed = missed_events(sm, &spec, w.since);
+                if missed.is_empty() {
+                    return true;
                 }
+                out.extend(missed.into_iter().map(|(ty, p)| Fired { conn: w.conn, watch_id: w.id, ty, path: p }));
+                // A persistent watch goes on from here.
+                w.since = sm.applied();
+                w.existed = sm.stat_of(path).is_some();
+                if !w.persistent {
+                    Self::forget(per_conn, w.conn);
+                }
+                w.persistent
             });
         }
         self.by_path.retain(|_, l| !l.is_empty());
@@ -173,8 +202,34 @@ impl Watches {
     }
 }
 
-/// What a watch registered at `since` would have seen by now, if anything.
-pub fn missed_event(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Option<EventType> {
+/// What a watch registered at `since` would have seen by now, as events
+/// (type, path): at most one for a plain watch, the subtree's for a
+/// recursive one (see the module doc).
+pub fn missed_events(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Vec<(EventType, String)> {
+    if WatchKind::try_from(spec.kind) != Ok(WatchKind::Recursive) {
+        return missed_event(sm, spec, since).map(|ty| vec![(ty, spec.path.clone())]).unwrap_or_default();
+    }
+    let Some(own) = sm.stat_of(&spec.path) else {
+        return if spec.existed { vec![(EventType::NodeDeleted, spec.path.clone())] } else { Vec::new() };
+    };
+    let mut out = Vec::new();
+    for (path, s) in std::iter::once((spec.path.clone(), own)).chain(sm.descendants(&spec.path)) {
+        let own_node = path == spec.path;
+        if s.czxid > since || (own_node && !spec.existed) {
+            out.push((EventType::NodeCreated, path.clone()));
+        } else if s.mzxid > since {
+            out.push((EventType::NodeDataChanged, path.clone()));
+        }
+        if s.pzxid > since {
+            out.push((EventType::NodeChildrenChanged, path));
+        }
+    }
+    out
+}
+
+/// What a plain (non-recursive) watch registered at `since` would have seen
+/// by now, if anything.
+fn missed_event(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Option<EventType> {
     let stat = sm.stat_of(&spec.path);
     match (WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data), stat) {
         (WatchKind::Data, None) => Some(EventType::NodeDeleted),
@@ -185,5 +240,107 @@ pub fn missed_event(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Option<E
         (WatchKind::Children, None) => Some(EventType::NodeDeleted),
         (WatchKind::Children, Some(s)) if s.pzxid > since => Some(EventType::NodeChildrenChanged),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Change;
+    use baton_proto::{command, ClientWrite, Command, CreateOp, NewSession, SetOp};
+    use bytes::Bytes;
+
+    /// A state machine with session 1 and the nodes `paths`, created in
+    /// order at indexes 2, 3, ...
+    fn tree(paths: &[&str]) -> StateMachine {
+        let mut sm = StateMachine::new();
+        let ns = NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        for (i, p) in paths.iter().enumerate() {
+            write(
+                &mut sm,
+                i as u64 + 2,
+                baton_proto::client_write::Op::Create(CreateOp { path: p.to_string(), ..Default::default() }),
+            );
+        }
+        sm
+    }
+
+    fn write(sm: &mut StateMachine, index: u64, op: baton_proto::client_write::Op) -> Vec<Change> {
+        let w = ClientWrite {
+            session_id: 1,
+            seq: index,
+            secret: Bytes::from_static(b"s"),
+            op: Some(op),
+            ..Default::default()
+        };
+        let applied = sm.apply(index, &Command { body: Some(command::Body::Write(w)), ..Default::default() });
+        assert_eq!(applied.reply.map(|r| r.error), Some(0));
+        applied.changes
+    }
+
+    fn spec(path: &str, kind: WatchKind, existed: bool) -> WatchSpec {
+        WatchSpec { watch_id: 7, path: path.into(), kind: kind as i32, persistent: false, existed }
+    }
+
+    fn fired(w: &mut Watches, changes: &[Change]) -> Vec<(EventType, String)> {
+        changes.iter().flat_map(|c| w.fire(c)).map(|f| (f.ty, f.path)).collect()
+    }
+
+    #[test]
+    fn a_recursive_watch_names_each_changed_node_below_it_and_stays() {
+        let mut sm = tree(&["/a", "/a/b", "/z"]);
+        let mut w = Watches::default();
+        w.add(1, &spec("/a", WatchKind::Recursive, true), &sm);
+        let create = write(
+            &mut sm,
+            10,
+            baton_proto::client_write::Op::Create(CreateOp { path: "/a/b/c".into(), ..Default::default() }),
+        );
+        assert_eq!(fired(&mut w, &create), vec![(EventType::NodeCreated, "/a/b/c".to_string())]);
+        let set =
+            write(&mut sm, 11, baton_proto::client_write::Op::Set(SetOp { path: "/a".into(), ..Default::default() }));
+        assert_eq!(fired(&mut w, &set), vec![(EventType::NodeDataChanged, "/a".to_string())]);
+        let elsewhere =
+            write(&mut sm, 12, baton_proto::client_write::Op::Set(SetOp { path: "/z".into(), ..Default::default() }));
+        assert!(fired(&mut w, &elsewhere).is_empty(), "a change outside the subtree fired");
+        assert_eq!(w.total(), 1, "the recursive watch must stay after firing");
+        w.remove(1, 7);
+        assert!(fired(&mut w, &set).is_empty(), "a removed recursive watch fired");
+    }
+
+    #[test]
+    fn a_recursive_watch_on_the_root_sees_everything() {
+        let mut sm = tree(&[]);
+        let mut w = Watches::default();
+        w.add(1, &spec("/", WatchKind::Recursive, true), &sm);
+        let create = write(
+            &mut sm,
+            5,
+            baton_proto::client_write::Op::Create(CreateOp { path: "/x".into(), ..Default::default() }),
+        );
+        assert_eq!(fired(&mut w, &create), vec![(EventType::NodeCreated, "/x".to_string())]);
+    }
+
+    #[test]
+    fn after_a_gap_a_recursive_watch_reports_what_changed_below_it() {
+        let mut sm = tree(&["/a", "/a/old", "/a/gone"]);
+        let since = sm.applied();
+        write(
+            &mut sm,
+            10,
+            baton_proto::client_write::Op::Create(CreateOp { path: "/a/new".into(), ..Default::default() }),
+        );
+        write(&mut sm, 11, baton_proto::client_write::Op::Set(SetOp { path: "/a/old".into(), ..Default::default() }));
+        write(
+            &mut sm,
+            12,
+            baton_proto::client_write::Op::Delete(baton_proto::DeleteOp { path: "/a/gone".into(), version: None }),
+        );
+        let missed = missed_events(&sm, &spec("/a", WatchKind::Recursive, true), since);
+        assert!(missed.contains(&(EventType::NodeCreated, "/a/new".to_string())), "{missed:?}");
+        assert!(missed.contains(&(EventType::NodeDataChanged, "/a/old".to_string())), "{missed:?}");
+        assert!(missed.contains(&(EventType::NodeChildrenChanged, "/a".to_string())), "{missed:?}");
+        assert!(missed_events(&sm, &spec("/a", WatchKind::Recursive, true), sm.applied()).is_empty());
     }
 }

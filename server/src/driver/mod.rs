@@ -64,7 +64,7 @@ use crate::reads::{Deferred, Reads};
 use crate::sessions::{Action, Sessions, Timing, Voters};
 use crate::state::{error_response, StateMachine};
 use crate::syncer::{Persist, SyncJob, Synced};
-use crate::watches::{missed_event, Fired, Watches};
+use crate::watches::{missed_events, Fired, Watches};
 
 mod members;
 mod ready;

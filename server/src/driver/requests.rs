@@ -387,17 +387,13 @@ impl Driver {
         let sm = read(&st);
         self.sessions.touch(a.session_id, &sm, now);
         for spec in &a.watches {
-            match missed_event(&sm, spec, a.last_zxid) {
-                Some(ev) => {
-                    self.send_event(
-                        &Fired { conn, watch_id: spec.watch_id, ty: ev, path: spec.path.clone() },
-                        sm.applied(),
-                    );
-                    if spec.persistent {
-                        self.watches.add(conn, spec, &sm);
-                    }
-                }
-                None => self.watches.add(conn, spec, &sm),
+            let missed = missed_events(&sm, spec, a.last_zxid);
+            for (ty, path) in &missed {
+                self.send_event(&Fired { conn, watch_id: spec.watch_id, ty: *ty, path: path.clone() }, sm.applied());
+            }
+            // A one-shot that fired is done; a persistent one goes on.
+            if missed.is_empty() || spec.persistent || spec.kind == WatchKind::Recursive as i32 {
+                self.watches.add(conn, spec, &sm);
             }
         }
         Ok(())
