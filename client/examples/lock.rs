@@ -22,8 +22,8 @@ async fn main() -> anyhow::Result<()> {
     // holder paused past its session (and replaced) cannot write late.
     let path = format!("/examples/{name}/runs");
     match client.create(&path, "0", CreateOptions::persistent().with_parents()).await {
-        Ok(_) | Err(baton_client::Error::Server { code: baton_client::ErrorCode::NodeExists, .. }) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) if !e.is_node_exists() => return Err(e.into()),
+        _ => {}
     }
     let (data, stat) = client.get(&path).await?;
     let runs: u64 = String::from_utf8_lossy(&data).parse().unwrap_or(0);

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{member_change_req::Kind, request, response, MemberChangeReq, MemberInfo, MembersResp, Response};
 
-use crate::{session, ClientConfig, Error, ErrorCode, Result, StatusResp};
+use baton_proto::ErrorCode;
+
+use crate::{session, ClientConfig, Error, ErrorKind, Result, StatusResp};
 
 pub use baton_proto::member_change_req::Kind as ChangeKind;
 
@@ -27,7 +29,7 @@ async fn call(cfg: &ClientConfig, endpoint: &str, body: request::Body) -> Result
         return Err(match code {
             ErrorCode::NoAuth => Error::NoAuth(r.message),
             ErrorCode::Timeout | ErrorCode::LeaderChanged => Error::Ambiguous(r.message),
-            _ => Error::Server { code, message: r.message },
+            _ => Error::Server { kind: ErrorKind::from_code(code).unwrap_or(ErrorKind::Internal), message: r.message },
         });
     }
     Ok(r)
@@ -36,7 +38,7 @@ async fn call(cfg: &ClientConfig, endpoint: &str, body: request::Body) -> Result
 fn members_body(r: Response) -> Result<MembersResp> {
     match r.body {
         Some(response::Body::Members(m)) => Ok(m),
-        _ => Err(Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }),
+        _ => Err(Error::unexpected()),
     }
 }
 
@@ -104,8 +106,8 @@ pub async fn member_change(cfg: &ClientConfig, req: MemberChangeReq) -> Result<M
         if let Some(l) = leader {
             match call(cfg, &l, request::Body::MemberChange(req.clone())).await {
                 Ok(r) => return members_body(r),
-                Err(Error::Server { code: ErrorCode::NotLeader | ErrorCode::NoLeader, message }) => last = message,
-                Err(Error::Server { code: ErrorCode::Busy, message }) if message.contains("not applied yet") => {
+                Err(Error::Server { kind: ErrorKind::NotLeader | ErrorKind::NoLeader, message }) => last = message,
+                Err(Error::Server { kind: ErrorKind::Busy, message }) if message.contains("not applied yet") => {
                     last = message
                 }
                 Err(Error::Unavailable(m)) => last = m,
@@ -131,10 +133,13 @@ pub async fn member_add(cfg: &ClientConfig, id: u64, peer: &str, client: &str, v
     member_change(cfg, req).await
 }
 
+/// Removes member `id` (the leader hands over first if it is the one);
+/// its id is never used again.
 pub async fn member_remove(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
     member_change(cfg, MemberChangeReq { kind: Kind::Remove as i32, member_id: id, ..Default::default() }).await
 }
 
+/// Makes caught-up learner `id` a voter.
 pub async fn member_promote(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
     member_change(cfg, MemberChangeReq { kind: Kind::Promote as i32, member_id: id, ..Default::default() }).await
 }
@@ -158,7 +163,7 @@ pub async fn snapshot_save(cfg: &ClientConfig) -> Result<(Vec<u8>, u64)> {
 async fn save_from(cfg: &ClientConfig, endpoint: &str) -> Result<(Vec<u8>, u64)> {
     let chunk = |r: Response| match r.body {
         Some(response::Body::Snapshot(c)) => Ok(c),
-        _ => Err(Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }),
+        _ => Err(Error::unexpected()),
     };
     let req = |backup_id, offset| request::Body::Snapshot(baton_proto::SnapshotReq { backup_id, offset });
     let first = chunk(call(cfg, endpoint, req(0, 0)).await?)?;
@@ -232,7 +237,7 @@ pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<StatusResp> {
     let r = call(cfg, endpoint, request::Body::Status(Default::default())).await?;
     match r.body {
         Some(response::Body::Status(s)) => Ok(s),
-        _ => Err(Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }),
+        _ => Err(Error::unexpected()),
     }
 }
 

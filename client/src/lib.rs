@@ -4,8 +4,9 @@
 //! time; when that connection breaks it moves to the next endpoint and
 //! resumes the *same* session, re-registering its watches with the last log
 //! index it saw so that no change is missed. Its state (Connected /
-//! Suspended / Expired) is a `tokio::sync::watch` channel, like Curator's
-//! connection states.
+//! Suspended / Expired) is a `tokio::sync::watch` channel, and its edges
+//! (Suspended, Reconnected, Lost) a stream, like Curator's connection
+//! states.
 //!
 //! Errors tell a definite failure from an ambiguous one: [`Error::is_ambiguous`]
 //! is true only when a write was sent and no answer came back (it may have
@@ -14,291 +15,81 @@
 //! the server answers a retry with the original result (exactly-once), so
 //! most transient faults never reach the caller.
 //!
+//! ```no_run
+//! use baton_client::{Client, CreateOptions};
+//!
+//! # async fn demo() -> baton_client::Result<()> {
+//! let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102"]).await?;
+//! match client.create("/config", "v1", CreateOptions::persistent()).await {
+//!     Err(e) if e.is_node_exists() => {}
+//!     other => { other?; }
+//! }
+//! let lock = client.lock("jobs").await?;
+//! client.txn().check_fence("jobs", lock.fencing_token()).set("/config", "v2", None).commit().await?;
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Layout
-//! - this file: the public API ([`Client`], [`Watcher`], [`Error`]).
+//! - this file: [`Client`] and its node operations.
+//! - [`config`]: [`ClientConfig`], TLS, the [`RetryPolicy`].
+//! - [`error`]: [`Error`] and [`ErrorKind`].
+//! - [`types`]: [`Stat`], [`WatchEvent`], [`SessionState`], ...
+//! - [`watcher`]: [`Watcher`], a stream of events.
+//! - [`txn`]: [`Op`] and the [`Txn`] builder.
+//! - [`namespace`]: the chroot rule.
 //! - `session.rs`: the actor task that owns the connection.
 //! - [`liveness`]: when the client may say `Connected` (the rule).
-//! - [`recipes`]: locks, elections, read-write locks, semaphores.
+//! - [`recipes`]: locks, elections, read-write locks, semaphores, a tree
+//!   cache, a leader selector.
 //! - [`admin`]: sessionless operator calls (members, status, health).
 
+#![warn(missing_docs)]
+
 pub mod admin;
+pub mod config;
+pub mod error;
 pub mod liveness;
+pub mod namespace;
 pub mod recipes;
 mod session;
+pub mod txn;
+pub mod types;
+pub mod watcher;
 
-pub use recipes::{LeaderInfo, Leadership, LockGuard, Observer, Permit, RwGuard};
+pub use config::{ClientConfig, ClientTls, RetryPolicy, DEFAULT_OP_TIMEOUT};
+pub use error::{Error, ErrorKind, Result};
+pub use recipes::{
+    CacheEvent, CachedNode, LeaderInfo, LeaderSelector, LeaderTerm, Leadership, LockGuard, Observer, Permit, RwGuard,
+    TreeCache,
+};
+pub use txn::{Op, OpResult, Txn};
+pub use types::{ConnectionEvent, CreateOptions, EventType, SessionState, Stat, WatchEvent, WatchKind};
+pub use watcher::{WatchEnd, Watcher};
 
+/// ACL entries: `acl::parse("user:alice:rwcda,world:anyone:r")` and
+/// `acl::format`.
+pub use baton_proto::{acl, Acl, StatusResp};
+
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use baton_proto::{acl, Acl, ErrorCode, EventType, Stat, StatusResp, WatchEvent, WatchKind};
 use baton_proto::{
-    op, request, response, AddUserOp, CheckFenceOp, CheckOp, CreateOp, DeleteOp, MultiOp, ReadReq, RemoveUserOp,
-    Request, Response, SetAclOp, SetOp, WatchSpec,
+    op, request, response, AddUserOp, DeleteOp, MultiOp, ReadReq, RemoveUserOp, Request, Response, SetAclOp, SetOp,
+    WatchSpec,
 };
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use session::Cmd;
+use txn::create_op;
+use types::stat;
 
-/// Default client-side deadline for one operation.
-pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Writes one client may have unanswered at once: well under the server's
 /// per-session reply cache (4,096), so a retry always finds its reply.
 pub const MAX_WRITES_IN_FLIGHT: usize = 1024;
 pub use liveness::KEEPALIVE_FRACTION;
-
-/// The session as the client sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionState {
-    /// The cluster vouched for the session recently enough that no leader
-    /// can have expired it yet (see [`liveness`]): a lock held is held.
-    Connected,
-    /// No recent proof (connection lost, the member cut off from the
-    /// leader, no leader): the session may still be alive on the servers,
-    /// but anything that depends on it (a lock) is in doubt.
-    Suspended,
-    /// The session is gone (expired, closed, or unreachable for longer than
-    /// its timeout). Its ephemeral nodes are or will be deleted.
-    Expired,
-}
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum Error {
-    /// The server refused the request; nothing changed.
-    #[error("{code:?}: {message}")]
-    Server { code: ErrorCode, message: String },
-    /// A write was sent and no answer came in time: it may or may not have
-    /// been applied.
-    #[error("outcome unknown (the write may have been applied): {0}")]
-    Ambiguous(String),
-    /// The session expired or was closed; create a new client.
-    #[error("session expired")]
-    SessionExpired,
-    /// No member could serve the request in time; it was not applied.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
-    /// Bad argument, caught before sending.
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    /// The cluster refused this client's identity (no or a wrong TLS
-    /// certificate, a plaintext client on a TLS port, an ACL), or this
-    /// client refused a member's certificate. Nothing was applied.
-    #[error("not authorized: {0}")]
-    NoAuth(String),
-    /// The client was closed.
-    #[error("client closed")]
-    Closed,
-}
-
-impl Error {
-    /// True when the operation may have been applied despite the error.
-    pub fn is_ambiguous(&self) -> bool {
-        matches!(self, Error::Ambiguous(_))
-    }
-    /// The server's error code, for definite server errors.
-    pub fn code(&self) -> Option<ErrorCode> {
-        match self {
-            Error::Server { code, .. } => Some(*code),
-            Error::SessionExpired => Some(ErrorCode::SessionExpired),
-            Error::NoAuth(_) => Some(ErrorCode::NoAuth),
-            _ => None,
-        }
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
-
-/// How to connect.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// `host:port` of the members' client ports.
-    pub endpoints: Vec<String>,
-    /// Requested session timeout (the server clamps it to its min/max).
-    pub session_timeout: Duration,
-    /// Deadline for each operation, retries included.
-    pub op_timeout: Duration,
-    /// Deadline for one TCP connect + attach to a member.
-    pub connect_timeout: Duration,
-    /// TLS to the members' client ports (None: plaintext).
-    pub tls: Option<ClientTls>,
-    /// User and password to `auth` with on every connection (identity
-    /// `user:<name>`; see server/src/acl.rs). Use TLS: the password travels.
-    pub auth: Option<(String, String)>,
-}
-
-/// TLS settings for the client port: the CA that signed the members'
-/// certificates and, when members require client certificates, this
-/// client's certificate and key (PEM files). A member is verified for the
-/// host of its endpoint (a DNS name or an IP address in its certificate).
-#[derive(Clone)]
-pub struct ClientTls {
-    pub(crate) config: Arc<baton_proto::tls::rustls::ClientConfig>,
-}
-
-impl ClientTls {
-    pub fn load(
-        ca: &std::path::Path,
-        cert_key: Option<(&std::path::Path, &std::path::Path)>,
-    ) -> std::result::Result<Self, baton_proto::tls::TlsError> {
-        Ok(ClientTls { config: baton_proto::tls::client_config(ca, cert_key)? })
-    }
-}
-
-impl std::fmt::Debug for ClientTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClientTls")
-    }
-}
-
-impl ClientConfig {
-    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        ClientConfig {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
-            session_timeout: Duration::from_secs(10),
-            op_timeout: DEFAULT_OP_TIMEOUT,
-            connect_timeout: Duration::from_secs(2),
-            tls: None,
-            auth: None,
-        }
-    }
-    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.auth = Some((user.into(), password.into()));
-        self
-    }
-    pub fn tls(mut self, tls: ClientTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-    pub fn session_timeout(mut self, d: Duration) -> Self {
-        self.session_timeout = d;
-        self
-    }
-    pub fn op_timeout(mut self, d: Duration) -> Self {
-        self.op_timeout = d;
-        self
-    }
-}
-
-/// Options for [`Client::create`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CreateOptions {
-    /// Deleted when the session ends.
-    pub ephemeral: bool,
-    /// The server appends a 10-digit, per-parent, never-reused counter.
-    pub sequential: bool,
-    /// Create missing parents (persistent, empty).
-    pub parents: bool,
-}
-
-impl CreateOptions {
-    pub fn persistent() -> Self {
-        Self::default()
-    }
-    pub fn ephemeral() -> Self {
-        CreateOptions { ephemeral: true, ..Self::default() }
-    }
-    pub fn ephemeral_sequential() -> Self {
-        CreateOptions { ephemeral: true, sequential: true, ..Self::default() }
-    }
-    pub fn with_parents(mut self) -> Self {
-        self.parents = true;
-        self
-    }
-    pub fn sequential(mut self) -> Self {
-        self.sequential = true;
-        self
-    }
-}
-
-/// One operation of a [`Client::multi`].
-#[derive(Debug, Clone)]
-pub enum Op {
-    Create {
-        path: String,
-        data: Bytes,
-        options: CreateOptions,
-    },
-    Set {
-        path: String,
-        data: Bytes,
-        version: Option<i32>,
-    },
-    Delete {
-        path: String,
-        version: Option<i32>,
-    },
-    /// Fails the multi unless the node exists (at `version`, if given).
-    Check {
-        path: String,
-        version: Option<i32>,
-    },
-    /// Fails the multi with `FENCE_REJECTED` if a higher token was already
-    /// used on `resource`; records `token` otherwise.
-    CheckFence {
-        resource: String,
-        token: u64,
-    },
-}
-
-impl Op {
-    fn to_proto(&self) -> baton_proto::Op {
-        let o = match self {
-            Op::Create { path, data, options } => op::Op::Create(create_op(path, data.clone(), *options)),
-            Op::Set { path, data, version } => {
-                op::Op::Set(SetOp { path: path.clone(), data: data.clone(), version: *version })
-            }
-            Op::Delete { path, version } => op::Op::Delete(DeleteOp { path: path.clone(), version: *version }),
-            Op::Check { path, version } => op::Op::Check(CheckOp { path: path.clone(), version: *version }),
-            Op::CheckFence { resource, token } => {
-                op::Op::CheckFence(CheckFenceOp { resource: resource.clone(), token: *token })
-            }
-        };
-        baton_proto::Op { op: Some(o) }
-    }
-}
-
-/// The result of one op of a successful multi.
-#[derive(Debug, Clone)]
-pub struct OpResult {
-    /// The created path, for creates.
-    pub path: String,
-    pub stat: Option<Stat>,
-}
-
-fn create_op(path: &str, data: Bytes, o: CreateOptions) -> CreateOp {
-    CreateOp {
-        path: path.to_string(),
-        data,
-        ephemeral: o.ephemeral,
-        sequential: o.sequential,
-        parents: o.parents,
-        acl: Vec::new(),
-    }
-}
-
-/// A stream of watch events. A one-shot watch yields one event and ends; a
-/// persistent one runs until dropped or the session expires. Dropping it
-/// removes the watch.
-pub struct Watcher {
-    id: u64,
-    rx: mpsc::UnboundedReceiver<WatchEvent>,
-    cmds: mpsc::UnboundedSender<Cmd>,
-}
-
-impl Watcher {
-    /// The next event, or `None` when the watch ended (one-shot fired, or
-    /// the session expired).
-    pub async fn next(&mut self) -> Option<WatchEvent> {
-        self.rx.recv().await
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        let _ = self.cmds.send(Cmd::DropWatch(self.id));
-    }
-}
 
 /// A Baton client with one session. Cheap to clone; the session closes when
 /// the last clone is dropped (or on [`Client::close`]).
@@ -307,8 +98,18 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("session_id", &format_args!("{:#x}", self.inner.session_id))
+            .field("state", &*self.inner.state.borrow())
+            .field("timeout", &self.inner.timeout)
+            .finish()
+    }
+}
+
 pub(crate) struct Inner {
-    cmds: mpsc::UnboundedSender<Cmd>,
+    cmds: mpsc::Sender<Cmd>,
     /// Recipe names this client holds or waits for (recipes are not
     /// reentrant: a second acquire by the same client is refused).
     pub(crate) held: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -317,6 +118,9 @@ pub(crate) struct Inner {
     /// the caller stopped waiting.
     write_slots: Arc<tokio::sync::Semaphore>,
     state: watch::Receiver<SessionState>,
+    edges: broadcast::Sender<ConnectionEvent>,
+    next_watch: AtomicU64,
+    watch_buffer: usize,
     session_id: u64,
     timeout: Duration,
     op_timeout: Duration,
@@ -324,7 +128,29 @@ pub(crate) struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let _ = self.cmds.send(Cmd::Close(None));
+        // Never blocks: if the queue is full the actor still closes the
+        // session when it sees the queue's last sender gone.
+        let _ = self.cmds.try_send(Cmd::Close(None));
+    }
+}
+
+/// Connection edges as they happen (see [`Client::connection_events`]).
+#[derive(Debug)]
+pub struct ConnectionEvents {
+    rx: broadcast::Receiver<ConnectionEvent>,
+}
+
+impl ConnectionEvents {
+    /// The next edge, or `None` once the session is over and every edge
+    /// was read. Edges missed by a reader that fell 64 behind are skipped.
+    pub async fn next(&mut self) -> Option<ConnectionEvent> {
+        loop {
+            match self.rx.recv().await {
+                Ok(e) => return Some(e),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
     }
 }
 
@@ -334,25 +160,36 @@ impl Client {
         Self::connect_with(ClientConfig::new(endpoints)).await
     }
 
+    /// Connects with `cfg` and creates a session. A malformed endpoint
+    /// (not `HOST:PORT`) fails at once; when no member answers in
+    /// `op_timeout`, the error names every endpoint tried and why.
     pub async fn connect_with(cfg: ClientConfig) -> Result<Client> {
         if cfg.endpoints.is_empty() {
             return Err(Error::Invalid("no endpoints".into()));
         }
+        for e in &cfg.endpoints {
+            check_endpoint(e)?;
+        }
         let op_timeout = cfg.op_timeout;
-        let (cmds, state, session_id, timeout) = session::start(cfg).await?;
+        let watch_buffer = cfg.watch_buffer;
+        let s = session::start(cfg).await?;
         Ok(Client {
             inner: Arc::new(Inner {
-                cmds,
+                cmds: s.cmds,
                 held: Default::default(),
                 write_slots: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
-                state,
-                session_id,
-                timeout,
+                state: s.state,
+                edges: s.edges,
+                next_watch: AtomicU64::new(1),
+                watch_buffer,
+                session_id: s.session_id,
+                timeout: s.timeout,
                 op_timeout,
             }),
         })
     }
 
+    /// The session's id (the `ephemeral_owner` of its ephemeral nodes).
     pub fn session_id(&self) -> u64 {
         self.inner.session_id
     }
@@ -367,10 +204,22 @@ impl Client {
         self.inner.state.clone()
     }
 
+    /// Every edge of the session's state from now on: `Suspended`,
+    /// `Reconnected` (the same session is proven alive again: what it held
+    /// is still held), `Lost` (Curator's `ConnectionStateListener`).
+    pub fn connection_events(&self) -> ConnectionEvents {
+        ConnectionEvents { rx: self.inner.edges.subscribe() }
+    }
+
+    /// A transaction builder: `client.txn().check(..).set(..).commit()`.
+    pub fn txn(&self) -> Txn<'_> {
+        Txn::new(self)
+    }
+
     /// The last log index this client has seen in any reply or event.
     pub async fn last_zxid(&self) -> u64 {
         let (tx, rx) = oneshot::channel();
-        if self.inner.cmds.send(Cmd::LastZxid(tx)).is_err() {
+        if self.inner.cmds.send(Cmd::LastZxid(tx)).await.is_err() {
             return 0;
         }
         rx.await.unwrap_or(0)
@@ -384,7 +233,7 @@ impl Client {
     pub async fn may_be_lost_at(&self) -> std::time::Instant {
         let (tx, rx) = oneshot::channel();
         let now = std::time::Instant::now();
-        if self.inner.cmds.send(Cmd::Proven(tx)).is_err() {
+        if self.inner.cmds.send(Cmd::Proven(tx)).await.is_err() {
             return now;
         }
         rx.await.map(|p| p + self.inner.timeout).unwrap_or(now)
@@ -394,10 +243,8 @@ impl Client {
         if let Some(n) = data_len(&body) {
             if n > baton_proto::MAX_DATA {
                 // Definite: never sent (the server would refuse it too).
-                return Err(Error::Server {
-                    code: ErrorCode::TooLarge,
-                    message: format!("data is {n} bytes, over {}", baton_proto::MAX_DATA),
-                });
+                let message = format!("data is {n} bytes, over {}", baton_proto::MAX_DATA);
+                return Err(Error::server(ErrorKind::TooLarge, message));
             }
         }
         let is_write = matches!(
@@ -425,14 +272,16 @@ impl Client {
         self.inner
             .cmds
             .send(Cmd::Call { req, is_write, reply: tx, timeout: self.inner.op_timeout, slot })
+            .await
             .map_err(|_| Error::Closed)?;
         let resp = rx.await.map_err(|_| Error::Closed)??;
-        match ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal) {
-            ErrorCode::Ok => Ok(resp),
-            ErrorCode::SessionExpired => Err(Error::SessionExpired),
-            ErrorCode::NoAuth => Err(Error::NoAuth(resp.message)),
-            code if code.is_ambiguous() && is_write => Err(Error::Ambiguous(format!("{code:?}: {}", resp.message))),
-            code => Err(Error::Server { code, message: resp.message }),
+        let code = baton_proto::ErrorCode::try_from(resp.error).unwrap_or(baton_proto::ErrorCode::Internal);
+        match ErrorKind::from_code(code) {
+            None => Ok(resp),
+            Some(ErrorKind::SessionExpired) => Err(Error::SessionExpired),
+            Some(ErrorKind::NoAuth) => Err(Error::NoAuth(resp.message)),
+            Some(_) if code.is_ambiguous() && is_write => Err(Error::Ambiguous(format!("{code:?}: {}", resp.message))),
+            Some(kind) => Err(Error::Server { kind, message: resp.message }),
         }
     }
 
@@ -440,8 +289,8 @@ impl Client {
     pub async fn create(&self, path: &str, data: impl Into<Bytes>, options: CreateOptions) -> Result<(String, Stat)> {
         let resp = self.call(request::Body::Create(create_op(path, data.into(), options))).await?;
         match resp.body {
-            Some(response::Body::Create(c)) => Ok((c.path, c.stat.unwrap_or_default())),
-            _ => Err(unexpected()),
+            Some(response::Body::Create(c)) => Ok((c.path, stat(c.stat))),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -458,8 +307,8 @@ impl Client {
         op.acl = acl;
         let resp = self.call(request::Body::Create(op)).await?;
         match resp.body {
-            Some(response::Body::Create(c)) => Ok((c.path, c.stat.unwrap_or_default())),
-            _ => Err(unexpected()),
+            Some(response::Body::Create(c)) => Ok((c.path, stat(c.stat))),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -467,8 +316,8 @@ impl Client {
     pub async fn get_acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
         let resp = self.call(request::Body::GetAcl(Self::read(path, false, None))).await?;
         match resp.body {
-            Some(response::Body::Acl(a)) => Ok((a.acl, a.stat.unwrap_or_default())),
-            _ => Err(unexpected()),
+            Some(response::Body::Acl(a)) => Ok((a.acl, stat(a.stat))),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -476,8 +325,8 @@ impl Client {
     pub async fn set_acl(&self, path: &str, acl: Vec<Acl>, version: Option<i32>) -> Result<Stat> {
         let resp = self.call(request::Body::SetAcl(SetAclOp { path: path.to_string(), acl, version })).await?;
         match resp.body {
-            Some(response::Body::Set(s)) => Ok(s.stat.unwrap_or_default()),
-            _ => Err(unexpected()),
+            Some(response::Body::Set(s)) => Ok(stat(s.stat)),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -509,8 +358,8 @@ impl Client {
     pub async fn set(&self, path: &str, data: impl Into<Bytes>, version: Option<i32>) -> Result<Stat> {
         let resp = self.call(request::Body::Set(SetOp { path: path.to_string(), data: data.into(), version })).await?;
         match resp.body {
-            Some(response::Body::Set(s)) => Ok(s.stat.unwrap_or_default()),
-            _ => Err(unexpected()),
+            Some(response::Body::Set(s)) => Ok(stat(s.stat)),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -526,9 +375,9 @@ impl Client {
         let resp = self.call(request::Body::Multi(MultiOp { ops })).await?;
         match resp.body {
             Some(response::Body::Multi(m)) => {
-                Ok(m.results.into_iter().map(|r| OpResult { path: r.path, stat: r.stat }).collect())
+                Ok(m.results.into_iter().map(|r| OpResult { path: r.path, stat: r.stat.map(Stat::from) }).collect())
             }
-            _ => Err(unexpected()),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -548,11 +397,12 @@ impl Client {
         get_body(resp)
     }
 
+    /// Linearizable check: the node's stat, or `None` if it does not exist.
     pub async fn exists(&self, path: &str) -> Result<Option<Stat>> {
         let resp = self.call(request::Body::Exists(Self::read(path, false, None))).await?;
         match resp.body {
-            Some(response::Body::Exists(e)) => Ok(e.stat),
-            _ => Err(unexpected()),
+            Some(response::Body::Exists(e)) => Ok(e.stat.map(Stat::from)),
+            _ => Err(Error::unexpected()),
         }
     }
 
@@ -561,6 +411,7 @@ impl Client {
         Ok(self.children_stat(path).await?.0)
     }
 
+    /// Child names, sorted, and the node's stat (linearizable).
     pub async fn children_stat(&self, path: &str) -> Result<(Vec<String>, Stat)> {
         self.children_opts(path, false).await
     }
@@ -571,15 +422,20 @@ impl Client {
         children_body(resp)
     }
 
+    /// Registers a watch with the actor; the read that follows carries it
+    /// to the server (same queue, so in order).
     async fn new_watch(&self, path: &str, kind: WatchKind, persistent: bool) -> Result<(WatchSpec, Watcher)> {
         baton_proto::validate_path(path).map_err(Error::Invalid)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (id_tx, id_rx) = oneshot::channel();
-        let spec = WatchSpec { watch_id: 0, path: path.to_string(), kind: kind as i32, persistent, existed: false };
-        self.inner.cmds.send(Cmd::NewWatch { spec, events: tx, id: id_tx }).map_err(|_| Error::Closed)?;
-        let spec = id_rx.await.map_err(|_| Error::Closed)?;
-        let w = Watcher { id: spec.watch_id, rx, cmds: self.inner.cmds.clone() };
+        let id = self.inner.next_watch.fetch_add(1, Ordering::Relaxed);
+        let (w, events) = Watcher::pair(id, self.inner.watch_buffer, self.inner.cmds.clone());
+        let kind = kind.to_wire() as i32;
+        let spec = WatchSpec { watch_id: id, path: path.to_string(), kind, persistent, existed: false };
+        self.inner.cmds.send(Cmd::NewWatch { spec: spec.clone(), events }).await.map_err(|_| Error::Closed)?;
         Ok((spec, w))
+    }
+
+    async fn watch_seen(&self, id: u64, existed: bool) {
+        let _ = self.inner.cmds.send(Cmd::WatchSeen { id, existed }).await;
     }
 
     /// Reads a node and sets a one-shot data watch (fires on change or delete).
@@ -587,7 +443,7 @@ impl Client {
         let (spec, w) = self.new_watch(path, WatchKind::Data, false).await?;
         let resp = self.call(request::Body::Get(Self::read(path, false, Some(spec.clone())))).await?;
         let (data, stat) = get_body(resp)?;
-        let _ = self.inner.cmds.send(Cmd::WatchSeen { id: spec.watch_id, existed: true });
+        self.watch_seen(spec.watch_id, true).await;
         Ok((data, stat, w))
     }
 
@@ -603,10 +459,10 @@ impl Client {
         let (spec, w) = self.new_watch(path, WatchKind::Exists, false).await?;
         let resp = self.call(request::Body::Exists(Self::read(path, stale, Some(spec.clone())))).await?;
         let stat = match resp.body {
-            Some(response::Body::Exists(e)) => e.stat,
-            _ => return Err(unexpected()),
+            Some(response::Body::Exists(e)) => e.stat.map(Stat::from),
+            _ => return Err(Error::unexpected()),
         };
-        let _ = self.inner.cmds.send(Cmd::WatchSeen { id: spec.watch_id, existed: stat.is_some() });
+        self.watch_seen(spec.watch_id, stat.is_some()).await;
         Ok((stat, w))
     }
 
@@ -615,12 +471,12 @@ impl Client {
         let (spec, w) = self.new_watch(path, WatchKind::Children, false).await?;
         let resp = self.call(request::Body::Children(Self::read(path, false, Some(spec.clone())))).await?;
         let (c, s) = children_body(resp)?;
-        let _ = self.inner.cmds.send(Cmd::WatchSeen { id: spec.watch_id, existed: true });
+        self.watch_seen(spec.watch_id, true).await;
         Ok((c, s, w))
     }
 
     /// Adds a watch of `kind` on `path` without reading; `persistent` keeps
-    /// it after it fires.
+    /// it after it fires (a [`WatchKind::Recursive`] watch always is).
     pub async fn watch(&self, path: &str, kind: WatchKind, persistent: bool) -> Result<Watcher> {
         // Registered by a linearizable exists read that carries the watch:
         // the server adds it at exactly the state the read reflects, so no
@@ -628,7 +484,7 @@ impl Client {
         let (spec, w) = self.new_watch(path, kind, persistent).await?;
         let resp = self.call(request::Body::Exists(Self::read(path, false, Some(spec.clone())))).await?;
         let existed = matches!(resp.body, Some(response::Body::Exists(baton_proto::ExistsResp { stat: Some(_) })));
-        let _ = self.inner.cmds.send(Cmd::WatchSeen { id: spec.watch_id, existed });
+        self.watch_seen(spec.watch_id, existed).await;
         Ok(w)
     }
 
@@ -637,14 +493,14 @@ impl Client {
         let resp = self.call(request::Body::Status(Default::default())).await?;
         match resp.body {
             Some(response::Body::Status(s)) => Ok(s),
-            _ => Err(unexpected()),
+            _ => Err(Error::unexpected()),
         }
     }
 
     /// Closes the session (its ephemeral nodes are deleted) and the client.
     pub async fn close(&self) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        self.inner.cmds.send(Cmd::Close(Some(tx))).map_err(|_| Error::Closed)?;
+        self.inner.cmds.send(Cmd::Close(Some(tx))).await.map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }
 }
@@ -669,25 +525,21 @@ fn data_len(body: &request::Body) -> Option<usize> {
 fn names_body(resp: Response) -> Result<Vec<String>> {
     match resp.body {
         Some(response::Body::Names(n)) => Ok(n.names),
-        _ => Err(unexpected()),
+        _ => Err(Error::unexpected()),
     }
-}
-
-fn unexpected() -> Error {
-    Error::Server { code: ErrorCode::Internal, message: "unexpected response body".into() }
 }
 
 fn get_body(resp: Response) -> Result<(Bytes, Stat)> {
     match resp.body {
-        Some(response::Body::Get(g)) => Ok((g.data, g.stat.unwrap_or_default())),
-        _ => Err(unexpected()),
+        Some(response::Body::Get(g)) => Ok((g.data, stat(g.stat))),
+        _ => Err(Error::unexpected()),
     }
 }
 
 fn children_body(resp: Response) -> Result<(Vec<String>, Stat)> {
     match resp.body {
-        Some(response::Body::Children(c)) => Ok((c.children, c.stat.unwrap_or_default())),
-        _ => Err(unexpected()),
+        Some(response::Body::Children(c)) => Ok((c.children, stat(c.stat))),
+        _ => Err(Error::unexpected()),
     }
 }
 
@@ -702,7 +554,7 @@ pub async fn member_status_with(endpoint: &str, timeout: Duration, tls: Option<&
     match resp.body {
         Some(response::Body::Status(s)) => Ok(s),
         _ => Err(Error::Server {
-            code: ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal),
+            kind: ErrorKind::from_wire(resp.error).unwrap_or(ErrorKind::Internal),
             message: resp.message,
         }),
     }
@@ -714,4 +566,38 @@ pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:710
 /// Splits `a,b,c`.
 pub fn parse_endpoints(s: &str) -> Vec<String> {
     s.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect()
+}
+
+/// Checks that `endpoint` is `HOST:PORT` (a name, an IPv4 address, or an
+/// IPv6 address in brackets) with a port from 1 to 65535.
+pub fn check_endpoint(endpoint: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Invalid(format!("endpoint {endpoint:?}: {why} (want HOST:PORT)")));
+    let Some((host, port)) = endpoint.rsplit_once(':') else { return bad("no port") };
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return bad("bad port"),
+    }
+    let ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && !host.contains([':', '/', ' ']),
+    };
+    if !ok {
+        return bad("bad host (an IPv6 address goes in brackets)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_endpoint;
+
+    #[test]
+    fn endpoints_are_host_colon_port() {
+        for ok in ["127.0.0.1:7101", "localhost:1", "db-1.example.com:65535", "[::1]:7101"] {
+            assert!(check_endpoint(ok).is_ok(), "{ok}");
+        }
+        for bad in ["127.0.0.1", "host:0", "host:70000", ":7101", "host:port", "a b:1", "::1:7101", "http://x:1"] {
+            assert!(check_endpoint(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -58,6 +58,7 @@ impl Liveness {
         Liveness { timeout, proven: sent }
     }
 
+    /// The session timeout the server granted.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -77,6 +78,7 @@ impl Liveness {
         self.proven + self.timeout * CONNECTED_FRACTION.0 / CONNECTED_FRACTION.1
     }
 
+    /// True before [`Liveness::connected_until`].
     pub fn connected(&self, now: Instant) -> bool {
         now < self.connected_until()
     }

@@ -18,41 +18,52 @@
 //!
 //! Retries: a request answered with NO_LEADER / BUSY / SHUTTING_DOWN (not
 //! applied) or LEADER_CHANGED / TIMEOUT (maybe applied) is sent again until
-//! its deadline. Writes keep their sequence number, so the server applies a
+//! its deadline, paced by the [`crate::RetryPolicy`] (as are reconnects). Writes keep their sequence number, so the server applies a
 //! write at most once and answers a retry with the first outcome. When the
 //! deadline passes, a write that was ever sent fails as `Ambiguous`; one that
 //! never left fails as `Unavailable`. A write holds its slot (of
 //! [`crate::MAX_WRITES_IN_FLIGHT`]) until the actor is done with it, even if
 //! the caller stopped waiting: the server's exactly-once window must never
 //! see more writes in flight than it caches replies for.
+//!
+//! Edges: every state change is also broadcast as a [`ConnectionEvent`]
+//! (`Suspended`, `Reconnected` when `Connected` comes back, `Lost` once
+//! expired or closed), so a listener sees each edge even when the state
+//! flips back before it looks.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use baton_proto::tls::BoxStream;
 use baton_proto::{
-    request, response, server_frame, AttachReq, AuthReq, ClientFrame, CreateSessionReq, ErrorCode, EventType,
-    KeepaliveReq, RemoveWatchReq, Request, Response, ServerFrame, WatchEvent, WatchSpec,
+    request, response, server_frame, AttachReq, AuthReq, ClientFrame, CreateSessionReq, ErrorCode, KeepaliveReq,
+    RemoveWatchReq, Request, Response, ServerFrame, WatchSpec,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::debug;
 
 use crate::liveness::{Liveness, KEEPALIVE_FRACTION};
-use crate::{ClientConfig, ClientTls, Error, Result, SessionState};
+use crate::namespace::Namespace;
+use crate::watcher::{WatchEnd, WatchTx};
+use crate::{ClientConfig, ClientTls, ConnectionEvent, Error, EventType, Result, SessionState, WatchEvent};
 
 /// The largest frame the client accepts from a server (responses carry at
 /// most 1 MiB of data plus a children list).
 const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Actor housekeeping period (deadlines, keepalives, reconnects).
 const TICK: Duration = Duration::from_millis(20);
-/// Pause before a retry after a definite "not now" answer.
-const RETRY_DELAY: Duration = Duration::from_millis(40);
+/// Pause before the next keepalive after one was refused (a liveness
+/// rule, not a retry: see liveness.rs).
+const KEEPALIVE_RETRY: Duration = Duration::from_millis(40);
+/// Commands queued for the actor before callers wait (writes are bounded
+/// separately by their slots).
+pub(crate) const CMD_QUEUE: usize = 4096;
 
 pub(crate) enum Cmd {
     Call {
@@ -63,10 +74,10 @@ pub(crate) enum Cmd {
         /// A write's slot, held until the actor is done with the write.
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     },
+    /// Registered before the read that carries it (same queue, in order).
     NewWatch {
         spec: WatchSpec,
-        events: mpsc::UnboundedSender<WatchEvent>,
-        id: oneshot::Sender<WatchSpec>,
+        events: WatchTx,
     },
     WatchSeen {
         id: u64,
@@ -104,6 +115,8 @@ struct Pending {
     /// Sent more than once: an earlier attempt may have been applied, so a
     /// SESSION_EXPIRED answer to this one does not make a write definite.
     resent: bool,
+    /// "Not now" answers so far (the retry policy's attempt number).
+    attempts: u32,
     /// Not before this instant (retry pacing); None = waiting for an answer.
     retry_at: Option<Instant>,
     /// When it was last sent (a keepalive's proof dates from it).
@@ -114,7 +127,7 @@ struct Pending {
 
 struct WatchEntry {
     spec: WatchSpec,
-    tx: mpsc::UnboundedSender<WatchEvent>,
+    tx: WatchTx,
 }
 
 struct Conn {
@@ -132,14 +145,15 @@ struct Actor {
     timeout: Duration,
     conn: Option<Conn>,
     gen: u64,
-    ev_tx: mpsc::UnboundedSender<Ev>,
+    ev_tx: mpsc::Sender<Ev>,
     state: watch::Sender<SessionState>,
+    edges: broadcast::Sender<ConnectionEvent>,
+    ns: Namespace,
     pending: BTreeMap<u64, Pending>,
     next_id: u64,
     next_seq: u64,
     unacked: BTreeSet<u64>,
     watches: HashMap<u64, WatchEntry>,
-    next_watch: u64,
     last_zxid: u64,
     /// Last frame of any kind on the current connection (is it alive?).
     last_frame: Instant,
@@ -151,6 +165,9 @@ struct Actor {
     /// Set when a keepalive was refused: the next one goes sooner.
     keepalive_retry: Option<Instant>,
     next_connect: Instant,
+    /// Reconnects that failed since the last attach (the retry policy's
+    /// attempt number).
+    reconnect_failures: u32,
 }
 
 /// TCP, then TLS when configured, within `timeout`.
@@ -216,17 +233,33 @@ pub(crate) async fn one_shot(
         .map_err(|_| Error::Unavailable(format!("{endpoint}: no answer in {timeout:?}")))?
 }
 
-/// Creates the session and starts the actor.
-pub(crate) async fn start(
-    cfg: ClientConfig,
-) -> Result<(mpsc::UnboundedSender<Cmd>, watch::Receiver<SessionState>, u64, Duration)> {
+/// What [`start`] hands the client: the actor's queue, the state, the
+/// edges, the session id and the timeout the server granted.
+pub(crate) struct Started {
+    pub(crate) cmds: mpsc::Sender<Cmd>,
+    pub(crate) state: watch::Receiver<SessionState>,
+    pub(crate) edges: broadcast::Sender<ConnectionEvent>,
+    pub(crate) session_id: u64,
+    pub(crate) timeout: Duration,
+}
+
+/// Frames from a connection's reader queued for the actor.
+const FRAME_QUEUE: usize = 1024;
+
+/// Creates the session and starts the actor. When no member will have it
+/// before `op_timeout`, the error lists every endpoint tried and why.
+pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
+    let ns = Namespace::new(&cfg.namespace).map_err(Error::Invalid)?;
     let deadline = Instant::now() + cfg.op_timeout;
-    let mut last_err = String::from("no endpoint tried");
+    let mut tried: BTreeMap<String, String> = BTreeMap::new();
     let mut ep = 0usize;
-    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    let mut attempt = 0u32;
+    let (ev_tx, ev_rx) = mpsc::channel(FRAME_QUEUE);
     loop {
         if Instant::now() >= deadline {
-            return Err(Error::Unavailable(format!("could not create a session: {last_err}")));
+            let why: Vec<String> = tried.iter().map(|(e, w)| format!("{e}: {w}")).collect();
+            let why = if why.is_empty() { "no endpoint tried".to_string() } else { why.join("; ") };
+            return Err(Error::Unavailable(format!("could not create a session ({why})")));
         }
         let endpoint = cfg.endpoints[ep % cfg.endpoints.len()].clone();
         ep += 1;
@@ -234,7 +267,8 @@ pub(crate) async fn start(
         match create_session(&endpoint, &cfg, 1, ev_tx.clone()).await {
             Ok((conn, sid, secret, timeout, zxid)) => {
                 let (state_tx, state_rx) = watch::channel(SessionState::Connected);
-                let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+                let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
+                let (edges, _) = broadcast::channel(64);
                 let now = Instant::now();
                 let actor = Actor {
                     ep: ep - 1,
@@ -245,12 +279,13 @@ pub(crate) async fn start(
                     gen: 1,
                     ev_tx,
                     state: state_tx,
+                    edges: edges.clone(),
+                    ns,
                     pending: BTreeMap::new(),
                     next_id: 3,
                     next_seq: 1,
                     unacked: BTreeSet::new(),
                     watches: HashMap::new(),
-                    next_watch: 1,
                     // The session's own creation: nothing before it matters
                     // to this client, and a member it moves to must have it.
                     last_zxid: zxid,
@@ -260,16 +295,21 @@ pub(crate) async fn start(
                     last_keepalive: now,
                     keepalive_retry: None,
                     next_connect: now,
+                    reconnect_failures: 0,
                     cfg,
                 };
                 tokio::spawn(actor.run(cmd_rx, ev_rx));
-                return Ok((cmd_tx, state_rx, sid, timeout));
+                return Ok(Started { cmds: cmd_tx, state: state_rx, edges, session_id: sid, timeout });
             }
             Err(Failed::NoAuth(e)) => return Err(Error::NoAuth(format!("{endpoint}: {e}"))),
             Err(Failed::Retry(e)) => {
-                last_err = format!("{endpoint}: {e}");
-                debug!("{last_err}");
-                tokio::time::sleep(RETRY_DELAY).await;
+                debug!("{endpoint}: {e}");
+                tried.insert(endpoint, e);
+                // Once around the list, then back off.
+                if ep.is_multiple_of(cfg.endpoints.len()) {
+                    tokio::time::sleep(cfg.retry.delay(attempt)).await;
+                    attempt += 1;
+                }
             }
         }
     }
@@ -298,20 +338,22 @@ impl From<std::io::Error> for Failed {
     }
 }
 
-fn spawn_reader(gen: u64, rd: ReadHalf<BoxStream>, ev: mpsc::UnboundedSender<Ev>) {
+/// Reads frames into the actor's bounded queue: a busy actor slows the
+/// reader, and the reader slows the member (TCP), never memory.
+fn spawn_reader(gen: u64, rd: ReadHalf<BoxStream>, ev: mpsc::Sender<Ev>) {
     tokio::spawn(async move {
         let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
         while let Some(Ok(frame)) = r.next().await {
             match ServerFrame::decode(frame) {
                 Ok(f) => {
-                    if ev.send(Ev::Frame(gen, Box::new(f))).is_err() {
+                    if ev.send(Ev::Frame(gen, Box::new(f))).await.is_err() {
                         return;
                     }
                 }
                 Err(_) => break,
             }
         }
-        let _ = ev.send(Ev::Closed(gen));
+        let _ = ev.send(Ev::Closed(gen)).await;
     });
 }
 
@@ -319,7 +361,7 @@ async fn create_session(
     endpoint: &str,
     cfg: &ClientConfig,
     gen: u64,
-    ev: mpsc::UnboundedSender<Ev>,
+    ev: mpsc::Sender<Ev>,
 ) -> std::result::Result<(Conn, u64, Bytes, Duration, u64), Failed> {
     let s = dial(endpoint, cfg.connect_timeout, cfg.tls.as_ref()).await?;
     let (rd, wr) = tokio::io::split(s);
@@ -369,7 +411,7 @@ async fn create_session(
 }
 
 impl Actor {
-    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>, mut evs: mpsc::UnboundedReceiver<Ev>) {
+    async fn run(mut self, mut cmds: mpsc::Receiver<Cmd>, mut evs: mpsc::Receiver<Ev>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -406,7 +448,7 @@ impl Actor {
                                 Cmd::Close(None) => return,
                                 Cmd::LastZxid(tx) => { let _ = tx.send(self.last_zxid); }
                                 Cmd::Proven(tx) => { let _ = tx.send(self.liveness.proven()); }
-                                Cmd::NewWatch { spec, id, .. } => { let _ = id.send(spec); }
+                                Cmd::NewWatch { events, .. } => events.ended(WatchEnd::SessionEnded),
                                 _ => {}
                             }
                         }
@@ -432,6 +474,9 @@ impl Actor {
         if !self.is(want) {
             debug!(session = self.session_id, ?want, "session state");
             let _ = self.state.send(want);
+            let edge =
+                if want == SessionState::Connected { ConnectionEvent::Reconnected } else { ConnectionEvent::Suspended };
+            let _ = self.edges.send(edge);
         }
     }
 
@@ -446,6 +491,7 @@ impl Actor {
                     let _ = reply.send(Err(Error::SessionExpired));
                     return;
                 }
+                self.ns.request(&mut req);
                 req.id = self.next_id;
                 self.next_id += 1;
                 if is_write {
@@ -465,6 +511,7 @@ impl Actor {
                         deadline: now + timeout,
                         sent: false,
                         resent: false,
+                        attempts: 0,
                         retry_at: Some(now),
                         sent_at: now,
                         _slot: slot,
@@ -472,11 +519,9 @@ impl Actor {
                 );
                 self.send_pending(id).await;
             }
-            Cmd::NewWatch { mut spec, events, id } => {
-                spec.watch_id = self.next_watch;
-                self.next_watch += 1;
-                self.watches.insert(spec.watch_id, WatchEntry { spec: spec.clone(), tx: events });
-                let _ = id.send(spec);
+            Cmd::NewWatch { mut spec, events } => {
+                spec.path = self.ns.to_server(&spec.path);
+                self.watches.insert(spec.watch_id, WatchEntry { spec, tx: events });
             }
             Cmd::WatchSeen { id, existed } => {
                 if let Some(w) = self.watches.get_mut(&id) {
@@ -515,6 +560,7 @@ impl Actor {
                 deadline: now + self.timeout,
                 sent: false,
                 resent: false,
+                attempts: 0,
                 retry_at: Some(now),
                 sent_at: now,
                 _slot: None,
@@ -582,26 +628,38 @@ impl Actor {
         self.last_frame = Instant::now();
         self.last_heard = self.last_frame;
         match frame.frame {
-            Some(server_frame::Frame::Event(e)) => {
-                // An event is not contact: a member cut off from the leader
-                // still delivers what it applies.
-                self.last_zxid = self.last_zxid.max(e.zxid);
-                if let Some(w) = self.watches.get_mut(&e.watch_id) {
-                    let persistent = w.spec.persistent;
-                    let _ = w.tx.send(e.clone());
-                    // Re-registration must know what this watch last saw.
-                    match EventType::try_from(e.r#type) {
-                        Ok(EventType::NodeCreated) => w.spec.existed = true,
-                        Ok(EventType::NodeDeleted) => w.spec.existed = false,
-                        _ => {}
-                    }
-                    if !persistent {
-                        self.watches.remove(&e.watch_id);
-                    }
-                }
-            }
+            Some(server_frame::Frame::Event(e)) => self.on_watch_event(e).await,
             Some(server_frame::Frame::Response(r)) => self.on_response(r).await,
             None => {}
+        }
+    }
+
+    async fn on_watch_event(&mut self, e: baton_proto::WatchEvent) {
+        // An event is not contact: a member cut off from the leader still
+        // delivers what it applies.
+        self.last_zxid = self.last_zxid.max(e.zxid);
+        let Some(w) = self.watches.get_mut(&e.watch_id) else { return };
+        let Some(event_type) = EventType::from_wire(e.r#type) else { return };
+        // Re-registration must know what this watch last saw (of its own
+        // node: a recursive watch's events may be about nodes below).
+        if e.path == w.spec.path {
+            match event_type {
+                EventType::NodeCreated => w.spec.existed = true,
+                EventType::NodeDeleted => w.spec.existed = false,
+                _ => {}
+            }
+        }
+        let ev = WatchEvent { event_type, path: self.ns.to_user(&e.path), zxid: e.zxid };
+        let recursive = w.spec.kind == baton_proto::WatchKind::Recursive as i32;
+        let delivered = w.tx.deliver(ev);
+        if !w.spec.persistent && !recursive {
+            w.tx.ended(WatchEnd::Fired);
+            self.watches.remove(&e.watch_id);
+        } else if !delivered {
+            // Overflowed or dropped: the server must stop sending.
+            self.watches.remove(&e.watch_id);
+            let body = request::Body::RemoveWatch(RemoveWatchReq { watch_id: e.watch_id });
+            self.internal(body, Kind::Internal).await;
         }
     }
 
@@ -636,13 +694,14 @@ impl Actor {
                     Kind::Keepalive => {
                         // Not vouched for; the next keepalive goes soon.
                         self.pending.remove(&r.id);
-                        self.keepalive_retry = Some(Instant::now() + RETRY_DELAY);
+                        self.keepalive_retry = Some(Instant::now() + KEEPALIVE_RETRY);
                         if code == ErrorCode::ShuttingDown {
                             self.drop_conn();
                         }
                     }
                     _ => {
-                        p.retry_at = Some(Instant::now() + RETRY_DELAY);
+                        p.retry_at = Some(Instant::now() + self.cfg.retry.delay(p.attempts));
+                        p.attempts += 1;
                         if code == ErrorCode::ShuttingDown {
                             self.drop_conn();
                         }
@@ -662,6 +721,7 @@ impl Actor {
                     if let Some(c) = self.conn.as_mut() {
                         c.ready = true;
                     }
+                    self.reconnect_failures = 0;
                     debug!(endpoint = %self.endpoint(), "session resumed; proving it alive");
                     // Attached, not yet vouched for: Connected comes with
                     // the answer to this keepalive.
@@ -683,7 +743,7 @@ impl Actor {
                     self.liveness.vouched(p.sent_at);
                     self.update_state(Instant::now());
                 } else {
-                    self.keepalive_retry = Some(Instant::now() + RETRY_DELAY);
+                    self.keepalive_retry = Some(Instant::now() + KEEPALIVE_RETRY);
                 }
             }
             Kind::Internal => {}
@@ -713,6 +773,8 @@ impl Actor {
                     }
                     return;
                 }
+                let mut r = r;
+                self.ns.response(&mut r);
                 if let Some(tx) = p.reply {
                     let _ = tx.send(Ok(r));
                 }
@@ -795,7 +857,13 @@ impl Actor {
         }
         if self.conn.is_none() && now >= self.next_connect {
             self.reconnect().await;
-            self.next_connect = Instant::now() + Duration::from_millis(100);
+            if self.conn.is_none() {
+                self.reconnect_failures += 1;
+            }
+            // Paced by the policy, but never so slow that the session
+            // misses a new leader's grace period (half a timeout).
+            let pause = self.cfg.retry.delay(self.reconnect_failures).min(self.timeout / 6);
+            self.next_connect = Instant::now() + pause;
         }
         !self.is(SessionState::Expired)
     }
@@ -827,7 +895,8 @@ impl Actor {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let watches = self.watches.values().filter(|w| !w.tx.is_closed()).map(|w| w.spec.clone()).collect();
+        self.watches.retain(|_, w| !w.tx.is_closed());
+        let watches = self.watches.values().map(|w| w.spec.clone()).collect();
         let req = Request {
             id,
             body: Some(request::Body::Attach(AttachReq {
@@ -853,6 +922,7 @@ impl Actor {
                 deadline: now + (self.timeout / 2).max(Duration::from_millis(500)),
                 sent: true,
                 resent: false,
+                attempts: 0,
                 retry_at: None,
                 sent_at: now,
                 _slot: None,
@@ -863,9 +933,21 @@ impl Actor {
         debug!(%endpoint, "reconnecting");
     }
 
+    /// The session is over: state Expired, edge Lost, watchers ended.
+    fn ended(&mut self) {
+        if !self.is(SessionState::Expired) {
+            let _ = self.state.send(SessionState::Expired);
+            let _ = self.edges.send(ConnectionEvent::Lost);
+        }
+        for (_, w) in self.watches.drain() {
+            w.tx.ended(WatchEnd::SessionEnded);
+        }
+        self.conn = None;
+    }
+
     fn expire(&mut self, why: &str) {
         debug!(session = self.session_id, "{why}");
-        let _ = self.state.send(SessionState::Expired);
+        self.ended();
         for (_, p) in std::mem::take(&mut self.pending) {
             // A write already sent may have committed before the session
             // ended: that is not a definite failure.
@@ -878,11 +960,9 @@ impl Actor {
                 let _ = tx.send(Err(err));
             }
         }
-        self.watches.clear();
-        self.conn = None;
     }
 
-    async fn close(&mut self, evs: &mut mpsc::UnboundedReceiver<Ev>) -> Result<()> {
+    async fn close(&mut self, evs: &mut mpsc::Receiver<Ev>) -> Result<()> {
         if self.is(SessionState::Expired) {
             return Ok(());
         }
@@ -901,9 +981,7 @@ impl Actor {
                 _ = tokio::time::sleep(TICK) => { self.on_tick().await; }
             }
         };
-        let _ = self.state.send(SessionState::Expired);
-        self.watches.clear();
-        self.conn = None;
+        self.ended();
         match result {
             Err(Error::SessionExpired) => Ok(()),
             r => r,

@@ -4,15 +4,16 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use baton_client::{ClientConfig, CreateOptions, Error, ErrorCode, EventType, SessionState};
+use baton_client::{ClientConfig, CreateOptions, Error, ErrorKind, EventType, SessionState};
+use baton_proto::ErrorCode;
 use baton_proto::{request, response, AttachReq, CreateOp, Request};
 use baton_tests::raw::RawConn;
 use baton_tests::Cluster;
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
-fn code<T>(r: Result<T, Error>) -> Option<ErrorCode> {
-    r.err().and_then(|e| e.code())
+fn code<T>(r: Result<T, Error>) -> Option<ErrorKind> {
+    r.err().map(|e| e.kind())
 }
 
 #[tokio::test]
@@ -157,9 +158,9 @@ async fn t50_session_expiry_deletes_ephemerals_and_fires_watches() {
     assert!(watcher.exists("/eph").await.unwrap().is_some(), "ephemeral deleted before its session timed out");
     // ...but soon after it.
     let ev = tokio::time::timeout(SECS(8), w.next()).await.expect("watch fired").expect("event");
-    assert_eq!((EventType::try_from(ev.r#type).unwrap(), ev.path.as_str()), (EventType::NodeDeleted, "/eph"));
+    assert_eq!((ev.event_type, ev.path.as_str()), (EventType::NodeDeleted, "/eph"));
     let ev = tokio::time::timeout(SECS(2), kids.next()).await.expect("children watch fired").expect("event");
-    assert_eq!(EventType::try_from(ev.r#type).unwrap(), EventType::NodeChildrenChanged);
+    assert_eq!(ev.event_type, EventType::NodeChildrenChanged);
     assert!(watcher.exists("/eph").await.unwrap().is_none());
     // One-shot: no second event.
     assert!(w.next().await.is_none());
@@ -195,7 +196,7 @@ async fn t60_session_survives_the_death_of_its_member() {
     other.set("/watched", "changed", None).await.unwrap();
     let ev =
         tokio::time::timeout(SECS(15), w.next()).await.expect("missed change fired after reconnect").expect("event");
-    assert_eq!(EventType::try_from(ev.r#type).unwrap(), EventType::NodeDataChanged);
+    assert_eq!(ev.event_type, EventType::NodeDataChanged);
     c.kill(1);
     let states = tokio::time::timeout(SECS(5), seen).await.expect("state changes").unwrap();
     assert_eq!(states, vec![SessionState::Connected, SessionState::Suspended, SessionState::Connected]);
@@ -320,30 +321,30 @@ async fn t90_bad_input_gets_typed_errors_and_the_cluster_stays_up() {
     for bad in ["", "nope", "/a/", "/a//b", "/a/./b", "/a/../b"] {
         assert_eq!(
             code(client.create(bad, "", CreateOptions::persistent()).await),
-            Some(ErrorCode::InvalidPath),
+            Some(ErrorKind::InvalidPath),
             "{bad:?}"
         );
     }
     assert_eq!(
         code(client.create(&format!("/{}", "x".repeat(5000)), "", CreateOptions::persistent()).await),
-        Some(ErrorCode::InvalidPath)
+        Some(ErrorKind::InvalidPath)
     );
     assert_eq!(
         code(client.create("/big", vec![0u8; (1 << 20) + 1], CreateOptions::persistent()).await),
-        Some(ErrorCode::TooLarge)
+        Some(ErrorKind::TooLarge)
     );
-    assert_eq!(code(client.get("/missing").await), Some(ErrorCode::NoNode));
-    assert_eq!(code(client.create("/keep", "", CreateOptions::persistent()).await), Some(ErrorCode::NodeExists));
-    assert_eq!(code(client.set("/keep", "x", Some(7)).await), Some(ErrorCode::BadVersion));
-    assert_eq!(code(client.delete("/keep", Some(7)).await), Some(ErrorCode::BadVersion));
+    assert_eq!(code(client.get("/missing").await), Some(ErrorKind::NoNode));
+    assert_eq!(code(client.create("/keep", "", CreateOptions::persistent()).await), Some(ErrorKind::NodeExists));
+    assert_eq!(code(client.set("/keep", "x", Some(7)).await), Some(ErrorKind::BadVersion));
+    assert_eq!(code(client.delete("/keep", Some(7)).await), Some(ErrorKind::BadVersion));
     client.create("/parent/child", "", CreateOptions::persistent().with_parents()).await.unwrap();
-    assert_eq!(code(client.delete("/parent", None).await), Some(ErrorCode::NotEmpty));
+    assert_eq!(code(client.delete("/parent", None).await), Some(ErrorKind::NotEmpty));
     client.create("/e", "", CreateOptions::ephemeral()).await.unwrap();
     assert_eq!(
         code(client.create("/e/kid", "", CreateOptions::persistent()).await),
-        Some(ErrorCode::NoChildrenForEphemerals)
+        Some(ErrorKind::NoChildrenForEphemerals)
     );
-    assert_eq!(code(client.delete("/", None).await), Some(ErrorCode::InvalidPath));
+    assert_eq!(code(client.delete("/", None).await), Some(ErrorKind::InvalidPath));
 
     // Unknown session and wrong secret.
     let mut raw = RawConn::connect(&c.endpoint(3)).await;
@@ -396,10 +397,10 @@ async fn t95_watches_fire_once_in_log_order() {
     let s2 = b.set("/w", "2", None).await.unwrap();
     let (_, k) = b.create("/w/k", "", CreateOptions::persistent()).await.unwrap();
     let ev = data.next().await.unwrap();
-    assert_eq!((EventType::try_from(ev.r#type).unwrap(), ev.zxid), (EventType::NodeDataChanged, s1.mzxid));
+    assert_eq!((ev.event_type, ev.zxid), (EventType::NodeDataChanged, s1.mzxid));
     assert!(data.next().await.is_none(), "one-shot watch fired twice");
     let ev = kids.next().await.unwrap();
-    assert_eq!((EventType::try_from(ev.r#type).unwrap(), ev.zxid), (EventType::NodeChildrenChanged, k.czxid));
+    assert_eq!((ev.event_type, ev.zxid), (EventType::NodeChildrenChanged, k.czxid));
     // The persistent watch sees both changes, in log order.
     let e1 = all.next().await.unwrap();
     let e2 = all.next().await.unwrap();
@@ -413,5 +414,5 @@ async fn t95_watches_fire_once_in_log_order() {
         .await
         .expect("event queued before the read reply")
         .unwrap();
-    assert_eq!(EventType::try_from(ev.r#type).unwrap(), EventType::NodeDataChanged);
+    assert_eq!(ev.event_type, EventType::NodeDataChanged);
 }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use baton_client::{CreateOptions, ErrorCode};
+use baton_client::CreateOptions;
+use baton_proto::ErrorCode;
 use baton_proto::{request, MultiOp, Op, ReadReq, Request, WatchKind, WatchSpec};
 use baton_tests::raw::RawConn;
 use baton_tests::Cluster;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_client::{Client, ClientConfig, CreateOptions, Error, ErrorCode, Op};
+use baton_client::{Client, ClientConfig, CreateOptions, Error, Op};
 use baton_tests::{baton_bin, eventually, Cluster};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
@@ -371,7 +371,7 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
     let fresh = c.client().await;
     assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0, "nodes left behind");
     assert!(matches!(fresh.acquire_permit("pool", 0).await, Err(Error::Invalid(_))));
-    assert!(matches!(fresh.get("/_baton/nope").await, Err(Error::Server { code: ErrorCode::NoNode, .. })));
+    assert!(fresh.get("/_baton/nope").await.is_err_and(|e| e.is_no_node()));
 }
 
 /// Runs `baton lock NAME <args> -- true` against the cluster; returns the

@@ -38,9 +38,11 @@ pub struct Leadership {
 }
 
 impl Leadership {
+    /// This leadership's fencing token (its node's creation index).
     pub fn token(&self) -> u64 {
         self.node.czxid
     }
+    /// The election's name.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -72,7 +74,7 @@ impl Leadership {
     pub async fn resign(mut self) -> Result<()> {
         self.node.disarm();
         match self.node.client.delete(&self.node.path, None).await {
-            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => Ok(()),
+            Err(e) if e.is_no_node() => Ok(()),
             r => r,
         }
     }
@@ -120,7 +122,7 @@ impl Client {
                 let w = c.children_watch(&dir).await;
                 let mut w = match w {
                     Ok((_, _, w)) => Some(w),
-                    Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => None,
+                    Err(e) if e.is_no_node() => None,
                     Err(_) => return,
                 };
                 let now = match leader_of(&c, &dir).await {
@@ -166,7 +168,7 @@ async fn leader_of(c: &Client, dir: &str) -> Result<Option<LeaderInfo>> {
         match c.get(&path).await {
             Ok((value, stat)) => return Ok(Some(LeaderInfo { value: value.to_vec(), token: stat.czxid, path })),
             // Gone between the listing and the read: the next one leads.
-            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => continue,
+            Err(e) if e.is_no_node() => continue,
             Err(e) => return Err(e),
         }
     }

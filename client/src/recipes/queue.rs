@@ -81,7 +81,7 @@ pub(crate) async fn delete_in_background(c: &Client, path: &str) {
     loop {
         match c.delete(path, None).await {
             Ok(()) | Err(Error::SessionExpired) | Err(Error::Closed) => return,
-            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => return,
+            Err(e) if e.is_no_node() => return,
             Err(_) if tokio::time::Instant::now() + pause >= until => return,
             Err(_) => {}
         }
@@ -148,7 +148,7 @@ async fn create_or_find(c: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> R
 pub(crate) async fn sorted_children(c: &Client, dir: &str) -> Result<Vec<String>> {
     let mut kids = match c.children_opts(dir, true).await {
         Ok((k, _)) => k,
-        Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => Vec::new(),
+        Err(e) if e.is_no_node() => Vec::new(),
         Err(e) => return Err(e),
     };
     kids.sort_by_key(|k| (seq_of(k), k.clone()));
@@ -235,7 +235,7 @@ pub(crate) async fn delete_own(c: &Client, path: &str) -> Result<()> {
     for _ in 0..3 {
         match c.delete(path, Some(0)).await {
             Ok(()) => return Ok(()),
-            Err(Error::Server { code: crate::ErrorCode::NoNode, .. }) => return Ok(()),
+            Err(e) if e.is_no_node() => return Ok(()),
             Err(e @ Error::SessionExpired) => return Err(e),
             Err(e) => last = e,
         }

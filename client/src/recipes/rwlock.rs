@@ -26,12 +26,15 @@ impl RwGuard {
     pub fn fencing_token(&self) -> u64 {
         self.node.czxid
     }
+    /// True for the write (exclusive) side.
     pub fn is_write(&self) -> bool {
         self.write
     }
+    /// Resolves when the hold is in doubt or gone (Suspended or Expired).
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
     }
+    /// Releases it; the next waiter(s) go.
     pub async fn release(mut self) -> Result<()> {
         self.node.disarm();
         delete_own(&self.node.client, &self.node.path).await

@@ -29,9 +29,11 @@ impl Permit {
     pub fn fencing_token(&self) -> u64 {
         self.node.czxid
     }
+    /// Resolves when the permit is in doubt or gone (Suspended or Expired).
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
     }
+    /// Gives the permit back; the next waiter goes.
     pub async fn release(mut self) -> Result<()> {
         self.node.disarm();
         delete_own(&self.node.client, &self.node.path).await

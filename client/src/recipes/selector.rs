@@ -1,0 +1,127 @@
+//! Leader selector (Curator's `LeaderSelector` with `autoRequeue`): run a
+//! piece of work while leader of an election, then give leadership up and
+//! queue again.
+//!
+//! Rules:
+//! - One term: campaign ([`Client::campaign`]), run `work(term)` to its
+//!   end, resign, campaign again. Each term has its own fencing token
+//!   ([`LeaderTerm::token`]), higher than every earlier leader's.
+//! - When leadership is in doubt ([`crate::Leadership::lost`]: the session
+//!   is Suspended or Expired) the work future is dropped at its next await
+//!   point (Curator's default: interrupt on SUSPENDED). Work that writes to
+//!   a shared resource fences those writes with the term's token.
+//! - A session that expired ends the selector (a new session means a new
+//!   client); [`LeaderSelector::close`] ends it too, cancelling the work
+//!   and resigning if it leads.
+//! - A failed campaign (e.g. no member answered) is retried after a pause.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::Client;
+
+/// Pause before campaigning again after a campaign failed.
+const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
+
+/// One term as leader, handed to the work.
+#[derive(Debug, Clone)]
+pub struct LeaderTerm {
+    /// The election's name.
+    pub name: String,
+    /// This term's fencing token.
+    pub token: u64,
+    /// Terms this selector led before this one.
+    pub number: u64,
+}
+
+/// Runs work each time it leads (see the module doc). Dropping it stops it
+/// like [`LeaderSelector::close`], without waiting.
+#[derive(Debug)]
+pub struct LeaderSelector {
+    stop: watch::Sender<bool>,
+    terms: Arc<AtomicU64>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl LeaderSelector {
+    /// Starts campaigning in election `name` with `value`, running
+    /// `work(term)` each time it leads.
+    pub fn start<F, Fut>(client: &Client, name: &str, value: impl Into<Vec<u8>>, work: F) -> LeaderSelector
+    where
+        F: FnMut(LeaderTerm) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (stop, stopped) = watch::channel(false);
+        let terms = Arc::new(AtomicU64::new(0));
+        let run = Run { client: client.clone(), name: name.to_string(), value: value.into(), terms: terms.clone() };
+        let task = tokio::spawn(run.go(work, stopped));
+        LeaderSelector { stop, terms, task: Some(task) }
+    }
+
+    /// Terms led so far (a term counts from the moment it leads).
+    pub fn terms(&self) -> u64 {
+        self.terms.load(Ordering::SeqCst)
+    }
+
+    /// True while it campaigns or leads.
+    pub fn is_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops: cancels the work if leading, resigns, stops campaigning.
+    pub async fn close(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for LeaderSelector {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+struct Run {
+    client: Client,
+    name: String,
+    value: Vec<u8>,
+    terms: Arc<AtomicU64>,
+}
+
+impl Run {
+    async fn go<F, Fut>(self, mut work: F, mut stopped: watch::Receiver<bool>)
+    where
+        F: FnMut(LeaderTerm) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        while !*stopped.borrow() {
+            let lead = tokio::select! {
+                l = self.client.campaign(&self.name, self.value.clone()) => l,
+                _ = stopped.changed() => return,
+            };
+            let lead = match lead {
+                Ok(l) => l,
+                Err(e) if e.is_session_expired() || e.kind() == crate::ErrorKind::Closed => return,
+                Err(_) => {
+                    tokio::time::sleep(CAMPAIGN_RETRY).await;
+                    continue;
+                }
+            };
+            let number = self.terms.fetch_add(1, Ordering::SeqCst);
+            let term = LeaderTerm { name: self.name.clone(), token: lead.token(), number };
+            tokio::select! {
+                _ = work(term) => {}
+                _ = lead.lost() => {}
+                _ = stopped.changed() => {}
+            }
+            // Bounded: after a loss the session may be gone.
+            let _ = tokio::time::timeout(Duration::from_secs(2), lead.resign()).await;
+        }
+    }
+}

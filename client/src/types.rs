@@ -1,0 +1,220 @@
+//! The client's own public types: what a node looks like ([`Stat`]), what a
+//! watch reports ([`WatchEvent`]), and the states a session goes through.
+//! They are Baton's, not the wire's: a change in the protocol crate or in
+//! prost does not change this API.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A node's metadata. Every `*zxid` is a Raft log index; `czxid`, the index
+/// that created the node, is the fencing token of a lock node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Stat {
+    /// Log index that created the node (a lock node's fencing token).
+    pub czxid: u64,
+    /// Log index of the last data change.
+    pub mzxid: u64,
+    /// Log index of the last change to the children.
+    pub pzxid: u64,
+    /// Creation time, ms since the Unix epoch (stamped by the proposer).
+    pub ctime: i64,
+    /// Time of the last data change, ms since the Unix epoch.
+    pub mtime: i64,
+    /// Number of data changes.
+    pub version: i32,
+    /// Number of changes to the children.
+    pub cversion: i32,
+    /// Number of ACL changes.
+    pub aversion: i32,
+    /// The owning session for an ephemeral node, 0 for a persistent one.
+    pub ephemeral_owner: u64,
+    /// Bytes of data.
+    pub data_length: u32,
+    /// Number of children.
+    pub num_children: u32,
+}
+
+impl Stat {
+    /// True for an ephemeral node (deleted when its session ends).
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral_owner != 0
+    }
+    /// When the node was created.
+    pub fn created(&self) -> SystemTime {
+        epoch_ms(self.ctime)
+    }
+    /// When the node's data last changed.
+    pub fn modified(&self) -> SystemTime {
+        epoch_ms(self.mtime)
+    }
+}
+
+fn epoch_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+impl From<baton_proto::Stat> for Stat {
+    fn from(s: baton_proto::Stat) -> Self {
+        Stat {
+            czxid: s.czxid,
+            mzxid: s.mzxid,
+            pzxid: s.pzxid,
+            ctime: s.ctime,
+            mtime: s.mtime,
+            version: s.version,
+            cversion: s.cversion,
+            aversion: s.aversion,
+            ephemeral_owner: s.ephemeral_owner,
+            data_length: s.data_length,
+            num_children: s.num_children,
+        }
+    }
+}
+
+/// A stat from an optional wire stat (absent: all zero).
+pub(crate) fn stat(s: Option<baton_proto::Stat>) -> Stat {
+    s.map(Stat::from).unwrap_or_default()
+}
+
+/// What a watch fires on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WatchKind {
+    /// The node's data changes or the node is deleted (it must exist).
+    Data,
+    /// The node is created, changed or deleted.
+    Exists,
+    /// A child is created or deleted, or the node is deleted.
+    Children,
+    /// The node or any node below it is created, changed or deleted; each
+    /// event names the node. Always persistent. After a reconnect it also
+    /// reports what it missed, including `NodeChildrenChanged` for a node
+    /// whose children changed meanwhile (re-read them: a deleted child
+    /// cannot be named).
+    Recursive,
+}
+
+impl WatchKind {
+    pub(crate) fn to_wire(self) -> baton_proto::WatchKind {
+        match self {
+            WatchKind::Data => baton_proto::WatchKind::Data,
+            WatchKind::Exists => baton_proto::WatchKind::Exists,
+            WatchKind::Children => baton_proto::WatchKind::Children,
+            WatchKind::Recursive => baton_proto::WatchKind::Recursive,
+        }
+    }
+}
+
+/// What happened to a watched node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventType {
+    /// The node was created.
+    NodeCreated,
+    /// The node was deleted.
+    NodeDeleted,
+    /// The node's data changed.
+    NodeDataChanged,
+    /// A child was created or deleted.
+    NodeChildrenChanged,
+}
+
+impl EventType {
+    /// ZooKeeper's name for it (`NODE_CREATED`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::NodeCreated => "NODE_CREATED",
+            EventType::NodeDeleted => "NODE_DELETED",
+            EventType::NodeDataChanged => "NODE_DATA_CHANGED",
+            EventType::NodeChildrenChanged => "NODE_CHILDREN_CHANGED",
+        }
+    }
+
+    pub(crate) fn from_wire(t: i32) -> Option<EventType> {
+        match baton_proto::EventType::try_from(t).ok()? {
+            baton_proto::EventType::NodeCreated => Some(EventType::NodeCreated),
+            baton_proto::EventType::NodeDeleted => Some(EventType::NodeDeleted),
+            baton_proto::EventType::NodeDataChanged => Some(EventType::NodeDataChanged),
+            baton_proto::EventType::NodeChildrenChanged => Some(EventType::NodeChildrenChanged),
+            baton_proto::EventType::None => None,
+        }
+    }
+}
+
+/// One change a watch saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    /// What happened.
+    pub event_type: EventType,
+    /// The node it happened to (for a recursive watch, the node below the
+    /// watched one that changed).
+    pub path: String,
+    /// The log index of the change.
+    pub zxid: u64,
+}
+
+/// The session as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// The cluster vouched for the session recently enough that no leader
+    /// can have expired it yet (see [`crate::liveness`]): a lock held is held.
+    Connected,
+    /// No recent proof (connection lost, the member cut off from the
+    /// leader, no leader): the session may still be alive on the servers,
+    /// but anything that depends on it (a lock) is in doubt.
+    Suspended,
+    /// The session is gone (expired, closed, or unreachable for longer than
+    /// its timeout). Its ephemeral nodes are or will be deleted.
+    Expired,
+}
+
+/// An edge in the session's life, as Curator's `ConnectionStateListener`
+/// reports them (see [`crate::Client::connection_events`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionEvent {
+    /// Connected for the first time.
+    Connected,
+    /// Lost the proof of life: what depends on the session is in doubt.
+    Suspended,
+    /// Connected again after `Suspended`, with the same session: locks and
+    /// ephemeral nodes are still held.
+    Reconnected,
+    /// The session is gone: locks are lost, ephemeral nodes deleted.
+    Lost,
+}
+
+/// Options for [`crate::Client::create`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Deleted when the session ends.
+    pub ephemeral: bool,
+    /// The server appends a 10-digit, per-parent, never-reused counter.
+    pub sequential: bool,
+    /// Create missing parents (persistent, empty).
+    pub parents: bool,
+}
+
+impl CreateOptions {
+    /// A persistent node (the default).
+    pub fn persistent() -> Self {
+        Self::default()
+    }
+    /// An ephemeral node.
+    pub fn ephemeral() -> Self {
+        CreateOptions { ephemeral: true, ..Self::default() }
+    }
+    /// An ephemeral node with a sequential suffix (a queue entry).
+    pub fn ephemeral_sequential() -> Self {
+        CreateOptions { ephemeral: true, sequential: true, ..Self::default() }
+    }
+    /// Also create missing parents.
+    pub fn with_parents(mut self) -> Self {
+        self.parents = true;
+        self
+    }
+    /// Append a sequential suffix.
+    pub fn sequential(mut self) -> Self {
+        self.sequential = true;
+        self
+    }
+}

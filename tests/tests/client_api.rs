@@ -1,0 +1,231 @@
+//! The client library as a user meets it, against a real 3-member cluster:
+//! error matching, watchers as streams (bounded, recursive), a namespace,
+//! the transaction builder, connection edges, the tree cache and the
+//! leader selector.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_client::{
+    CacheEvent, Client, ConnectionEvent, CreateOptions, ErrorKind, EventType, LeaderSelector, TreeCache, WatchEnd,
+    WatchKind,
+};
+use baton_tests::{eventually, Cluster};
+use futures::StreamExt;
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+/// The next event within 10 s, or a panic naming `what`.
+async fn next_event<S: futures::Stream + Unpin>(s: &mut S, what: &str) -> Option<S::Item> {
+    tokio::time::timeout(SECS(10), s.next()).await.unwrap_or_else(|_| panic!("no event in 10 s: {what}"))
+}
+
+#[tokio::test]
+async fn c10_errors_match_by_kind_and_watchers_are_bounded_streams() {
+    let c = Cluster::start(3, &[]).await;
+    let client = c.client().await;
+
+    // Errors: one flat kind each, and helpers for the common ones.
+    let missing = client.get("/nope").await.expect_err("read of a missing node");
+    assert!(missing.is_no_node() && missing.kind() == ErrorKind::NoNode && !missing.is_ambiguous(), "{missing:?}");
+    client.create("/a", "1", CreateOptions::persistent()).await.expect("create /a");
+    let dup = client.create("/a", "", CreateOptions::persistent()).await.expect_err("second create");
+    assert!(dup.is_node_exists(), "{dup:?}");
+    let stale = client.set("/a", "x", Some(9)).await.expect_err("set at a wrong version");
+    assert!(stale.is_bad_version(), "{stale:?}");
+    client.create("/a/kid", "", CreateOptions::persistent()).await.expect("create /a/kid");
+    assert!(client.delete("/a", None).await.expect_err("delete with a child").is_not_empty());
+    let bad = client.create("a", "", CreateOptions::persistent()).await.expect_err("relative path");
+    assert_eq!(bad.kind(), ErrorKind::InvalidPath, "{bad:?}");
+
+    // A recursive watch is a stream naming each node below that changed.
+    let mut tree = client.watch("/a", WatchKind::Recursive, true).await.expect("recursive watch");
+    client.create("/a/kid/deep", "", CreateOptions::persistent()).await.expect("create deep");
+    client.set("/a", "2", None).await.expect("set /a");
+    client.delete("/a/kid/deep", None).await.expect("delete deep");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let ev = next_event(&mut tree, "recursive").await.expect("the watch ended early");
+        seen.push((ev.event_type, ev.path));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (EventType::NodeCreated, "/a/kid/deep".to_string()),
+            (EventType::NodeDataChanged, "/a".to_string()),
+            (EventType::NodeDeleted, "/a/kid/deep".to_string()),
+        ]
+    );
+
+    // A one-shot watch ends after its event, and says so.
+    let (_, _, mut once) = client.get_watch("/a").await.expect("get_watch");
+    client.set("/a", "3", None).await.expect("set");
+    assert_eq!(next_event(&mut once, "one-shot").await.map(|e| e.event_type), Some(EventType::NodeDataChanged));
+    assert!(next_event(&mut once, "one-shot end").await.is_none());
+    assert_eq!(once.end_reason(), Some(WatchEnd::Fired));
+
+    // A reader that falls `watch_buffer` behind is ended, not waited for.
+    let small = c.client_with(c.config().watch_buffer(2)).await;
+    let mut slow = small.watch("/a", WatchKind::Data, true).await.expect("persistent watch");
+    for i in 0..6 {
+        client.set("/a", format!("v{i}"), None).await.expect("set");
+    }
+    let got: Vec<_> = tokio::time::timeout(SECS(10), (&mut slow).collect::<Vec<_>>()).await.expect("stream end");
+    assert_eq!(got.len(), 2, "kept {got:?}");
+    assert_eq!(slow.end_reason(), Some(WatchEnd::Overflow));
+    // The session itself is fine.
+    assert!(small.get("/a").await.is_ok());
+}
+
+#[tokio::test]
+async fn c20_namespace_txn_and_connection_edges() {
+    let c = Cluster::start(3, &[]).await;
+    let root = c.client().await;
+    root.create("/tenant", "", CreateOptions::persistent()).await.expect("create the namespace node");
+
+    // Everything under /tenant, and no path the caller sees mentions it.
+    let ns = c.client_with(c.config().namespace("/tenant")).await;
+    let (p, _) = ns.create("/job-", "x", CreateOptions::persistent().sequential()).await.expect("create");
+    assert_eq!(p, "/job-0000000000");
+    assert!(root.exists("/tenant/job-0000000000").await.expect("exists").is_some());
+    assert_eq!(ns.children("/").await.expect("ls /"), vec!["job-0000000000"]);
+    let mut w = ns.watch("/", WatchKind::Recursive, true).await.expect("watch");
+    root.set("/tenant/job-0000000000", "y", None).await.expect("set from outside");
+    let ev = next_event(&mut w, "namespaced event").await.expect("event");
+    assert_eq!((ev.event_type, ev.path.as_str()), (EventType::NodeDataChanged, "/job-0000000000"));
+    let lock = ns.lock("l").await.expect("a recipe under the namespace");
+    assert!(root.children("/tenant/_baton/locks/l").await.is_ok_and(|k| k.len() == 1));
+
+    // The transaction builder: all or nothing, the failing op named.
+    let (_, s) = ns.get("/job-0000000000").await.expect("get");
+    let r = ns
+        .txn()
+        .check_fence("res", lock.fencing_token())
+        .check("/job-0000000000", Some(s.version))
+        .set("/job-0000000000", "z", Some(s.version))
+        .create("/done", "", CreateOptions::persistent())
+        .commit()
+        .await
+        .expect("commit");
+    assert_eq!(r.len(), 4);
+    assert_eq!(r[3].path, "/done");
+    let failed = ns
+        .txn()
+        .create("/never", "", CreateOptions::persistent())
+        .check("/job-0000000000", Some(s.version))
+        .commit()
+        .await
+        .expect_err("a stale check");
+    assert!(failed.is_bad_version(), "{failed:?}");
+    assert!(ns.exists("/never").await.expect("exists").is_none(), "a failed txn applied an op");
+    lock.release().await.expect("release");
+
+    // Edges: pause the member this client uses; Suspended, then Reconnected
+    // with the same session once it is back.
+    let leader = c.wait_leader(SECS(10)).await;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let cfg = baton_client::ClientConfig::new([c.endpoint(follower)]).session_timeout(SECS(10));
+    let one = c.client_with(cfg).await;
+    let mut edges = one.connection_events();
+    c.pause(follower, true);
+    let suspended = tokio::time::timeout(SECS(12), edges.next()).await;
+    c.pause(follower, false);
+    assert_eq!(suspended.expect("no edge in 12 s"), Some(ConnectionEvent::Suspended));
+    let back = tokio::time::timeout(SECS(12), edges.next()).await.expect("no second edge in 12 s");
+    assert_eq!(back, Some(ConnectionEvent::Reconnected));
+    one.create("/after", "", CreateOptions::ephemeral()).await.expect("the same session works");
+    one.close().await.expect("close");
+    assert_eq!(tokio::time::timeout(SECS(5), edges.next()).await.expect("edge"), Some(ConnectionEvent::Lost));
+}
+
+#[tokio::test]
+async fn c30_tree_cache_follows_a_subtree() {
+    let c = Cluster::start(3, &[]).await;
+    let writer = c.client().await;
+    writer.create("/cfg/a", "1", CreateOptions::persistent().with_parents()).await.expect("create");
+    writer.create("/cfg/b", "2", CreateOptions::persistent()).await.expect("create");
+    let reader = c.client().await;
+    let mut cache = TreeCache::start(&reader, "/cfg").await.expect("cache");
+    assert_eq!(cache.children("/cfg"), vec!["a", "b"]);
+    assert_eq!(cache.get("/cfg/a").map(|n| n.data), Some("1".into()));
+    // The first read reports each node, then Initialized.
+    let mut first = Vec::new();
+    while let Some(e) = tokio::time::timeout(SECS(5), cache.next_event()).await.expect("initial events") {
+        if e == CacheEvent::Initialized {
+            break;
+        }
+        first.push(e);
+    }
+    assert_eq!(first.len(), 3, "{first:?}");
+
+    writer.set("/cfg/a", "10", None).await.expect("set");
+    writer.create("/cfg/c/d", "4", CreateOptions::persistent().with_parents()).await.expect("create");
+    writer.delete("/cfg/b", None).await.expect("delete");
+    eventually(SECS(10), "the cache to follow", || async {
+        let ok = cache.get("/cfg/a").is_some_and(|n| n.data == "10")
+            && cache.get("/cfg/c/d").is_some_and(|n| n.data == "4")
+            && cache.get("/cfg/b").is_none();
+        ok.then_some(())
+    })
+    .await;
+    assert_eq!(cache.children("/cfg"), vec!["a", "c"]);
+    let mut events = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(300), cache.next_event()).await {
+        events.push(e);
+    }
+    for want in [
+        CacheEvent::Changed("/cfg/a".into()),
+        CacheEvent::Created("/cfg/c/d".into()),
+        CacheEvent::Deleted("/cfg/b".into()),
+    ] {
+        assert!(events.contains(&want), "{want:?} not in {events:?}");
+    }
+    // The whole copy equals a fresh read.
+    let snap = cache.snapshot();
+    for (path, node) in &snap {
+        let (data, stat) = writer.get(path).await.expect("get");
+        assert_eq!((&node.data, node.stat.mzxid), (&data, stat.mzxid), "{path}");
+    }
+    assert_eq!(snap.len(), 4, "{:?}", snap.keys().collect::<Vec<_>>());
+
+    // The session ends: the cache stops and says so.
+    reader.close().await.expect("close");
+    let stopped = tokio::time::timeout(SECS(10), cache.next_event()).await.expect("stop event");
+    assert_eq!(stopped, Some(CacheEvent::Stopped(Some(WatchEnd::SessionEnded))));
+    assert!(!cache.is_running() || cache.next_event().await.is_none());
+}
+
+#[tokio::test]
+async fn c40_leader_selector_takes_turns_with_growing_tokens() {
+    let c = Cluster::start(3, &[]).await;
+    let log: Arc<Mutex<Vec<(usize, u64, Instant, Instant)>>> = Default::default();
+    let mut selectors = Vec::new();
+    for who in 0..2 {
+        let client = c.client().await;
+        let log = log.clone();
+        let s = LeaderSelector::start(&client, "jobs", format!("cand-{who}"), move |term| {
+            let log = log.clone();
+            async move {
+                let start = Instant::now();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                log.lock().expect("log").push((who, term.token, start, Instant::now()));
+            }
+        });
+        selectors.push((client, s));
+    }
+    eventually(SECS(20), "four terms", || async { (log.lock().expect("log").len() >= 4).then_some(()) }).await;
+    for (_, s) in selectors.drain(..) {
+        s.close().await;
+    }
+    let log = log.lock().expect("log").clone();
+    // Terms never overlap, tokens only grow, and both candidates led
+    // (each requeues after its term).
+    for w in log.windows(2) {
+        assert!(w[1].1 > w[0].1, "tokens must grow: {log:?}");
+        assert!(w[1].2 >= w[0].3, "terms overlapped: {log:?}");
+    }
+    assert!(log.iter().any(|t| t.0 == 0) && log.iter().any(|t| t.0 == 1), "{log:?}");
+    let client = c.client().await;
+    assert_eq!(client.leader("jobs").await.expect("leader"), None, "closed selectors left a leader");
+    let _ = Client::close(&client).await;
+}
