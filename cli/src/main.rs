@@ -509,10 +509,7 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
             }
         }
         Cmd::Stat { path } => {
-            let s = c.exists(&path).await?.ok_or_else(|| Error::Server {
-                code: baton_client::ErrorCode::NoNode,
-                message: format!("{path} does not exist"),
-            })?;
+            let s = c.exists(&path).await?.ok_or_else(|| anyhow::anyhow!("NoNode: {path} does not exist"))?;
             if j {
                 println!("{}", json!({"path": path, "stat": stat_json(&s)}));
             } else {
@@ -532,7 +529,7 @@ async fn one(c: &Client, cmd: Cmd, j: bool) -> anyhow::Result<()> {
                     _ = tokio::signal::ctrl_c() => return Ok(()),
                 };
                 let Some(ev) = ev else { anyhow::bail!("watch ended: session expired") };
-                let ty = baton_client::EventType::try_from(ev.r#type).map(|t| t.as_str_name()).unwrap_or("UNKNOWN");
+                let ty = ev.event_type.as_str();
                 if j {
                     println!("{}", json!({"type": ty, "path": ev.path, "zxid": ev.zxid}));
                 } else {

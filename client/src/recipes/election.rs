@@ -31,6 +31,7 @@ pub struct LeaderInfo {
 }
 
 /// This client's leadership. Resign with [`Leadership::resign`] or drop.
+#[derive(Debug)]
 pub struct Leadership {
     node: QueueNode,
     name: String,
@@ -81,6 +82,7 @@ impl Leadership {
 }
 
 /// A stream of leader changes; ends when dropped or the session expires.
+#[derive(Debug)]
 pub struct Observer {
     rx: mpsc::Receiver<Option<LeaderInfo>>,
 }

@@ -32,6 +32,7 @@ use crate::{Client, Error, Op, OpResult, Result, SessionState};
 const PREFIX: &str = "lock-";
 
 /// A held lock. Released by [`LockGuard::release`] or on drop.
+#[derive(Debug)]
 pub struct LockGuard {
     node: QueueNode,
     name: String,
@@ -40,6 +41,7 @@ pub struct LockGuard {
 }
 
 /// Marks `name` as held (or awaited) by this client until dropped.
+#[derive(Debug)]
 pub(crate) struct HeldMark {
     client: Client,
     name: String,

@@ -47,6 +47,7 @@ pub(crate) fn seq_of(name: &str) -> u64 {
 
 /// One participant's node. Deleted in the background when dropped, unless
 /// [`QueueNode::disarm`]ed.
+#[derive(Debug)]
 pub(crate) struct QueueNode {
     pub client: Client,
     pub path: String,

@@ -15,6 +15,7 @@ const READ: &str = "read-";
 const WRITE: &str = "write-";
 
 /// A held read or write lock; released on [`RwGuard::release`] or drop.
+#[derive(Debug)]
 pub struct RwGuard {
     node: QueueNode,
     write: bool,

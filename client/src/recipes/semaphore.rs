@@ -19,6 +19,7 @@ use crate::{Client, Error, Result, SessionState};
 const PREFIX: &str = "permit-";
 
 /// A held permit; returned on [`Permit::release`] or drop.
+#[derive(Debug)]
 pub struct Permit {
     node: QueueNode,
     _held: HeldMark,
