@@ -39,9 +39,12 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // A raw recursive watch is a `futures::Stream` too.
-    let mut w = client.watch(&root, baton_client::WatchKind::Recursive, true).await?;
-    if let Ok(Some(ev)) = tokio::time::timeout(std::time::Duration::from_millis(100), w.next()).await {
-        println!("{} {}", ev.event_type.as_str(), ev.path);
+    let w = client.watch(&root, baton_client::WatchKind::Recursive, true).await?;
+    let wait = std::time::Duration::from_millis(100);
+    if let Ok(first) = tokio::time::timeout(wait, w.take(1).collect::<Vec<_>>()).await {
+        for ev in first {
+            println!("{} {}", ev.event_type.as_str(), ev.path);
+        }
     }
     client.close().await?;
     Ok(())

@@ -86,7 +86,13 @@ fn json_response(code: StatusCode, v: serde_json::Value) -> axum::response::Resp
 
 /// Serves until the runtime stops. `stale_after`: a published status older
 /// than this makes the member unhealthy.
-pub async fn serve(listener: tokio::net::TcpListener, prom: PrometheusHandle, board: Board, stale_after: Duration) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    prom: PrometheusHandle,
+    board: Board,
+    stale_after: Duration,
+    mut signal: crate::shutdown::Signal,
+) {
     let (b1, b2) = (board.clone(), board);
     let app = Router::new()
         .route(
@@ -110,7 +116,8 @@ pub async fn serve(listener: tokio::net::TcpListener, prom: PrometheusHandle, bo
                 async move { json_response(c, v) }
             }),
         );
-    if let Err(e) = axum::serve(listener, app).await {
+    let stop = async move { signal.wait().await };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
         tracing::error!("http listener stopped: {e}");
     }
 }

@@ -11,13 +11,16 @@
 //! - [`message`]: what flows between the driver and the I/O around it.
 //! - [`node`]: the runtime loop (one thread, the wall clock) and
 //!   [`syncer`] (the fsync thread).
-//! - [`transport`]: peer TCP links; [`listener`]: client connections.
+//! - [`transport`]: peer TCP links; [`listener`]: client connections;
+//!   [`batch`]: the batch-and-flush writer both use.
+//! - [`shutdown`]: the order in which a member stops.
 //! - [`config`], [`logging`].
 //!
 //! See docs/architecture.md for the write and read paths end to end.
 
 pub mod acl;
 pub mod backup;
+pub mod batch;
 pub mod certs;
 pub mod cluster;
 pub mod config;
@@ -35,6 +38,7 @@ pub mod node;
 pub mod raft_store;
 pub mod reads;
 pub mod sessions;
+pub mod shutdown;
 pub mod state;
 pub mod syncer;
 pub mod transport;

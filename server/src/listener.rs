@@ -22,6 +22,12 @@
 //! connection is closed (the stream cannot be trusted after it); a frame over
 //! the limit gets `TOO_LARGE` and is closed likewise. Nothing reaches the
 //! state machine from either.
+//!
+//! Shutdown (shutdown.rs): on the notice the listener stops accepting and
+//! each connection stops reading; its writer writes out what the driver
+//! queued (the driver answered pending writes before the notice) and the
+//! connection closes. Writes go out through the shared batch writer
+//! (batch.rs), at most [`MAX_BATCH`] frames per flush.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
@@ -38,12 +44,16 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, warn};
 
 use crate::acl::Caller;
+use crate::batch::{write_batch, Batch, Outbox};
 use crate::config::Config;
 use crate::driver::{capped, fast_read, SharedState};
 use crate::message::{ConnTx, Input, QueueGauge};
+use crate::shutdown::Signal;
 
 /// Time a new connection has to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Frames written per flush at most.
+pub const MAX_BATCH: usize = 256;
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
@@ -51,6 +61,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// watch here (None: every request goes to the driver).
 /// `fast_reads`: answer local reads without a watch from `state` (off when
 /// deliberate bugs are on: those act in the driver).
+/// `signal`: stops accepting, and every connection, on shutdown.
 pub async fn serve(
     listener: TcpListener,
     input: Sender<Input>,
@@ -58,11 +69,16 @@ pub async fn serve(
     state: SharedState,
     fast_reads: bool,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    mut signal: Signal,
 ) {
     let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
     let cfg = Arc::new(cfg);
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = signal.wait() => return,
+        };
+        let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 debug!("client accept: {e}");
@@ -70,6 +86,7 @@ pub async fn serve(
                 continue;
             }
         };
+        let signal = signal.clone();
         let input = input.clone();
         let state = state.clone();
         let tls = tls.clone();
@@ -119,7 +136,7 @@ pub async fn serve(
                     }
                 },
             };
-            handle(conn, stream, input, &cfg, state, fast_reads, cert_name).await;
+            handle(conn, stream, input, &cfg, state, fast_reads, cert_name, signal).await;
             debug!(conn, "client disconnected");
         });
     }
@@ -154,6 +171,7 @@ fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn handle(
     conn: u64,
     stream: BoxStream,
@@ -162,6 +180,7 @@ async fn handle(
     state: SharedState,
     fast_reads: bool,
     cert_name: Option<String>,
+    mut signal: Signal,
 ) {
     let max_frame = cfg.max_frame;
     let (rd, wr) = tokio::io::split(stream);
@@ -182,10 +201,12 @@ async fn handle(
         let permit = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = closed.cancelled() => break,
+            _ = signal.wait() => break,
         };
         let next = tokio::select! {
             f = frames.next() => f,
             _ = closed.cancelled() => break,
+            _ = signal.wait() => break,
         };
         let frame = match next {
             None => break,
@@ -257,6 +278,35 @@ fn answered(inflight: &Inflight, r: &Response, conn: u64, slow: Option<std::time
     }
 }
 
+/// A client connection's side of the batch writer: counts bytes, frees a
+/// request slot and records each answered request.
+struct ClientOutbox {
+    slots: Arc<Semaphore>,
+    gauge: Arc<QueueGauge>,
+    inflight: Inflight,
+    conn: u64,
+    slow: Option<std::time::Duration>,
+}
+
+impl Outbox for ClientOutbox {
+    type Item = ServerFrame;
+    fn frame(&mut self, f: ServerFrame) -> Option<bytes::Bytes> {
+        if self.gauge.closed().is_cancelled() {
+            return None; // over its queue limit: being closed
+        }
+        self.gauge.written(f.encoded_len());
+        let bytes = bytes::Bytes::from(f.encode_to_vec());
+        crate::metrics::client_bytes(0, bytes.len());
+        if let Some(server_frame::Frame::Response(r)) = &f.frame {
+            if r.id != 0 {
+                self.slots.add_permits(1);
+                answered(&self.inflight, r, self.conn, self.slow);
+            }
+        }
+        Some(bytes)
+    }
+}
+
 async fn write_loop(
     wr: tokio::io::WriteHalf<BoxStream>,
     mut rx: UnboundedReceiver<ServerFrame>,
@@ -267,33 +317,10 @@ async fn write_loop(
     slow: Option<std::time::Duration>,
 ) {
     let mut w = FramedWrite::new(wr, baton_proto::codec(usize::MAX));
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        let mut n = 0;
-        while let Some(f) = next.take() {
-            if gauge.closed().is_cancelled() {
-                return;
-            }
-            gauge.written(f.encoded_len());
-            let bytes = bytes::Bytes::from(f.encode_to_vec());
-            crate::metrics::client_bytes(0, bytes.len());
-            if w.feed(bytes).await.is_err() {
-                return;
-            }
-            if let Some(server_frame::Frame::Response(r)) = &f.frame {
-                if r.id != 0 {
-                    slots.add_permits(1);
-                    answered(&inflight, r, conn, slow);
-                }
-            }
-            n += 1;
-            if n < 256 {
-                next = rx.try_recv().ok();
-            }
-        }
-        if SinkExt::<bytes::Bytes>::flush(&mut w).await.is_err() {
+    let mut out = ClientOutbox { slots, gauge, inflight, conn, slow };
+    while write_batch(&mut w, &mut rx, MAX_BATCH, &mut out).await == Batch::Written {
+        if out.gauge.closed().is_cancelled() {
             return;
         }
     }
-    let _ = SinkExt::<bytes::Bytes>::flush(&mut w).await;
 }

@@ -434,6 +434,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         warn_plaintext("client", c, client_tls.is_some());
         warn_plaintext("peer", p, peer_tls.is_some());
     }
+    let shutdown = baton_server::shutdown::Shutdown::new();
     let (transport, links, members) = baton_server::transport::transport(id);
     let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
     let mut node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
@@ -442,19 +443,20 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         let board = baton_server::http::Board::default();
         node.set_board(board.clone());
         let stale = 3 * cfg.election_timeout();
-        rt.spawn(baton_server::http::serve(l, prom, board, stale));
+        rt.spawn(baton_server::http::serve(l, prom, board, stale, shutdown.signal()));
     }
     let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state() };
     {
         let _g = rt.enter();
-        baton_server::transport::start_senders(links, in_tx.clone(), auth.clone());
+        baton_server::transport::start_senders(links, in_tx.clone(), auth.clone(), shutdown.signal());
     }
-    rt.spawn(baton_server::transport::serve(peer_listener, in_tx.clone(), auth));
+    rt.spawn(baton_server::transport::serve(peer_listener, in_tx.clone(), auth, shutdown.signal()));
     // Local reads without a watch are answered by the listeners from the
     // shared state (not with deliberate bugs on: those act in the driver).
     let fast_reads = !cfg.faults.any();
     let (state, lcfg) = (node.shared_state(), cfg.clone());
-    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls));
+    let sig = shutdown.signal();
+    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls, sig));
     let stop = in_tx.clone();
     rt.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -469,10 +471,19 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     });
     info!(id, %client_addr, %peer_addr, "member up");
     drop(in_tx);
+    // The order is shutdown.rs's: the driver answers what is pending and
+    // returns; then every task is told, and given SHUTDOWN_GRACE to write
+    // out what is queued and close.
     let result = node.run(in_rx);
+    if !rt.block_on(shutdown.finish(SHUTDOWN_GRACE)) {
+        tracing::warn!("some connections were still open {SHUTDOWN_GRACE:?} after shutdown began");
+    }
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }
+
+/// How long connections get to write out their last answers at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 struct Member {
     id: u64,

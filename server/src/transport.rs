@@ -2,7 +2,9 @@
 //! `PeerFrame`.
 //!
 //! One outbound connection per peer, owned by a task that batches whatever
-//! the driver queued since its last write into one flush. Connections are
+//! the driver queued since its last write into one flush (the shared batch
+//! writer, batch.rs). On shutdown (shutdown.rs) every link and the
+//! acceptor stop. Connections are
 //! one-way (we only write on the ones we dial, and only read on the ones we
 //! accept), so there is no ordering between the two directions to keep;
 //! the one exception is the acceptor's `PeerRefused` frame, which the
@@ -38,9 +40,11 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::{debug, error, info, warn};
 
+use crate::batch::{write_batch, Batch, Outbox};
 use crate::cluster::{self, Verdict, HELLO_FRAME_LIMIT};
 use crate::driver::SharedState;
 use crate::message::{Input, PeerOut, PeerSink, Report};
+use crate::shutdown::Signal;
 
 /// Messages written per flush at most.
 const MAX_BATCH: usize = 512;
@@ -147,13 +151,46 @@ pub fn transport(me: u64) -> (Transport, Links, Members) {
 
 /// Starts a sender task for every link the driver opens (call inside a
 /// tokio runtime).
-pub fn start_senders(mut links: Links, input: Sender<Input>, auth: PeerAuth) {
+pub fn start_senders(mut links: Links, input: Sender<Input>, auth: PeerAuth, mut signal: Signal) {
     tokio::spawn(async move {
-        while let Some((id, addr, rx)) = links.rx.recv().await {
+        loop {
+            let (id, addr, rx) = tokio::select! {
+                l = links.rx.recv() => match l { Some(l) => l, None => return },
+                _ = signal.wait() => return,
+            };
             info!(peer = id, %addr, "link to member {id}");
-            tokio::spawn(sender(id, addr, rx, input.clone(), auth.clone()));
+            let (input, auth, mut signal) = (input.clone(), auth.clone(), signal.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = sender(id, addr, rx, input, auth) => {}
+                    _ = signal.wait() => {}
+                }
+            });
         }
     });
+}
+
+/// A peer link's side of the batch writer: encodes, counts bytes, and
+/// reports each snapshot sent once its batch is flushed (or failed).
+struct PeerOutbox<'a> {
+    to: u64,
+    input: &'a Sender<Input>,
+    snaps: usize,
+}
+
+impl Outbox for PeerOutbox<'_> {
+    type Item = PeerOut;
+    fn frame(&mut self, msg: PeerOut) -> Option<bytes::Bytes> {
+        let (bytes, snap) = encode(msg)?;
+        self.snaps += snap as usize;
+        crate::metrics::peer_bytes(0, bytes.len());
+        Some(bytes)
+    }
+    fn flushed(&mut self, ok: bool) {
+        for _ in 0..std::mem::take(&mut self.snaps) {
+            let _ = self.input.send(Input::SnapshotSent { to: self.to, ok });
+        }
+    }
 }
 
 fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
@@ -262,40 +299,20 @@ async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input
             refusal.abort();
             continue;
         }
+        let mut out = PeerOutbox { to, input: &input, snaps: 0 };
         loop {
-            let Some(first) = rx.recv().await else {
-                refusal.abort();
-                return;
-            };
-            let mut snaps = 0;
-            let mut failed = false;
-            let mut next = Some(first);
-            let mut n = 0;
-            while let Some(msg) = next.take() {
-                if let Some((bytes, snap)) = encode(msg) {
-                    snaps += snap as usize;
-                    crate::metrics::peer_bytes(0, bytes.len());
-                    if w.feed(bytes).await.is_err() {
-                        failed = true;
-                        break;
-                    }
+            match write_batch(&mut w, &mut rx, MAX_BATCH, &mut out).await {
+                Batch::Written => {}
+                Batch::Closed => {
+                    refusal.abort();
+                    return;
                 }
-                n += 1;
-                if n < MAX_BATCH {
-                    next = rx.try_recv().ok();
+                Batch::Failed => {
+                    let _ = input.send(Input::Unreachable(to));
+                    info!(to, "peer connection lost");
+                    refusal.abort();
+                    break;
                 }
-            }
-            if !failed && SinkExt::<bytes::Bytes>::flush(&mut w).await.is_err() {
-                failed = true;
-            }
-            for _ in 0..snaps {
-                let _ = input.send(Input::SnapshotSent { to, ok: !failed });
-            }
-            if failed {
-                let _ = input.send(Input::Unreachable(to));
-                info!(to, "peer connection lost");
-                refusal.abort();
-                break;
             }
         }
     }
@@ -303,10 +320,14 @@ async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input
 
 /// Accepts peer connections, admits them (cluster.rs) and feeds their
 /// messages to the driver.
-pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth) {
+pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth, mut signal: Signal) {
     let admitting = Arc::new(tokio::sync::Semaphore::new(MAX_ADMITTING));
     loop {
-        let (stream, from) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = signal.wait() => return,
+        };
+        let (stream, from) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 warn!("peer accept: {e}");
@@ -320,6 +341,7 @@ pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth) 
         };
         let input = input.clone();
         let auth = auth.clone();
+        let mut signal = signal.clone();
         tokio::spawn(async move {
             let admitted = match tokio::time::timeout(ADMIT_TIMEOUT, admit(stream, &auth)).await {
                 Ok(Ok(a)) => a,
@@ -334,8 +356,11 @@ pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth) 
             };
             drop(slot);
             let (peer, mut r) = admitted;
-            if let Err(e) = frames(&mut r, peer, auth.me, &input).await {
-                debug!(%from, "peer connection closed: {e}");
+            tokio::select! {
+                r = frames(&mut r, peer, auth.me, &input) => if let Err(e) = r {
+                    debug!(%from, "peer connection closed: {e}");
+                },
+                _ = signal.wait() => return,
             }
             let _ = input.send(Input::PeerGone(peer));
         });

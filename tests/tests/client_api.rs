@@ -198,7 +198,9 @@ async fn c30_tree_cache_follows_a_subtree() {
 #[tokio::test]
 async fn c40_leader_selector_takes_turns_with_growing_tokens() {
     let c = Cluster::start(3, &[]).await;
-    let log: Arc<Mutex<Vec<(usize, u64, Instant, Instant)>>> = Default::default();
+    // (candidate, token, start, end) of each term.
+    type Terms = Arc<Mutex<Vec<(usize, u64, Instant, Instant)>>>;
+    let log: Terms = Default::default();
     let mut selectors = Vec::new();
     for who in 0..2 {
         let client = c.client().await;

@@ -162,3 +162,32 @@ async fn o30_rolling_restart_under_the_lock_workload() {
         assert!(have.contains(a), "acknowledged {a} lost in the rolling restart");
     }
 }
+
+/// A clean stop answers what it accepted (shutdown.rs): a write that cannot
+/// commit (the other members are paused) gets TIMEOUT, "may have
+/// happened", on its connection before the member exits; it is never left
+/// unanswered by a closed connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o40_sigterm_answers_pending_writes_before_exiting() {
+    use baton_proto::{request, CreateOp, ErrorCode, Request};
+    let mut c = Cluster::start(3, &[]).await;
+    let leader = c.wait_leader(SECS(10)).await;
+    let mut raw = baton_tests::raw::RawConn::connect(&c.endpoint(leader)).await;
+    raw.create_session(1, 10_000).await;
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &others {
+        c.pause(*id, true);
+    }
+    let create = CreateOp { path: "/pending".into(), ..Default::default() };
+    raw.send(Request { id: 2, seq: 1, body: Some(request::Body::Create(create)), ..Default::default() }).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = std::time::Instant::now();
+    c.stop(leader);
+    let stopped_in = t.elapsed();
+    for id in &others {
+        c.pause(*id, false);
+    }
+    let r = raw.recv().await.expect("the pending write was left unanswered");
+    assert_eq!((r.id, r.error), (2, ErrorCode::Timeout as i32), "{r:?}");
+    assert!(stopped_in < SECS(5), "a clean stop took {stopped_in:?}");
+}
