@@ -39,6 +39,7 @@ done
 for p in baton batond; do
   [ -x "$BIN/$p" ] || { echo "check-docs: $BIN/$p is missing: run 'cargo build --bins' (or set BATON_BIN_DIR)" >&2; exit 2; }
 done
+BIN=$(cd "$BIN" && pwd)
 
 # ------------------------------------------------------------ extraction
 
@@ -144,6 +145,7 @@ check_words() {
         name="${w#--}"; name="${name%%=*}"
         if [[ "${HELP_OPTS[$key]}" != *" $name "* ]]; then
           fail "$where" "$shown" "'$key' has no flag --$name (see: $key --help)"
+          return # its value, if it takes one, cannot be told from a subcommand
         elif [[ "$w" != *=* && "${HELP_VALUED[$key]}" == *" $name "* ]]; then
           i=$((i + 1))
         fi
@@ -171,7 +173,8 @@ check_words() {
 
 # Splits a command-like text into commands and checks those of ours.
 check_text() {
-  local where="$1" text="$2"
+  local where="$1" text="$2" shown
+  shown=$(printf '%s' "$text" | sed -E 's/^[[:space:]]*(\$ )?//; s/[[:space:]]+/ /g; s/ $//')
   # Quoted strings, $(...) and comments carry no flags of ours.
   local t
   t=$(printf '%s' "$text" | sed -E "s/'[^']*'/Q/g; s/\"[^\"]*\"/Q/g; s/\\$\\([^)]*\\)/Q/g; s/(^|[[:space:]])#.*$//")
@@ -198,39 +201,39 @@ check_text() {
       esac
       words+=("$w")
     done
-    [ ${#words[@]} -gt 0 ] && check_words "$where" "$(printf '%s' "$seg" | sed -E 's/^[[:space:]]+|[[:space:]]+$//g')" "${words[@]}"
+    [ ${#words[@]} -gt 0 ] && check_words "$where" "$shown" "${words[@]}"
   done <<<"$t"
 }
 
 static_check() {
-while IFS=$'\t' read -r file line text; do
-  check_text "$file:$line" "$text"
-done < <(extract "${FILES[@]}")
+  while IFS=$'\t' read -r file line text; do
+    check_text "$file:$line" "$text"
+  done < <(extract "${FILES[@]}")
 
-# README.md's Rust example must be the `no_run` doctest of
-# client/src/lib.rs (which `cargo test --doc` compiles), line for line.
-if [[ " ${FILES[*]} " == *" README.md "* ]]; then
-  local tmp f d same
-  tmp=$(mktemp -d)
-  awk -v dir="$tmp" '/^```rust/ { on = 1; n++; print FNR > (dir "/line-" n); next }
-    on && /^```/ { on = 0; next } on { print > (dir "/readme-" n) }' README.md
-  sed -nE 's|^//! ?||p' client/src/lib.rs |
-    awk -v dir="$tmp" '/^```no_run/ { on = 1; n++; next } on && /^```/ { on = 0; next } on { print > (dir "/doctest-" n) }'
-  for f in "$tmp"/readme-*; do
-    [ -e "$f" ] || continue
-    CHECKED=$((CHECKED + 1))
-    same=0
-    for d in "$tmp"/doctest-*; do
-      [ -e "$d" ] && cmp -s "$f" "$d" && same=1
+  # README.md's Rust example must be the `no_run` doctest of
+  # client/src/lib.rs (which `cargo test --doc` compiles), line for line.
+  if [[ " ${FILES[*]} " == *" README.md "* ]]; then
+    local tmp f d same
+    tmp=$(mktemp -d)
+    awk -v dir="$tmp" '/^```rust/ { on = 1; n++; print FNR > (dir "/line-" n); next }
+      on && /^```/ { on = 0; next } on { print > (dir "/readme-" n) }' README.md
+    sed -nE 's|^//! ?||p' client/src/lib.rs |
+      awk -v dir="$tmp" '/^```no_run/ { on = 1; n++; next } on && /^```/ { on = 0; next } on { print > (dir "/doctest-" n) }'
+    for f in "$tmp"/readme-*; do
+      [ -e "$f" ] || continue
+      CHECKED=$((CHECKED + 1))
+      same=0
+      for d in "$tmp"/doctest-*; do
+        [ -e "$d" ] && cmp -s "$f" "$d" && same=1
+      done
+      [ $same -eq 1 ] || fail "README.md:$(cat "$tmp/line-${f##*-}")" "the Rust example" \
+        "not the same text as the no_run doctest in client/src/lib.rs's module doc: make them the same"
     done
-    [ $same -eq 1 ] || fail "README.md:$(cat "$tmp/line-${f##*-}")" '```rust' \
-      "not the same text as the no_run doctest in client/src/lib.rs's module doc: make them the same"
-  done
-  rm -rf "$tmp"
-fi
+    rm -rf "$tmp"
+  fi
 
-echo "check-docs: $CHECKED commands in ${#FILES[@]} files, $FAILS failures"
-[ "$FAILS" -eq 0 ] || exit 1
+  echo "check-docs: $CHECKED commands in ${#FILES[@]} files, $FAILS failures"
+  [ "$FAILS" -eq 0 ] || exit 1
 }
 
 [ "$RUN_README" -eq 1 ] || { static_check; exit; }
@@ -242,7 +245,8 @@ echo "check-docs: $CHECKED commands in ${#FILES[@]} files, $FAILS failures"
 # 3-member cluster from `batond cluster`, with the binaries on PATH and
 # BATON_ENDPOINTS set to the cluster's ports (the README's commands use
 # the default endpoints). Bounded: 30 s for the cluster to elect a leader,
-# 120 s for the blocks; the cluster is stopped whatever happens.
+# 120 s (CHECK_DOCS_RUN_SECS) for the blocks; the cluster and anything the
+# blocks left running are stopped whatever happens.
 SCRIPT=$(awk '
   /<!-- check-docs: run -->/ { want = 1; next }
   want && /^```/ && !on { on = 1; next }
@@ -254,6 +258,8 @@ SCRIPT=$(awk '
 WORK=$(mktemp -d /tmp/baton-check-docs.XXXXXX)
 CLUSTER_PID=
 cleanup() {
+  # What the examples left running (`cmd &`): their process group.
+  [ -s "$WORK/run.pid" ] && kill -TERM -- "-$(cat "$WORK/run.pid")" 2>/dev/null
   if [ -n "$CLUSTER_PID" ] && kill -0 "$CLUSTER_PID" 2>/dev/null; then
     kill -TERM "$CLUSTER_PID" 2>/dev/null
     # `batond cluster` stops its members within 5 s of SIGTERM.
@@ -288,8 +294,8 @@ CLUSTER_PID=$!
 export PATH="$BIN:$PATH"
 export BATON_ENDPOINTS="127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2)),127.0.0.1:$((BASE + 3))"
 up=0
-for _ in $(seq 1 60); do
-  kill -0 "$CLUSTER_PID" 2>/dev/null || break
+deadline=$((SECONDS + 30))
+while [ $SECONDS -lt $deadline ] && kill -0 "$CLUSTER_PID" 2>/dev/null; do
   if timeout 5 baton health >/dev/null 2>&1; then up=1; break; fi
   sleep 0.5
 done
@@ -298,11 +304,23 @@ if [ $up -eq 0 ]; then
   cat "$WORK/cluster.out"; tail -n 20 "$WORK"/cluster/member-*.log 2>/dev/null
   exit 1
 fi
+
+# The examples run in a session of their own (setsid), so that whatever
+# they leave in the background is stopped with their process group.
+{
+  printf 'echo $$ > %q\nset -x\n' "$WORK/run.pid"
+  printf '%s\n' "$SCRIPT"
+} >"$WORK/readme.sh"
 echo "check-docs: running README.md's example blocks against a local cluster ($BATON_ENDPOINTS)"
-(cd "$WORK" && timeout 120 bash -euxo pipefail -c "$SCRIPT") 2>&1 | sed 's/^/    /'
-rc=${PIPESTATUS[0]}
+RUN_SECS="${CHECK_DOCS_RUN_SECS:-120}"
+# Output to a file, not a pipe: a command left in the background would
+# hold a pipe open.
+(cd "$WORK" && timeout "$RUN_SECS" setsid -w bash -euo pipefail "$WORK/readme.sh") >"$WORK/readme.out" 2>&1
+rc=$?
+kill -TERM -- "-$(cat "$WORK/run.pid")" 2>/dev/null
+sed 's/^/    /' "$WORK/readme.out"
 if [ "$rc" -ne 0 ]; then
-  echo "check-docs: README.md's example blocks failed (exit $rc; 124: over 120 s); the command traced last (+) failed"
+  echo "check-docs: README.md's example blocks failed (exit $rc; 124: over $RUN_SECS s): the trace above (+ lines) shows how far they got"
   exit 1
 fi
 echo "check-docs: README.md's example blocks ran"
