@@ -121,12 +121,12 @@ impl Watches {
         });
     }
 
-    /// How many watches `conn` holds.
     /// Watches held by every connection.
     pub fn total(&self) -> usize {
         self.per_conn.values().sum()
     }
 
+    /// How many watches `conn` holds.
     pub fn count(&self, conn: ConnId) -> usize {
         self.per_conn.get(&conn).copied().unwrap_or(0)
     }
