@@ -64,7 +64,7 @@
 //! | A keepalive's round or forward is not acknowledged in time, or the leader changes | the session layer gives it up (sessions.rs) | `NO_LEADER`; the client does not count it as proof |
 //! | SIGTERM or SIGINT | `shutdown`: every pending write answered, the syncer stopped after its queued writes (node.rs) | `TIMEOUT` (ambiguous) for pending writes, then the connection closes |
 //! | The driver has stopped | the listener answers and closes the connection | `SHUTTING_DOWN` |
-//! | A storage error (a Ready's staging or the syncer's write) | the error leaves `Node::run`; the process exits 1 (3 when the data dir is damaged at start: kv.rs) | the connection closes |
+//! | A storage error (a Ready's staging or the syncer's write) | the error leaves `Node::run`; the process exits 1 (3 when the error says `corrupt`: kv.rs, main.rs) | the connection closes |
 //! | An entry whose `Command` does not decode | skipped on every member (`apply_command`), logged | no reply; a pending write times out |
 //! | A membership change raft-rs refuses on apply | nothing changes on any member (driver/members.rs) | `BAD_REQUEST` |
 //! | A peer is down | its sender drops what was queued, reports `Unreachable` (and failed snapshots) and redials with backoff (transport.rs) | nothing; Raft resends |

@@ -15,7 +15,8 @@
 //! | 10. Tell raft-rs what is applied, at most `min(committed, persisted)` | `advance_applied` |
 //!
 //! When the syncer reports the batch written, `on_persisted` sends the
-//! messages that waited for it (a follower's append responses and votes),
+//! messages that waited for it (on a follower, all but the two kinds
+//! below: append and vote responses among them),
 //! calls `on_persist_ready` and advances the applied index; the next Ready
 //! carries what became committed. Committed entries come only out of a
 //! Ready (the async mode has no `LightReady`).
