@@ -39,7 +39,7 @@ advisories:
 # 3-member clusters, the harness's fault-catching tests, the peers' adapters
 # and etcd's lock safety test, the simulator, 20 s of each fuzz target, a
 # short Jepsen run of every workload, and a short compare.
-test: lint advisories build peer-deps
+test: lint advisories build check-docs check-readme peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) sim
 	$(MAKE) fuzz-smoke FUZZ_SECS=20
@@ -107,6 +107,19 @@ fuzz-smoke:
 	    | grep -E '^(Done|stat::average_exec_per_sec)|panicked|ERROR|SUMMARY|Test unit written' ; \
 	  [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz-smoke: $$t failed (input in fuzz/artifacts/$$t)"; exit 1; }; \
 	done
+
+# Every `baton`, `batond` and `make` command in README.md and docs/*.md
+# names a subcommand and flags the binaries have (their --help) or a
+# target of this Makefile, and README's Rust example is the doctest of
+# client/src/lib.rs (a few seconds).
+.PHONY: check-docs check-readme
+check-docs: build
+	./scripts/check-docs.sh
+
+# README's shell examples, run against a fresh local 3-member cluster
+# (bounded: 30 s to start it, 120 s for the examples; stopped either way).
+check-readme: build
+	./scripts/check-docs.sh --run-readme
 
 # Throughput and latency on a fresh local cluster (release build).
 bench: release

@@ -9,11 +9,81 @@
 //! states.
 //!
 //! Errors tell a definite failure from an ambiguous one: [`Error::is_ambiguous`]
-//! is true only when a write was sent and no answer came back (it may have
-//! happened). Writes carry `(session, sequence number)`; the client retries a
-//! write after a lost connection or a leader change with the same number and
-//! the server answers a retry with the original result (exactly-once), so
-//! most transient faults never reach the caller.
+//! is true only when a write may have happened although the call failed (it
+//! was sent and no answer came in time, or the answer was `TIMEOUT` or
+//! `LEADER_CHANGED`, or a resent write was answered `SESSION_EXPIRED` or
+//! `STALE_SEQUENCE`). Writes carry `(session, sequence number)`; the client
+//! retries a write after a lost connection or a leader change with the same
+//! number and the server answers a retry with the original result
+//! (exactly-once), so most transient faults never reach the caller.
+//!
+//! # Example
+//!
+//! The one in README.md (`scripts/check-docs.sh` checks that the two are
+//! the same), compiled by `cargo test --doc`:
+//!
+//! ```no_run
+//! use baton_client::{Client, CreateOptions, Op};
+//!
+//! #[tokio::main]
+//! async fn main() -> baton_client::Result<()> {
+//!     let client = Client::connect(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]).await?;
+//!
+//!     // An ephemeral sequential node: deleted when this session ends.
+//!     let eph = CreateOptions::ephemeral_sequential().with_parents();
+//!     let (path, stat) = client.create("/workers/w-", "host-a", eph).await?;
+//!     println!("created {path}, its fencing token is {}", stat.czxid);
+//!
+//!     // Read a node and watch it for its next change.
+//!     let (data, _stat, mut watch) = client.get_watch(&path).await?;
+//!     println!("{path} holds {:?}", data);
+//!     client.set(&path, "host-a, busy", None).await?;
+//!     if let Some(event) = watch.next().await {
+//!         println!("{:?} on {} at index {}", event.event_type, event.path, event.zxid);
+//!     }
+//!
+//!     // A lock, and a write fenced by its token: refused if a later holder
+//!     // of the lock has written to "billing" already.
+//!     let guard = client.lock("nightly-billing").await?;
+//!     let write = Op::Set { path: path.clone(), data: "billed".into(), version: None };
+//!     guard.fenced("billing", &[write]).await?;
+//!     guard.release().await?;
+//!
+//!     // Leader election.
+//!     let lead = client.campaign("scheduler", "host-a").await?;
+//!     println!("leading scheduler with token {}", lead.token());
+//!     lead.resign().await?;
+//!
+//!     client.close().await
+//! }
+//! ```
+//!
+//! # Calls and their errors
+//! `Client::call` (every operation goes through it) refuses data over
+//! 1 MiB before sending (`ErrorKind::TooLarge`), holds one of
+//! [`MAX_WRITES_IN_FLIGHT`] slots for a write, hands the request to the
+//! session actor (session.rs: ids, `seq`, resends, deadlines), and maps
+//! its final answer: `OK` to success, `SESSION_EXPIRED` to
+//! [`Error::SessionExpired`], `NO_AUTH` to [`Error::NoAuth`], an ambiguous
+//! code (`TIMEOUT`, `LEADER_CHANGED`, `INTERNAL`) on a write to
+//! [`Error::Ambiguous`], anything else to [`Error::Server`] with its
+//! [`ErrorKind`] (match with [`Error::kind`] or `is_no_node()`, ...). The actor
+//! itself returns `Ambiguous`, `Unavailable` or `SessionExpired` when no
+//! usable answer came (session.rs, "Answers and retries").
+//!
+//! # Watches
+//! `get_watch`, `exists_watch` and `children_watch` register a one-shot
+//! watch with their (linearizable) read; [`Client::watch`] registers one,
+//! one-shot or persistent, with a linearizable `exists` read, so no change
+//! can fall between reading and watching; [`WatchKind::Recursive`] watches
+//! a whole subtree. Each returns a [`Watcher`], a `futures::Stream`: it
+//! yields events and ends once a one-shot watch fired, the session expired
+//! or its bounded buffer overflowed ([`Watcher::end_reason`] says which;
+//! watcher.rs has the rules). The actor re-registers every live watch when
+//! it attaches to another member. Dropping a `Watcher` forgets the watch
+//! and, if the server still holds it, sends `remove_watch`.
+//!
+//! # Errors, transactions, a namespace
 //!
 //! ```no_run
 //! use baton_client::{Client, CreateOptions};

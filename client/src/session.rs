@@ -26,7 +26,92 @@
 //! the caller stopped waiting: the server's exactly-once window must never
 //! see more writes in flight than it caches replies for.
 //!
-//! Edges: every state change is also broadcast as a [`ConnectionEvent`]
+//! # Start ([`start`])
+//! The endpoints are tried in order, round robin, until `op_timeout`
+//! (default 15 s), pausing by the [`crate::RetryPolicy`] after each round. On each: dial (`connect_timeout`, default 2 s; TLS when
+//! configured), send `auth` (request id 1) when a password user is
+//! configured, then `create_session` (id 2), and wait at most twice the
+//! connect timeout for its answer. The first success starts the actor
+//! `Connected`, its proof of life dating from when the create was sent and
+//! `last_zxid` at the session's creation index; that connection is ready
+//! at once (the server bound it to the new session). A refused identity
+//! (TLS, `NO_AUTH`) ends the start with `Error::NoAuth`; running out of
+//! time ends it with `Error::Unavailable` naming every endpoint tried and
+//! its last failure. If a
+//! `create_session` answer is lost, the next endpoint creates another
+//! session; the first, if it was created, expires after its timeout.
+//!
+//! # Keeping the session, and leaving a member
+//! - Every `T/3` ([`KEEPALIVE_FRACTION`]) a keepalive goes out: a new
+//!   request each time, never resent, one outstanding at most; a refused
+//!   one is followed by the next 40 ms later (`KEEPALIVE_RETRY`). Only one answered `OK` is
+//!   proof (liveness.rs).
+//! - Housekeeping runs every 20 ms (`TICK`). The connection is dropped when
+//!   no frame arrived on it for 2/3 of the timeout, when its member has
+//!   refused to vouch for half a timeout, or has left a keepalive
+//!   unanswered for `T/3` (it hangs): a new leader keeps sessions only
+//!   half a timeout after its election, so the client must find it in time.
+//! - Dropping a connection (`drop_conn`; also when the socket closes, a
+//!   write fails, the server answers `SHUTTING_DOWN`, or an attach fails)
+//!   marks every request waiting for an answer for resending, drops the
+//!   keepalives and internal requests of that connection, makes the state
+//!   `Suspended`, and moves on to the next endpoint.
+//!
+//! # Reconnecting (`reconnect`)
+//! With no connection, the next endpoint is tried after the retry policy's
+//! delay for the number of failed reconnects in a row (capped at `T/6`, so
+//! a session finds a new leader within its grace), each dial within the
+//! smaller of the connect timeout and `T/3`. On the new connection go
+//! `auth` (if configured) and `attach` with the session id, the secret,
+//! `last_zxid` and every watch whose `Watcher` still exists; nothing else
+//! is sent until the attach is answered (deadline: half the session
+//! timeout, at least 500 ms).
+//!
+//! | Attach answer | Action |
+//! |---|---|
+//! | `OK` | the connection is ready; a keepalive goes out at once (its answer makes the state `Connected`); every unanswered request is resent in id order |
+//! | `SESSION_EXPIRED`, `SESSION_MOVED` | `Expired` |
+//! | anything else, or none by the deadline | drop this connection, try the next member |
+//!
+//! # Answers and retries (`on_response`, `on_tick`)
+//! The deadline of a call is `op_timeout` from when it was made.
+//!
+//! | Answer | Before the deadline | At or after it |
+//! |---|---|---|
+//! | `NO_LEADER`, `BUSY`, `SHUTTING_DOWN` (not applied) | resend after the retry policy's delay for its attempt; `SHUTTING_DOWN` also switches member | returned to the caller |
+//! | `LEADER_CHANGED`, `TIMEOUT` (maybe applied) | resend after the policy's delay | returned; for a write, `Error::Ambiguous` |
+//! | `SESSION_EXPIRED` | the session is `Expired`; the call fails with `SessionExpired`, or `Ambiguous` for a write sent more than once (an earlier attempt may have been applied) | same |
+//! | `STALE_SEQUENCE` to a write sent more than once | `Error::Ambiguous` (its reply left the server's window) | same |
+//! | `SESSION_MOVED` | the session is `Expired` | same |
+//! | no answer | | a write sent at least once: `Error::Ambiguous`; otherwise `Error::Unavailable` |
+//!
+//! When the session expires, every waiting write that was sent fails as
+//! `Ambiguous` (it may have committed before the session ended), every
+//! other call as `SessionExpired`, and every watch ends
+//! (`WatchEnd::SessionEnded`).
+//!
+//! # Watch events
+//! Each event goes to its watcher's bounded buffer (watcher.rs); a full or
+//! dropped watcher's watch is removed on the server. A one-shot watch ends
+//! with `WatchEnd::Fired` after its event.
+//!
+//! # Sequence numbers
+//! `seq` starts at 1 and grows by one per write (`create`, `set`,
+//! `delete`, `multi`, `close_session`, `set_acl`, `add_user`,
+//! `remove_user`); a resend keeps it. `acked_below` is the smallest `seq`
+//! still waiting for an answer, or the next `seq` if none is
+//! (`Actor::acked_below`), set each time a write is sent; a write stops
+//! waiting at its final answer or its deadline. Request ids come from one
+//! counter for the whole session, across connections.
+//!
+//! # Closing (`close`)
+//! `Client::close`, or dropping the last `Client` clone, sends
+//! `close_session` as a write with a 3 s deadline, serves events while it
+//! waits, and sets the state to `Expired`. A `SESSION_EXPIRED` answer
+//! counts as success.
+//!
+//! # Edges
+//! Every state change is also broadcast as a [`ConnectionEvent`]
 //! (`Suspended`, `Reconnected` when `Connected` comes back, `Lost` once
 //! expired or closed), so a listener sees each edge even when the state
 //! flips back before it looks.

@@ -162,8 +162,10 @@ pub enum SessionState {
     /// leader, no leader): the session may still be alive on the servers,
     /// but anything that depends on it (a lock) is in doubt.
     Suspended,
-    /// The session is gone (expired, closed, or unreachable for longer than
-    /// its timeout). Its ephemeral nodes are or will be deleted.
+    /// The session is gone: a member said it expired, it was closed, or no
+    /// member answered anything for three session timeouts (and nothing
+    /// vouched for it for one: [`crate::liveness::GIVE_UP_TIMEOUTS`]). Its
+    /// ephemeral nodes are or will be deleted.
     Expired,
 }
 

@@ -25,7 +25,8 @@ pub struct Config {
     pub founding: bool,
     /// Raft tick length in ms.
     pub tick_ms: u64,
-    /// Election timeout in ticks (randomized by raft-rs in [n, 2n)).
+    /// Election timeout in ticks (each countdown is randomized in [n, 2n):
+    /// `Driver::randomize_election`).
     pub election_ticks: usize,
     /// Heartbeat interval in ticks.
     pub heartbeat_ticks: usize,
@@ -98,7 +99,8 @@ impl Config {
         Duration::from_millis(self.request_timeout_ms)
     }
 
-    /// The base election timeout (raft-rs randomizes in [1x, 2x)).
+    /// The base election timeout (the driver randomizes each countdown in
+    /// [1x, 2x)).
     pub fn election_timeout(&self) -> Duration {
         Duration::from_millis(self.tick_ms * self.election_ticks as u64)
     }

@@ -3,8 +3,10 @@
 //! Production uses RocksDB ([`RocksKv`]) with `sync = true` on every batch
 //! that makes Raft state durable; unit tests and the state machine's golden
 //! scripts use [`MemKv`]. Everything a member persists (Raft log, hard state,
-//! snapshot, the node tree, sessions, fences, the applied index) goes through
-//! one `Kv`, so a single synced batch makes a whole `Ready` durable at once.
+//! snapshot, the node tree, sessions, fences, users, the cluster record, the
+//! applied index) goes through one `Kv`, so a single synced batch makes a
+//! whole `Ready` durable at once. RocksDB runs with one default column
+//! family, the WAL on and `keep_log_file_num(4)`.
 //!
 //! Integrity ([`RocksKv`]): every value is stored as `0xB7`, its CRC-32
 //! (little-endian) and the value; every read checks it. RocksDB adds its own
@@ -22,7 +24,14 @@
 //! - `h`: hard state, `c`: conf state, `t`: truncated (index, term),
 //!   `p`: latest Raft snapshot (raft-rs `Snapshot`, our state inside)
 //! - `a`: applied index (u64 BE), written with the state it produced
-//! - `n` + path: node record, `s` + id (u64 BE): session, `f` + name: fence
+//! - `n` + path: `NodeRecord` (data, stat, sequential counter, ACL),
+//!   `s` + id (u64 BE): `SessionRecord` (timeout, secret, cached replies,
+//!   `acked_below`), `f` + name: `FenceRecord`, `u` + name: `UserRecord`,
+//!   `i`: the `ClusterRecord` (state.rs)
+//!
+//! Not stored, rebuilt on load (`StateMachine::load`): each node's child
+//! list and `num_children`, each session's ephemeral paths; `data_length`
+//! is computed when a stat is returned.
 
 use std::collections::BTreeMap;
 use std::path::Path;

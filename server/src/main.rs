@@ -56,7 +56,7 @@ struct Timing {
     /// Raft tick length (ms).
     #[arg(long, default_value_t = 50, env = "BATON_TICK_MS")]
     tick_ms: u64,
-    /// Election timeout in ticks (raft-rs randomizes it in [n, 2n)).
+    /// Election timeout in ticks (each countdown is randomized in [n, 2n)).
     #[arg(long, default_value_t = 10, env = "BATON_ELECTION_TICKS")]
     election_ticks: usize,
     /// Heartbeat interval in ticks.
@@ -106,9 +106,9 @@ struct Timing {
     /// certificate's common name) or user:NAME (repeatable).
     #[arg(long = "superuser", env = "BATON_SUPERUSER", value_delimiter = ',')]
     superusers: Vec<String>,
-    /// Switch on a deliberate bug (harness tests only): stale-reads,
-    /// ack-before-commit, no-fence-check, grant-without-predecessor,
-    /// expire-without-grace.
+    /// Switch on a deliberate bug (harness tests only): one of the names in
+    /// server/src/faults.rs (`NAMES`), e.g. stale-reads, ack-before-commit,
+    /// no-fence-check, lenient-storage.
     #[cfg(feature = "fault-injection")]
     #[arg(long = "server-fault", env = "BATON_SERVER_FAULT", value_delimiter = ',')]
     server_fault: Vec<String>,

@@ -7,6 +7,20 @@
 //! `listener.rs`): the runtime turns sockets and timers into `Input`s, the
 //! simulator (`sim.rs`) makes them up from a seeded schedule. Nothing here
 //! does I/O.
+//!
+//! # Channels, their capacity, and what happens when full
+//! | Channel | Type | From | To |
+//! |---|---|---|---|
+//! | Driver input | `std::sync::mpsc`, unbounded, of [`Input`] | listener tasks, transport tasks, the signal task, the syncer (wake-ups) | the driver thread |
+//! | Per client connection | tokio unbounded, of `ServerFrame`, bounded in bytes by [`ConnTx`] (`--max-queued-bytes`: past it the connection is closed) | the driver, and the listener's own answers (fast reads, `auth`, errors) | that connection's writer task |
+//! | Per peer | tokio unbounded, of [`PeerOut`] | the driver, through the transport's [`PeerSink`] | that peer's sender task |
+//!
+//! The unbounded ones are bounded by their producers: client input by the
+//! listener (at most `--max-inflight` requests per connection without a
+//! response; its reader stops reading until one is answered), Raft traffic
+//! by raft-rs's flow control (`max_inflight_msgs`), a connection's output
+//! by [`ConnTx`]'s byte limit; a peer's queue is dropped while the peer is
+//! unreachable (transport.rs).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -13,6 +13,44 @@
 //!
 //! Everything that decides lives in `driver/` and takes `now` as an
 //! argument; this file only reads the clock and moves messages.
+//!
+//! # A member's threads
+//! - **The driver thread**: the process's main thread. After `run_member`
+//!   (main.rs) has started the runtime it calls [`Node::run`], which returns
+//!   only at shutdown. The driver owns the raft-rs `RawNode`, the state
+//!   machine, the watch table, the session layer and every pending request.
+//!   The state machine is shared behind an `RwLock` (`SharedState`): only
+//!   the driver writes it, and the listener tasks read it to answer stale
+//!   reads without a watch (`driver::fast_read`) without waiting for a
+//!   driver turn. The driver holds the write lock while it applies an entry
+//!   and queues the entry's events and reply, so a local read that sees the
+//!   entry is answered after them on the same connection.
+//! - **The syncer thread** (syncer.rs): every RocksDB write, in the order
+//!   the driver made it, several Readies per fsync (group commit). The
+//!   driver keeps stepping messages, committing, applying and answering
+//!   while an fsync runs (raft-rs's async-ready mode).
+//! - **A tokio runtime with 2 worker threads** (main.rs `run_member`): all
+//!   network I/O. The client accept loop (`listener::serve`) and, per
+//!   connection, a reader task (`listener::handle`) and a writer task
+//!   (`listener::write_loop`, over the shared `batch::write_batch`); the peer accept loop (`transport::serve`)
+//!   and one task per inbound peer connection (`transport::admit`, then
+//!   `transport::frames`); one `transport::sender` task per other member
+//!   (with a small reader that logs the acceptor's refusal); the HTTP
+//!   listener when `--http-addr` is set (http.rs); and a task that turns
+//!   SIGTERM or SIGINT into `Input::Shutdown`.
+//! - RocksDB's own background threads (flushes, compactions).
+//!
+//! The driver and the fsync run on threads of their own, so neither ever
+//! blocks a tokio worker. How the threads talk: message.rs.
+//!
+//! Shutdown: `Input::Shutdown` (or the input channel closing) makes the
+//! driver answer every pending write `TIMEOUT` (ambiguous: its entry may
+//! still commit) and stop the syncer after its queued writes; `run`
+//! returns. The rest is shutdown.rs's order: every task is told, each
+//! connection writes out what is queued for it and closes, and main.rs
+//! waits for them (2 s at most) before it stops the runtime. A request
+//! that reaches a listener after the driver stopped is answered
+//! `SHUTTING_DOWN` and its connection closed.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;

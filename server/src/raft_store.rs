@@ -14,6 +14,33 @@
 //!   term of the entry just before the first one).
 //! - the stored snapshot's index is `>= truncated.0`, so a follower that needs
 //!   a compacted entry can always be sent the snapshot.
+//!
+//! # Snapshots and compaction
+//! - Taking one: after every Ready the driver checks whether
+//!   `applied - first + 1 >= --snapshot-entries` (default 20,000:
+//!   `maybe_compact` in driver/ready.rs). If so, `StateMachine::snapshot`
+//!   encodes the whole state, and [`RaftStore::compact`] stores it as the
+//!   raft-rs snapshot at the applied index and truncates the log up to
+//!   `applied - snapshot_entries / 4`: the last quarter stays, so a follower
+//!   that lags a little catches up from entries. It is staged in the Ready's
+//!   batch and built on the driver thread (the loop waits for it).
+//! - Sending one: raft-rs on the leader emits a `MsgSnapshot` holding the
+//!   stored snapshot; the transport sends it as one peer frame (up to
+//!   1 GiB) and reports the outcome to raft-rs (`Input::SnapshotSent`); one
+//!   dropped while the peer was unreachable is a failure.
+//! - `snapshot()` answers `SnapshotTemporarilyUnavailable` when the stored
+//!   snapshot is older than raft-rs asks for, and when its configuration
+//!   does not hold the member it is for (one added since): then the driver
+//!   makes a new one at its applied index without dropping entries
+//!   (`snapshot_now`), and raft-rs asks again.
+//! - Installing one: [`RaftStore::apply_snapshot`] deletes the whole log,
+//!   sets the truncation point to the snapshot's index and term, raises the
+//!   hard state's term and commit to at least the snapshot's, and stores its
+//!   `ConfState` and the snapshot (the state machine's side: driver/ready.rs).
+//! - At start, a state older than the first log entry (`applied + 1 <
+//!   first`) is restored from the stored snapshot (`Driver::new`). With the
+//!   state and the log in one atomic batch this should not happen: a
+//!   defensive check.
 
 use protobuf::Message as _;
 use raft::prelude::*;

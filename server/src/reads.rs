@@ -2,6 +2,25 @@
 //! ReadIndex round, and reads whose index is known waiting for this
 //! member's applied index to reach it.
 //!
+//! A linearizable read, step by step:
+//! 1. `on_request` queues it ([`Reads::push`]).
+//! 2. At the end of the turn, [`Reads::issue`] gives every read queued in
+//!    that turn one context, and the driver calls `RawNode::read_index`
+//!    with it. On a follower raft-rs forwards it to the leader (at once:
+//!    driver/ready.rs).
+//! 3. The leader (`ReadOnlyOption::Safe`) records its commit index and
+//!    confirms it still leads with a heartbeat round to a majority.
+//! 4. The answer comes back in a Ready as a `ReadState`;
+//!    [`Reads::on_read_states`] parks the batch's reads with that index.
+//! 5. At the end of every turn, [`Reads::take_ready`] hands out the reads
+//!    whose index this member has applied; the driver serves them from its
+//!    state, with `zxid` = its applied index then (at least the read index).
+//!
+//! A leader or term change queues every outstanding batch again
+//! ([`Reads::requeue`]), under new contexts, for the new leader. A `stale`
+//! read skips all of this: it is answered from the member's state at once,
+//! however far behind that is.
+//!
 //! Invariants:
 //! - Every read queued in one loop turn shares one ReadIndex request; its
 //!   context is this member's id followed by a counter, so contexts of

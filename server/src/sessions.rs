@@ -33,16 +33,48 @@
 //! the reports when the session was last heard of.
 //!
 //! # The protocol
-//! - Follower: a keepalive waits for the next touch forward (`Touch`, by
-//!   batch number) to be acknowledged (`TouchAck`) for *that* batch; other
-//!   requests' sessions ride along with forwards every few ticks.
-//! - Leader: touches (its own clients', forwarded ones) go into the next
-//!   round: `Sync{term, round, ids}` to every voter; a voter records the ids
-//!   and answers `SyncAck` only while it is in that term with the sender as
-//!   leader. A round acked by a quorum (the leader counts itself) answers its
-//!   keepalives and acknowledges its forwards.
+//! - Every request on a connection bound to a session touches it
+//!   ([`Sessions::touch`]); a keepalive is one such request, sent every
+//!   `T/3`. A session is created by a `NewSession` entry (its id is the
+//!   entry's index); applying it records it ([`Sessions::created`]).
+//! - Follower: a keepalive is refused `NO_LEADER` if the member has not
+//!   heard from its leader within an election timeout, and
+//!   `SESSION_EXPIRED` if the session is gone here (driver/requests.rs
+//!   `on_keepalive`). Otherwise it waits for the next touch forward
+//!   (`Touch`, by batch number; sent at the end of the turn when a
+//!   keepalive waits on it, else every 2 ticks) to be acknowledged
+//!   (`TouchAck`) for *that* batch by the current leader. It is given up
+//!   with `NO_LEADER` when the leader changes, when the member loses contact
+//!   with it for an election timeout, or after two election timeouts.
+//!   Other requests' sessions ride along with the forwards.
+//! - Leader: touches (its own clients', forwarded ones) set the session's
+//!   deadline to `now + T` and go into the next round: `Sync{term, round,
+//!   ids}` to every voter, at the end of the turn when a keepalive, a
+//!   forward or a report request waits on it, else every 2 ticks. A voter
+//!   records the ids and answers `SyncAck` only while it is in that term
+//!   with the sender as leader. A round acked by a quorum (the leader counts
+//!   itself) answers its keepalives and acknowledges its forwards: `OK`;
+//!   `SESSION_EXPIRED` if the session is gone; `BUSY` if its expiry is
+//!   proposed, or while this leader has not applied its term's first entry.
+//!   Rounds not acked are resent every 2 ticks and given up after two
+//!   election timeouts (their keepalives get `NO_LEADER`).
 //! - A new leader asks for reports in its rounds until a quorum has sent
-//!   them; each is "session -> how long ago this member recorded it".
+//!   them; each is "session -> how long ago this member recorded it", with
+//!   how long ago the member started.
+//!
+//! # Expiry
+//! - Every tick the leader gives each session it has no deadline for one
+//!   of `now + T`, and proposes one `ExpireSessions` entry for the sessions
+//!   whose deadline passed and whose expiry it has not proposed already (or
+//!   proposed longer than the request timeout ago), when rule 3 allows.
+//! - Applying the entry on every member ends each listed session that
+//!   still exists and deletes its ephemeral nodes in path order, with
+//!   `NODE_DELETED` and `NODE_CHILDREN_CHANGED` events at the entry's index
+//!   (state.rs `end_session`); unknown ids are ignored. Apply does not ask
+//!   whether the session was touched after the expiry was proposed: once the
+//!   entry is in the log, the session ends.
+//! - `close_session` is a client write that ends the session the same way,
+//!   with a reply.
 //!
 //! Pure bookkeeping: time, the state machine and the configuration come in
 //! as arguments; what to send or answer goes out as [`Action`]s.

@@ -29,6 +29,30 @@
 //!   create, and a mismatch fails with SESSION_MOVED. No entry can act as a
 //!   session whose secret its proposer did not have.
 //!
+//! # Applying a client write, in order (`apply_write`)
+//! 1. Unknown session: `SESSION_EXPIRED`.
+//! 2. The entry's secret is not the session's: `SESSION_MOVED`.
+//! 3. If `acked_below` is higher than the session's stored value, store it
+//!    and drop every cached reply with a lower `seq`.
+//! 4. `seq == 0`: `BAD_REQUEST`.
+//! 5. A cached reply for this `seq`: return it unchanged (same `zxid`, same
+//!    result, no change, no event); the driver rewrites only its `id`.
+//! 6. `seq < acked_below`: `STALE_SEQUENCE` (the client said it had the
+//!    answer, or the answer left the window; this attempt does not run).
+//! 7. `close_session`: end the session; its reply is not cached (a retry
+//!    gets `SESSION_EXPIRED`).
+//! 8. Otherwise run the write and cache its reply, success or failure,
+//!    under `seq`: at most [`MAX_CACHED_REPLIES`] replies and
+//!    [`MAX_CACHED_REPLY_BYTES`] per session; past either the lowest `seq`
+//!    is dropped and the floor rises past it.
+//!
+//! Only steps 5 and 8 cache or replay; nothing refused before the log
+//! (driver/requests.rs) is cached. The cached replies and `acked_below` are
+//! part of the session's record: persisted, in snapshots, identical on
+//! every member. So a sequential or ephemeral create whose reply was lost
+//! returns, when retried, the path it created the first time, and makes no
+//! second node.
+//!
 //! What it does not do: validate framing or keep time for session expiry
 //! (the leader does, and writes an `ExpireSessions` entry).
 //!

@@ -10,6 +10,26 @@
 //! - A failed write stops the thread; the driver then stops the member
 //!   (it cannot know what reached the disk).
 //!
+//! Why the unsynced writes (a Ready without new entries, term, vote or
+//! snapshot: commit index and applied state only; see driver/ready.rs) are
+//! safe:
+//! - Raft needs log entries and the hard state (term, vote) on disk before
+//!   anyone is told about them. Those are always in a synced write, and the
+//!   messages that tell go out only after it is done.
+//! - The commit index and the applied state can be rebuilt from the log.
+//!   The state and its applied index are in the same atomic batch, so after
+//!   a crash they agree; raft-rs starts at the stored applied index and the
+//!   entries after it are applied again.
+//! - RocksDB writes every batch to one write-ahead log, in order, and
+//!   recovers a prefix of it. An unsynced batch is durable as soon as any
+//!   later synced batch is; if it is lost, every batch after it is lost
+//!   too. A surviving state is never newer than the surviving log, commit
+//!   index or configuration.
+//!
+//! A `kill -9` of the process loses nothing written: unsynced writes are
+//! already in the operating system's page cache. The argument above is
+//! for power loss.
+//!
 //! The driver sees only the [`Persist`] trait: the simulator implements it
 //! with a queue it drains on its own schedule (a crash drops what was not
 //! yet "written").

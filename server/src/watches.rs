@@ -21,6 +21,56 @@
 //!   NODE_CHILDREN_CHANGED for each node whose children changed since (a
 //!   deleted child cannot be named any more: re-read that node's children).
 //!
+//! A watch belongs to the connection that registered it, on the member
+//! that connection is attached to, and watches one exact path. It is tied
+//! to the connection, not to the session: a closed connection's watches go
+//! (`remove_conn`), and the client re-registers them on its next one.
+//!
+//! # What fires what ([`Watches::fire`])
+//! | Change | Event | Fires kinds |
+//! |---|---|---|
+//! | `Created(path)` | `NODE_CREATED` | `EXISTS` |
+//! | `Deleted(path)` | `NODE_DELETED` | `DATA`, `EXISTS`, `CHILDREN` |
+//! | `DataChanged(path)` | `NODE_DATA_CHANGED` | `DATA`, `EXISTS` |
+//! | `ChildrenChanged(path)` | `NODE_CHILDREN_CHANGED` | `CHILDREN` |
+//!
+//! A create reports `Created(child)` then `ChildrenChanged(parent)`, a
+//! delete `Deleted(child)` then `ChildrenChanged(parent)`; a failed write
+//! (a failed `multi` too) reports nothing.
+//!
+//! # Registering
+//! - With a read (`get`, `exists`, `children` with a `WatchSpec`): added in
+//!   the driver step that reads the state, so no change falls between the
+//!   read and the registration. `get` and `children` add it only when the
+//!   read succeeds; `exists` whether or not the node exists.
+//! - With `add_watch`: at the current applied index; nothing is replayed.
+//! - With `attach` (a reconnect), after the member has applied both a fresh
+//!   ReadIndex and the client's `last_zxid`: each watch is checked with
+//!   [`missed_event`] against `last_zxid`. If an event is due it is sent at
+//!   once (with the applied index as `zxid`), and a one-shot watch is not
+//!   registered again (a persistent one is); otherwise it is registered.
+//!   The driver checks every watch first: one with an invalid path or an
+//!   unknown kind fails the whole attach (`INVALID_PATH` / `BAD_REQUEST`),
+//!   and no watch is registered.
+//!
+//! # What a watch missed ([`missed_event`])
+//! | Kind | Node now | Condition | Event |
+//! |---|---|---|---|
+//! | `DATA` | absent | | `NODE_DELETED` |
+//! | `DATA` | present | `mzxid > since` | `NODE_DATA_CHANGED` |
+//! | `EXISTS` | present | `!existed` or `czxid > since` | `NODE_CREATED` |
+//! | `EXISTS` | present | `mzxid > since` | `NODE_DATA_CHANGED` |
+//! | `EXISTS` | absent | `existed` | `NODE_DELETED` |
+//! | `CHILDREN` | absent | | `NODE_DELETED` |
+//! | `CHILDREN` | present | `pzxid > since` | `NODE_CHILDREN_CHANGED` |
+//!
+//! `existed` is what the watcher saw (the client's record in an attach;
+//! the member's record at registration after a snapshot install), `since`
+//! the index it saw it at. Several changes collapse into one event. After a
+//! snapshot install ([`Watches::after_snapshot`]) a watch fires exactly when
+//! its node changed in the skipped entries, with the snapshot's index as
+//! `zxid`; a persistent one goes on from there.
+//!
 //! Pure bookkeeping: no I/O, no clock. The driver sends what it returns.
 
 use std::collections::BTreeMap;
@@ -86,12 +136,12 @@ impl Watches {
         self.recursive = self.by_path.values().flatten().filter(|w| w.kind == WatchKind::Recursive).count();
     }
 
-    /// How many watches `conn` holds.
     /// Watches held by every connection.
     pub fn total(&self) -> usize {
         self.per_conn.values().sum()
     }
 
+    /// How many watches `conn` holds.
     pub fn count(&self, conn: ConnId) -> usize {
         self.per_conn.get(&conn).copied().unwrap_or(0)
     }

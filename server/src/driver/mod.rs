@@ -34,10 +34,45 @@
 //! `request_timeout`; clients retry with the same sequence number and
 //! exactly-once makes that safe.
 //!
+//! raft-rs is configured with `check_quorum`, `pre_vote`,
+//! `ReadOnlyOption::Safe` (ReadIndex confirms leadership with a heartbeat
+//! round), `max_size_per_msg` 1 MiB and `max_inflight_msgs` 256.
+//!
 //! Election timeouts: raft-rs draws them from `thread_rng`, which cannot be
-//! seeded. The driver configures raft-rs with a fixed timeout and randomizes
-//! where each countdown starts itself (`randomize_election`), so a simulated
-//! run replays exactly.
+//! seeded. The driver configures raft-rs with a fixed timeout of
+//! `2 * election_ticks - 1` and starts each non-leader countdown part-way,
+//! at a seeded draw in `[0, election_ticks)` (`randomize_election`): the
+//! same `[n, 2n)` spread, and a simulated run replays exactly.
+//!
+//! Fast failure detection (`leader_gone`): when the leader's connection to
+//! this follower closes (a killed process's sockets close at once), the
+//! follower leaves the leader's lease and campaigns within 1-3 ticks
+//! instead of a whole randomized election timeout (a leader kill -9 costs
+//! ~150 ms without a grant instead of ~800 ms: docs/comparison.md). Only
+//! liveness depends on it: a live leader's next heartbeat resets the timer
+//! first, and the other followers refuse (pre-)votes while they hear from
+//! it. A leader that hangs without dying closes nothing and is found by the
+//! normal timeout.
+//!
+//! # What a client sees when something fails
+//! | Event | What the member does | What the client gets |
+//! |---|---|---|
+//! | raft-rs refuses a proposal (no leader known) | `propose` answers at once | `NO_LEADER` (definite) |
+//! | The leader, the term or this member's role changes (the Ready's soft state) | `on_soft_state` fails every pending write of this member and asks the new leader for every outstanding ReadIndex | `LEADER_CHANGED` (ambiguous: the entry may still commit) |
+//! | A pending write waits longer than `--request-timeout-ms` | `tick` fails it | `TIMEOUT` (ambiguous) |
+//! | A read or attach waits longer than that for its ReadIndex or its applied index | `tick` or `serve_ready_reads` fails it | `TIMEOUT` (nothing changed) |
+//! | A keepalive's round or forward is not acknowledged in time, or the leader changes | the session layer gives it up (sessions.rs) | `NO_LEADER`; the client does not count it as proof |
+//! | SIGTERM or SIGINT | `shutdown`: every pending write answered, the syncer stopped after its queued writes (node.rs) | `TIMEOUT` (ambiguous) for pending writes, then the connection closes |
+//! | The driver has stopped | the listener answers and closes the connection | `SHUTTING_DOWN` |
+//! | A storage error (a Ready's staging or the syncer's write) | the error leaves `Node::run`; the process exits 1 (3 when the error says `corrupt`: kv.rs, main.rs) | the connection closes |
+//! | An entry whose `Command` does not decode | skipped on every member (`apply_command`), logged | no reply; a pending write times out |
+//! | A membership change raft-rs refuses on apply | nothing changes on any member (driver/members.rs) | `BAD_REQUEST` |
+//! | A peer is down | its sender drops what was queued, reports `Unreachable` (and failed snapshots) and redials with backoff (transport.rs) | nothing; Raft resends |
+//!
+//! Clients retry ambiguous failures with the same `seq`; exactly-once
+//! (state.rs) makes the retry safe. After a restart, a member re-applies
+//! the committed entries after its stored applied index; their replies go
+//! nowhere (the old connections are gone).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -1,8 +1,54 @@
-//! The Ready handling, in the order raft-rs documents for async readies:
-//! soft state, messages, snapshot, read states, committed entries (applied
-//! here: replies and watch events go out), new entries and hard state staged
-//! for the syncer, `advance_append_async`; and what follows a finished
-//! write (`on_persisted`).
+//! The Ready handling, in the order raft-rs documents for async readies;
+//! and what follows a finished write (`on_persisted`).
+//!
+//! | Step | Code |
+//! |---|---|
+//! | 1. Soft state changed: note leader, role and term; fail pending writes on a change | `on_soft_state` |
+//! | 2. Send `messages` (a leader's appends and heartbeats, sent *before* it persists: its fsync and the followers' overlap, Raft thesis 10.2.1) | `send_messages` |
+//! | 3. Install the snapshot, if any (state restored in memory, store staged) | `install_snapshot` |
+//! | 4. Hand ReadIndex results to the reads waiting for them | `Reads::on_read_states` |
+//! | 5. Apply committed entries; replies and watch events are queued here | `apply_entries` |
+//! | 6. Stage new log entries (the in-memory store has them at once) | `RaftStore::append` |
+//! | 7. Stage the hard state | `RaftStore::set_hard_state` |
+//! | 8. Stage the state machine's changes with the applied index; maybe compact | `StateMachine::flush`, `maybe_compact` |
+//! | 9. Send forwarded proposals and ReadIndex requests at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer | `Persist::submit` |
+//! | 10. Tell raft-rs what is applied, at most `min(committed, persisted)` | `advance_applied` |
+//!
+//! When the syncer reports the batch written, `on_persisted` sends the
+//! messages that waited for it (on a follower, all but the two kinds
+//! below: append and vote responses among them),
+//! calls `on_persist_ready` and advances the applied index; the next Ready
+//! carries what became committed. Committed entries come only out of a
+//! Ready (the async mode has no `LightReady`).
+//!
+//! Rules:
+//! - The batch is synced when the Ready has new entries, a changed term or
+//!   vote (`must_sync`) or a snapshot: Raft needs those on disk before
+//!   anyone hears of them, and the messages that announce them wait for the
+//!   syncer. A Ready with only commits and messages costs no fsync. The
+//!   applied state, the applied index and a configuration change applied in
+//!   this Ready ride in the same batch (one atomic write), synced or not:
+//!   they can be rebuilt from the log (syncer.rs says why an unsynced write
+//!   is safe).
+//! - On a follower raft-rs files *every* message as persisted (to be sent
+//!   after the write). Forwarded proposals (`MsgPropose`) and ReadIndex
+//!   requests (`MsgReadIndex`) carry nothing this member persisted, so they
+//!   are sent at once, not behind the fsync.
+//! - Replies and events are queued while applying, before the Ready's write
+//!   is on disk. That is safe: raft-rs hands out an entry for apply only
+//!   once it is committed *and* persisted in this member's own log, and the
+//!   state it produces can be rebuilt from the log.
+//! - The reply to a write goes to the member that proposed it, matched by
+//!   `(origin, request_id)` in the entry; every other member applies the
+//!   entry and answers nobody.
+//!
+//! Installing a snapshot (a follower too far behind): `StateMachine::restore`
+//! replaces the whole state (all of it staged for the write),
+//! `RaftStore::apply_snapshot` replaces the log, and every watch of this
+//! member is checked for what it missed (watches.rs). raft-rs gives no
+//! committed entries in a Ready that has a snapshot, and the applied index
+//! reported to raft-rs stays at most the persisted one until the syncer
+//! confirms the write.
 
 use super::*;
 use crate::membership;

@@ -2,6 +2,49 @@
 //! linearizable reads and attaches queued for a ReadIndex, keepalives handed
 //! to the session layer, local reads served; and the listeners' fast path
 //! for local reads that needs no driver turn.
+//!
+//! Every request on a connection bound to a session touches the session
+//! (sessions.rs). Then, by kind:
+//! - **Writes** (`create`, `set`, `delete`, `multi`, `close_session`,
+//!   `set_acl`, `add_user`, `remove_user`): the connection must be bound to
+//!   a session (`BAD_REQUEST`) that exists here (`SESSION_EXPIRED`);
+//!   `precheck_write` refuses a `multi` over `--max-multi-ops`
+//!   (`TOO_LARGE`), an empty op in a `multi` (`BAD_REQUEST`), `seq` 0
+//!   (`BAD_REQUEST`), data over 1 MiB (`TOO_LARGE`) and an invalid path
+//!   (`INVALID_PATH`). None of these refusals reaches the log, so none is
+//!   cached: a retry with the same `seq` runs normally. Then `propose`
+//!   wraps the request in a `Command` (`origin` = this member,
+//!   `request_id` = the next of this member's counter, `time_ms` = the wall
+//!   clock at `now`; the write carries the session's secret and the
+//!   connection's identities) and records it as pending; raft-rs refusing
+//!   it (no leader known) is `NO_LEADER` at once.
+//! - **`create_session`**: `BUSY` over `--max-sessions`, else the timeout
+//!   is negotiated (`Config::negotiate_timeout`), a random secret drawn and
+//!   a `NewSession` entry proposed; the connection is bound when it applies.
+//! - **Linearizable reads** (`get`, `exists`, `children`, `get_acl`) and a
+//!   new backup (`snapshot` with `backup_id` 0) wait for the turn's
+//!   ReadIndex (reads.rs) and are served by `serve`. A watch in a read is
+//!   checked first (`check_spec`: a valid path and a known kind, and room
+//!   under `--max-watches`) and registered in `serve`, in the same step
+//!   that reads the state.
+//! - **`attach`**: refused `NO_LEADER` by a member that has not heard from
+//!   a leader within an election timeout, else queued like a linearizable
+//!   read and served once the member has applied both the ReadIndex and the
+//!   client's `last_zxid`. Then `attach` checks the secret, that this leader
+//!   has not proposed the session's expiry (`BUSY`), and *every* watch
+//!   (`check_spec`, `--max-watches`): one bad watch fails the whole attach,
+//!   and nothing is bound or registered. A lagging member or one cut off
+//!   from the leader never resumes a session whose expiry committed.
+//! - **`keepalive`**: `on_keepalive`, then the session layer answers it
+//!   once a quorum recorded the touch (sessions.rs).
+//! - **Answered at once from local state**: stale reads with a watch,
+//!   `add_watch` (registered at the current applied index, nothing replayed),
+//!   `remove_watch`, `status`, `whoami`, `members`, `list_users`, a backup's
+//!   next chunk.
+//! - **`member_change`**: driver/members.rs (the rules: membership.rs).
+//! - **Stale reads without a watch** never reach the driver: the listener
+//!   answers them from the shared state ([`fast_read`]; not when deliberate
+//!   bugs are on, which act in the driver).
 
 use super::*;
 
