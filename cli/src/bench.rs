@@ -110,10 +110,9 @@ impl Bench {
     /// Starts the clients, lets them run for the duration (or until a
     /// signal), stops them and adds up their figures.
     async fn measure(&self, conn: &Conn, setup: &Client, tag: &str, clients: usize) -> anyhow::Result<Report> {
-        let root = format!("/{tag}");
-        setup.create(&root, Vec::new(), CreateOptions::persistent()).await?;
-        let stop = Arc::new(AtomicBool::new(false));
         let mut interrupts = Interrupts::new()?;
+        setup.create(&format!("/{tag}"), Vec::new(), CreateOptions::persistent()).await?;
+        let stop = Arc::new(AtomicBool::new(false));
         // Dropping the set (an error, a signal) aborts every client.
         let mut tasks = JoinSet::new();
         tokio::select! {
