@@ -122,7 +122,9 @@ impl Conn {
     pub fn new(f: &ConnFlags) -> anyhow::Result<Conn> {
         let cert_key = f.cert.as_deref().zip(f.key.as_deref());
         let tls = match (&f.cacert, cert_key) {
-            (Some(ca), ck) => Some(ClientTls::load(ca, ck)?),
+            (Some(ca), ck) => {
+                Some(ClientTls::load(ca, ck).map_err(|e| anyhow::anyhow!("TLS (--cacert, --cert, --key): {e}"))?)
+            }
             (None, Some(_)) => {
                 return Err(crate::usage("--cert needs --cacert (the CA that signed the members' certificates)"))
             }

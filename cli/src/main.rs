@@ -199,6 +199,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() {
+    // Like other command-line tools: `baton ls -R / | head` ends quietly
+    // when `head` exits, instead of panicking on a broken pipe.
+    // SAFETY: called before any thread writes to a pipe; SIG_DFL is valid.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let matches = Cli::command().get_matches();
     let sub = matches.subcommand_name().map(String::from);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
