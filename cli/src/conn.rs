@@ -163,10 +163,23 @@ impl Conn {
         Ok(Client::connect_with(self.config()).await?)
     }
 
-    /// A session with `timeout` (how long after this process dies its
-    /// locks are freed).
-    pub async fn connect_session(&self, timeout: Duration) -> anyhow::Result<Client> {
-        Ok(Client::connect_with(self.config().session_timeout(timeout)).await?)
+    /// Runs `f` on a new session (with `timeout`, if given: how long after
+    /// this process dies its locks are freed), then closes the session
+    /// whatever `f` returned: its ephemeral nodes (a held lock, a waiter's
+    /// queue node) go at once instead of after a session timeout.
+    pub async fn session<T>(
+        &self,
+        timeout: Option<Duration>,
+        f: impl AsyncFnOnce(&Client) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut cfg = self.config();
+        if let Some(t) = timeout {
+            cfg = cfg.session_timeout(t);
+        }
+        let c = Client::connect_with(cfg).await?;
+        let r = f(&c).await;
+        close(&c).await;
+        r
     }
 
     /// Ok as soon as one endpoint accepts a TCP connection; otherwise every

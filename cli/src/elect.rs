@@ -13,7 +13,7 @@ use baton_client::{Client, LeaderInfo};
 use clap::Args;
 use serde_json::json;
 
-use crate::conn::{self, Conn};
+use crate::conn::Conn;
 use crate::output::{Encoding, Out};
 use crate::signal::Interrupts;
 use crate::supervise::{OnSuspend, Supervised};
@@ -40,10 +40,7 @@ impl Elect {
     /// Campaigns, runs the command while leader, resigns; the exit code.
     /// The session is closed whatever happens.
     pub async fn run(self, conn: &Conn) -> anyhow::Result<i32> {
-        let c = conn.connect_session(self.run.session_timeout).await?;
-        let r = self.lead_and_run(&c, conn).await;
-        conn::close(&c).await;
-        r
+        conn.session(Some(self.run.session_timeout), async |c| self.lead_and_run(c, conn).await).await
     }
 
     async fn lead_and_run(&self, c: &Client, conn: &Conn) -> anyhow::Result<i32> {

@@ -28,7 +28,7 @@ use baton_client::recipes::RECIPE_ROOT;
 use baton_client::{Client, LockGuard, Permit, RwGuard, SessionState, Stat};
 use clap::Args;
 
-use crate::conn::{self, Conn};
+use crate::conn::Conn;
 use crate::node::stats_of;
 use crate::signal::Interrupts;
 use crate::supervise::{OnSuspend, Supervised};
@@ -197,10 +197,7 @@ impl Lock {
     /// Acquires, runs the command, releases; the exit code. The session is
     /// closed whatever happens.
     pub async fn run(self, conn: &Conn) -> anyhow::Result<i32> {
-        let c = conn.connect_session(self.run.session_timeout).await?;
-        let r = self.hold_and_run(&c, conn).await;
-        conn::close(&c).await;
-        r
+        conn.session(Some(self.run.session_timeout), async |c| self.hold_and_run(c, conn).await).await
     }
 
     async fn hold_and_run(&self, c: &Client, conn: &Conn) -> anyhow::Result<i32> {

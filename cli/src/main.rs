@@ -37,7 +37,7 @@ mod watch;
 
 use std::time::Duration;
 
-use baton_client::{Error, ErrorCode};
+use baton_client::{Client, Error, ErrorCode};
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -95,6 +95,25 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    #[command(flatten)]
+    Session(SessionCmd),
+    Status(admin::Status),
+    Health(admin::Health),
+    /// The cluster's members: list, add, remove, promote, move-leader, replace.
+    #[command(subcommand)]
+    Member(admin::MemberCmd),
+    /// Backups: `snapshot save FILE` (restore with `batond restore`).
+    #[command(subcommand)]
+    Snapshot(admin::SnapshotCmd),
+    Lock(lock::Lock),
+    Elect(elect::Elect),
+    Leader(elect::Leader),
+    Bench(bench::Bench),
+}
+
+/// The commands that run on one session with the default timeout.
+#[derive(Subcommand, Debug)]
+enum SessionCmd {
     Create(node::Create),
     Get(node::Get),
     Set(node::Set),
@@ -109,18 +128,23 @@ enum Cmd {
     /// Password users (superusers only) and this client's identities.
     #[command(subcommand)]
     Auth(acl::AuthCmd),
-    Status(admin::Status),
-    Health(admin::Health),
-    /// The cluster's members: list, add, remove, promote, move-leader, replace.
-    #[command(subcommand)]
-    Member(admin::MemberCmd),
-    /// Backups: `snapshot save FILE` (restore with `batond restore`).
-    #[command(subcommand)]
-    Snapshot(admin::SnapshotCmd),
-    Lock(lock::Lock),
-    Elect(elect::Elect),
-    Leader(elect::Leader),
-    Bench(bench::Bench),
+}
+
+impl SessionCmd {
+    async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        match self {
+            SessionCmd::Create(x) => x.run(c, out).await,
+            SessionCmd::Get(x) => x.run(c, out).await,
+            SessionCmd::Set(x) => x.run(c, out).await,
+            SessionCmd::Rm(x) => x.run(c, out).await,
+            SessionCmd::Ls(x) => x.run(c, out).await,
+            SessionCmd::Stat(x) => x.run(c, out).await,
+            SessionCmd::Txn(x) => x.run(c, out).await,
+            SessionCmd::Watch(x) => x.run(c, out).await,
+            SessionCmd::Acl(x) => x.run(c, out).await,
+            SessionCmd::Auth(x) => x.run(c, out).await,
+        }
+    }
 }
 
 /// Errors of the CLI itself (the client library's are [`baton_client::Error`]).
@@ -246,52 +270,20 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     let conn = Conn::new(&cli.conn)?;
     let out = Out { json: cli.json };
     conn.reach().await?;
+    let done = |r: anyhow::Result<()>| r.map(|()| EXIT_OK);
     let result = match cli.cmd {
+        Cmd::Session(cmd) => done(conn.session(None, async |c| cmd.run(c, out).await).await),
+        Cmd::Status(c) => done(c.run(&conn, out).await),
+        Cmd::Health(c) => done(c.run(&conn, out).await),
+        Cmd::Member(c) => done(c.run(&conn, out).await),
+        Cmd::Snapshot(c) => done(c.run(&conn, out).await),
+        Cmd::Leader(c) => done(conn.session(None, async |s| c.run(s, out).await).await),
+        Cmd::Bench(c) => done(c.run(&conn, out).await),
         Cmd::Lock(c) => c.run(&conn).await,
         Cmd::Elect(c) => c.run(&conn).await,
-        cmd => sessionless(&conn, cmd, out).await.map(|()| EXIT_OK),
     };
     match result {
         Ok(code) => Ok(code),
         Err(e) => Err(conn.explain(e).await),
     }
-}
-
-/// The commands that need no session of their own, then the others.
-async fn sessionless(conn: &Conn, cmd: Cmd, out: Out) -> anyhow::Result<()> {
-    match cmd {
-        Cmd::Status(c) => c.run(conn, out).await,
-        Cmd::Health(c) => c.run(conn, out).await,
-        Cmd::Member(c) => c.run(conn, out).await,
-        Cmd::Snapshot(c) => c.run(conn, out).await,
-        Cmd::Bench(c) => c.run(conn, out).await,
-        cmd => with_session(conn, cmd, out).await,
-    }
-}
-
-/// The commands that use one session: connect, run, close.
-async fn with_session(conn: &Conn, cmd: Cmd, out: Out) -> anyhow::Result<()> {
-    let c = conn.connect().await?;
-    let result = match cmd {
-        Cmd::Create(x) => x.run(&c, out).await,
-        Cmd::Get(x) => x.run(&c, out).await,
-        Cmd::Set(x) => x.run(&c, out).await,
-        Cmd::Rm(x) => x.run(&c, out).await,
-        Cmd::Ls(x) => x.run(&c, out).await,
-        Cmd::Stat(x) => x.run(&c, out).await,
-        Cmd::Txn(x) => x.run(&c, out).await,
-        Cmd::Watch(x) => x.run(&c, out).await,
-        Cmd::Acl(x) => x.run(&c, out).await,
-        Cmd::Auth(x) => x.run(&c, out).await,
-        Cmd::Leader(x) => x.run(&c, out).await,
-        Cmd::Status(_)
-        | Cmd::Health(_)
-        | Cmd::Member(_)
-        | Cmd::Snapshot(_)
-        | Cmd::Bench(_)
-        | Cmd::Lock(_)
-        | Cmd::Elect(_) => unreachable!("sessionless commands are dispatched by `run`"),
-    };
-    conn::close(&c).await;
-    result
 }

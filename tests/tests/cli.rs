@@ -25,17 +25,17 @@ fn endpoints(c: &Cluster) -> String {
     c.endpoints().iter().map(|e| e.replace("127.0.0.1", "localhost")).collect::<Vec<_>>().join(",")
 }
 
+/// `baton --endpoints EPS ARGS`, stderr piped.
+fn command(eps: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(baton_bin());
+    cmd.arg(format!("--endpoints={eps}")).args(args).stderr(Stdio::piped());
+    cmd
+}
+
 /// Runs `baton --endpoints EPS ARGS` with `input` on stdin; killed after
 /// [`RUN_LIMIT`].
 fn baton_in(eps: &str, args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(baton_bin())
-        .arg(format!("--endpoints={eps}"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn baton");
+    let mut child = command(eps, args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn baton");
     let pid = child.id() as i32;
     let mut stdin = child.stdin.take().expect("stdin");
     let input = input.to_vec();
@@ -82,14 +82,7 @@ fn signal(pid: i32, sig: i32) {
 
 /// `baton --endpoints EPS ARGS` in the background (stdout discarded).
 fn spawn_baton(eps: &str, args: &[&str]) -> Child {
-    Command::new(baton_bin())
-        .arg(format!("--endpoints={eps}"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn baton")
+    command(eps, args).stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("spawn baton")
 }
 
 /// The exit code of `child` (128+N for signal N), waiting at most `limit`.
