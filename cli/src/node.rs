@@ -26,7 +26,7 @@ const RM_PASSES: usize = 5;
 
 /// Where a value comes from.
 #[derive(Args, Debug)]
-pub struct Value {
+pub struct ValueSource {
     /// The value; `-` reads it from stdin.
     data: Option<String>,
     /// Read the value from FILE (`-`: stdin) instead of DATA.
@@ -36,7 +36,7 @@ pub struct Value {
     enc: Encoding,
 }
 
-impl Value {
+impl ValueSource {
     /// The value's bytes (empty when none was given).
     fn read(&self) -> anyhow::Result<Vec<u8>> {
         let raw = match (&self.data, &self.file) {
@@ -105,7 +105,7 @@ pub struct Create {
     /// The node's absolute path (with --sequential, the prefix of its name).
     path: String,
     #[command(flatten)]
-    value: Value,
+    value: ValueSource,
     #[command(flatten)]
     flags: CreateFlags,
     /// ACL, e.g. `user:alice:rwcda,world:anyone:r` (default: the parent's).
@@ -135,8 +135,8 @@ pub struct Get {
     /// (faster; may lag the leader).
     #[arg(long)]
     stale: bool,
-    /// Write the value to FILE, exactly (no newline added), instead of
-    /// printing it.
+    /// Write the value to FILE, exactly (no newline added; with --hex or
+    /// --base64, encoded), instead of printing it.
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     #[command(flatten)]
@@ -170,7 +170,7 @@ pub struct Set {
     /// The node's path.
     path: String,
     #[command(flatten)]
-    value: Value,
+    value: ValueSource,
     /// Only if the node is at this version (compare-and-set).
     #[arg(long)]
     version: Option<i32>,
