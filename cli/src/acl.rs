@@ -1,0 +1,108 @@
+//! Access control: `acl get|set` (a node's ACL) and `auth` (password
+//! users, superusers only; this client's identities). The rules are the
+//! server's (server/src/acl.rs, docs/security.md); this only reads and
+//! writes them.
+
+use baton_client::Client;
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::output::Out;
+
+#[derive(Subcommand, Debug)]
+pub enum AclCmd {
+    /// Print a node's ACL, one entry per line (ID:PERMS, perms of rwcda).
+    Get {
+        /// The node's path.
+        path: String,
+    },
+    /// Replace a node's ACL, e.g. `user:alice:rwcda,world:anyone:r`.
+    Set {
+        /// The node's path.
+        path: String,
+        /// The new ACL: comma-separated SCHEME:ID:PERMS entries.
+        acl: String,
+        /// Only if the ACL is at this version (stat aversion).
+        #[arg(long)]
+        version: Option<i32>,
+    },
+}
+
+impl AclCmd {
+    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        match self {
+            AclCmd::Get { path } => {
+                let (acl, s) = c.get_acl(&path).await?;
+                let entries: Vec<String> = acl.iter().map(baton_client::acl::format).collect();
+                let text =
+                    if entries.is_empty() { "world:anyone:rwcda (open: no ACL)".into() } else { entries.join("\n") };
+                out.emit(json!({"path": path, "acl": entries, "aversion": s.aversion}), text);
+            }
+            AclCmd::Set { path, acl, version } => {
+                let acl = baton_client::acl::parse(&acl).map_err(|e| crate::usage(format!("ACL: {e}")))?;
+                let s = c.set_acl(&path, acl, version).await?;
+                out.emit(json!({"path": path, "aversion": s.aversion}), format!("aversion {}", s.aversion));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuthCmd {
+    /// Add a password user; the password comes from BATON_NEW_PASSWORD or
+    /// the first line of stdin.
+    AddUser {
+        /// The user's name (its identity is `user:NAME`).
+        name: String,
+    },
+    /// Remove a password user.
+    RemoveUser {
+        /// The user's name.
+        name: String,
+    },
+    /// List password users.
+    ListUsers,
+    /// Print this client's identities.
+    Whoami,
+}
+
+impl AuthCmd {
+    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        match self {
+            AuthCmd::AddUser { name } => {
+                c.add_user(&name, &new_password()?).await?;
+                out.emit(json!({"user": name, "added": true}), format!("user {name} added"));
+            }
+            AuthCmd::RemoveUser { name } => {
+                c.remove_user(&name).await?;
+                out.emit(json!({"user": name, "removed": true}), format!("user {name} removed"));
+            }
+            AuthCmd::ListUsers => {
+                let users = c.list_users().await?;
+                out.emit(json!({"users": users}), users.join("\n"));
+            }
+            AuthCmd::Whoami => {
+                let ids = c.whoami().await?;
+                out.emit(json!({"identities": ids}), ids.join("\n"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// BATON_NEW_PASSWORD, or the first line of stdin.
+fn new_password() -> anyhow::Result<String> {
+    let password = match std::env::var("BATON_NEW_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    if password.is_empty() {
+        return Err(crate::usage("no password (BATON_NEW_PASSWORD or a line on stdin)"));
+    }
+    Ok(password)
+}

@@ -1,0 +1,452 @@
+//! The `baton` CLI through its real binary: exit codes, values in and out
+//! (stdin, files, hex, base64, non-UTF-8 through --json), subtrees (ls -R,
+//! rm -r), txn, the lock kinds (--shared, --limit, --nonblock), signals,
+//! failing fast without a cluster, and bench's cleanup. Every cluster
+//! address is given as `localhost:PORT` (host names must work).
+//!
+//! Every `baton` run is bounded ([`RUN_LIMIT`]) and killed past it; every
+//! wait polls a bounded number of times.
+
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_client::{Client, CreateOptions};
+use baton_tests::{baton_bin, distinct_ports, eventually, Cluster};
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+/// The longest one `baton` run may take in these tests.
+const RUN_LIMIT: Duration = Duration::from_secs(20);
+
+/// The cluster's endpoints with host names (`localhost:PORT`).
+fn endpoints(c: &Cluster) -> String {
+    c.endpoints().iter().map(|e| e.replace("127.0.0.1", "localhost")).collect::<Vec<_>>().join(",")
+}
+
+/// `baton --endpoints EPS ARGS`, stderr piped.
+fn command(eps: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(baton_bin());
+    cmd.arg(format!("--endpoints={eps}")).args(args).stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `baton --endpoints EPS ARGS` with `input` on stdin; killed after
+/// [`RUN_LIMIT`].
+fn baton_in(eps: &str, args: &[&str], input: &[u8]) -> Output {
+    let mut child = command(eps, args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn baton");
+    let pid = child.id() as i32;
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    std::thread::spawn(move || stdin.write_all(&input));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(RUN_LIMIT) {
+        Ok(out) => out.expect("wait for baton"),
+        Err(_) => {
+            signal(pid, libc::SIGKILL);
+            panic!("baton {args:?} ran over {RUN_LIMIT:?}");
+        }
+    }
+}
+
+fn baton(eps: &str, args: &[&str]) -> Output {
+    baton_in(eps, args, b"")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Asserts the exit code; returns stdout.
+fn expect(o: Output, code: i32, what: &str) -> String {
+    assert_eq!(o.status.code(), Some(code), "{what}: stdout {:?}, stderr {:?}", stdout(&o), stderr(&o));
+    stdout(&o)
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}"))).collect()
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: signalling a process this test spawned.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// `baton --endpoints EPS ARGS` in the background (stdout discarded).
+fn spawn_baton(eps: &str, args: &[&str]) -> Child {
+    command(eps, args).stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("spawn baton")
+}
+
+/// The exit code of `child` (128+N for signal N), waiting at most `limit`.
+async fn exit_of(child: &mut Child, limit: Duration) -> i32 {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("baton did not exit within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn queue_len(c: &Client, dir: &str) -> usize {
+    c.children(dir).await.map(|k| k.len()).unwrap_or(0)
+}
+
+/// Values in every way, and their exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t10_values_round_trip_and_missing_nodes_exit_4() {
+    let c = Cluster::start(3, &[]).await;
+    let eps = &endpoints(&c);
+    let dir = tempfile::tempdir().expect("tempdir");
+    expect(baton(eps, &["create", "/v", "top"]), 0, "create");
+    // stdin, as DATA `-` and as --file -.
+    expect(baton_in(eps, &["create", "/v/stdin", "-"], b"from stdin\n"), 0, "create -");
+    let got = json_lines(&expect(baton(eps, &["--json", "get", "/v/stdin"]), 0, "get"));
+    assert_eq!(got[0]["data"], "from stdin\n");
+    expect(baton_in(eps, &["set", "/v/stdin", "--file", "-"], b"again"), 0, "set --file -");
+    assert_eq!(expect(baton(eps, &["get", "/v/stdin"]), 0, "get"), "again\n");
+    // A binary file in, the same bytes out; --json never corrupts them.
+    let bytes = [0u8, 0xff, b'\n', 0x80];
+    let (input, output) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
+    std::fs::write(&input, bytes).expect("write");
+    expect(baton(eps, &["create", "/v/bin", "--file", input.to_str().unwrap()]), 0, "create --file");
+    expect(baton(eps, &["get", "/v/bin", "--file", output.to_str().unwrap()]), 0, "get --file");
+    assert_eq!(std::fs::read(&output).expect("read"), bytes);
+    let got = json_lines(&expect(baton(eps, &["--json", "get", "/v/bin"]), 0, "get --json"));
+    assert_eq!(got[0]["data_base64"], "AP8KgA==", "{got:?}");
+    assert!(got[0].get("data").is_none(), "a non-UTF-8 value as `data`: {got:?}");
+    // Hex and base64, in and out.
+    assert_eq!(expect(baton(eps, &["get", "/v/bin", "--hex"]), 0, "get --hex"), "00ff0a80\n");
+    expect(baton(eps, &["set", "/v/bin", "--hex", "deadbeef"]), 0, "set --hex");
+    assert_eq!(expect(baton(eps, &["get", "/v/bin", "--base64"]), 0, "get --base64"), "3q2+7w==\n");
+    expect(baton_in(eps, &["set", "/v/bin", "--base64", "-"], b"AP8KgA==\n"), 0, "set --base64 -");
+    assert_eq!(expect(baton(eps, &["get", "/v/bin", "--hex"]), 0, "get --hex"), "00ff0a80\n");
+    let got = json_lines(&expect(baton(eps, &["--json", "get", "/v/bin", "--hex"]), 0, "get --json --hex"));
+    assert_eq!(got[0]["data_hex"], "00ff0a80");
+    expect(baton(eps, &["set", "/v/bin", "--hex", "zz"]), 2, "undecodable --hex");
+    // Not found: 4, from every command that reads or changes a node.
+    for args in [
+        &["get", "/nope"][..],
+        &["set", "/nope", "x"],
+        &["rm", "/nope"],
+        &["rm", "-r", "/nope"],
+        &["ls", "/nope"],
+        &["ls", "-R", "/nope"],
+        &["stat", "/nope"],
+    ] {
+        expect(baton(eps, args), 4, &format!("{args:?} on a missing node"));
+    }
+    // Refused by the server: 1. A bad path: 2.
+    expect(baton(eps, &["create", "/v", "again"]), 1, "create an existing node");
+    expect(baton(eps, &["set", "/v", "x", "--version", "9"]), 1, "set at a wrong version");
+    expect(baton(eps, &["get", "v"]), 2, "a relative path");
+}
+
+/// stat's readable times and owner; ls -R, ls --stat, rm -r; txn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t20_subtrees_stat_and_txn() {
+    let c = Cluster::start(3, &[]).await;
+    let eps = &endpoints(&c);
+    for p in ["/t/a/b", "/t/c"] {
+        expect(baton(eps, &["create", p, "--parents"]), 0, "create --parents");
+    }
+    let tree = expect(baton(eps, &["ls", "-R", "/t"]), 0, "ls -R");
+    assert_eq!(tree.lines().collect::<Vec<_>>(), ["/t", "/t/a", "/t/a/b", "/t/c"]);
+    let paths: Vec<_> = json_lines(&expect(baton(eps, &["--json", "ls", "-R", "/t"]), 0, "ls -R --json"))
+        .iter()
+        .map(|v| v["path"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(paths, ["/t", "/t/a", "/t/a/b", "/t/c"]);
+    let long = expect(baton(eps, &["ls", "--stat", "/t"]), 0, "ls --stat");
+    assert!(long.lines().next().unwrap_or_default().starts_with("VERSION"), "{long}");
+    assert!(long.lines().nth(1).unwrap_or_default().ends_with(" a") && long.lines().count() == 3, "{long}");
+    // An ephemeral node: stat shows its owner in hex and readable times.
+    let owner = c.client().await;
+    owner.create("/t/eph", "x", CreateOptions::ephemeral()).await.expect("create");
+    let stat = expect(baton(eps, &["stat", "/t/eph"]), 0, "stat");
+    assert!(stat.contains(&format!("ephemeral_owner = {:#x}", owner.session_id())), "{stat}");
+    let ctime = stat.lines().find(|l| l.starts_with("ctime = ")).expect("ctime line");
+    let (utc, ms) = ctime["ctime = ".len()..].split_once(' ').expect("time and ms");
+    assert!(is_rfc3339(utc) && ms.ends_with(" ms)"), "{ctime}");
+    let j = json_lines(&expect(baton(eps, &["--json", "stat", "/t/eph"]), 0, "stat --json"));
+    assert!(is_rfc3339(j[0]["stat"]["mtime_utc"].as_str().unwrap_or_default()), "{j:?}");
+    assert_eq!(j[0]["stat"]["ephemeral_owner"], owner.session_id());
+    // rm -r: the whole subtree, children first (another session's
+    // ephemeral node included); rm -r / is refused.
+    let out = json_lines(&expect(baton(eps, &["--json", "rm", "-r", "/t"]), 0, "rm -r"));
+    assert_eq!(out[0]["nodes"], 5, "{out:?}");
+    assert_eq!(owner.exists("/t").await.expect("exists"), None);
+    expect(baton(eps, &["rm", "-r", "/"]), 2, "rm -r /");
+    // txn: all applied, each result printed.
+    let ops =
+        ["create /x/a 1 --parents", "set /x/a 2 --version 0", "check /x/a --version 1", "create /x/s- --sequential"];
+    let text = expect(baton(eps, &[&["txn"][..], &ops].concat()), 0, "txn");
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines[..3], ["created /x/a", "set /x/a version 1", "checked /x/a"], "{text}");
+    assert!(lines[3].starts_with("created /x/s-") && lines[3].len() == "created /x/s-".len() + 10, "{text}");
+    // A failing op: named, nothing applied, the exit code of its error.
+    let out = baton(eps, &["txn", "create /x/b 1", "set /x/a 3 --version 9"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("txn op 2 of 2 `set /x/a 3 --version 9` failed"), "{}", stderr(&out));
+    assert_eq!(owner.exists("/x/b").await.expect("exists"), None, "a refused txn was applied in part");
+    expect(baton_in(eps, &["txn"], b"# from stdin\ncreate /x/c\n\nrm /nope\n"), 4, "txn op on a missing node");
+    let out = baton_in(eps, &["--json", "txn"], b"create /x/c 'a b'\nrm /x/c\n");
+    let lines = json_lines(&expect(out, 0, "txn from stdin"));
+    assert_eq!((lines[0]["op"].as_str(), lines[1]["op"].as_str()), (Some("create"), Some("rm")));
+    expect(baton(eps, &["txn", "create /x/d --bogus"]), 2, "a malformed op");
+    owner.close().await.expect("close");
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+fn is_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
+    b.len() == 24
+        && digits(0..4)
+        && digits(5..7)
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && digits(14..16)
+        && digits(17..19)
+        && digits(20..23)
+        && b[23] == b'Z'
+}
+
+/// Shell script: touch `mine`, then wait (up to 10 s) for `other` to
+/// exist; exit 0 if it did, 9 if not.
+fn meet(dir: &Path, mine: &str, other: &str) -> String {
+    let (m, o) = (dir.join(mine), dir.join(other));
+    format!("touch {m:?}; for i in $(seq 200); do [ -e {o:?} ] && exit 0; sleep 0.05; done; exit 9")
+}
+
+/// --shared holders together; --limit 2 admits two and queues a third;
+/// --nonblock and --timeout exit 7; SIGTERM ends a wait (143, no node left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t30_lock_kinds_nonblock_and_signals() {
+    let c = Cluster::start(3, &[]).await;
+    let eps = &endpoints(&c);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let watcher = c.client().await;
+    // Two --shared holders at once: each waits for the other inside.
+    let mut readers = [meet(d, "r1", "r2"), meet(d, "r2", "r1")]
+        .map(|s| spawn_baton(eps, &["lock", "--shared", "rw", "--", "sh", "-c", &s]));
+    for r in &mut readers {
+        assert_eq!(exit_of(r, SECS(15)).await, 0, "the --shared holders did not hold together");
+    }
+    // A writer holds: a --shared try fails at once with 7.
+    let writer = watcher.write_lock("rw").await.expect("write lock");
+    let t = Instant::now();
+    expect(baton(eps, &["lock", "--shared", "rw", "--nonblock", "--", "true"]), 7, "--shared -n under a writer");
+    assert!(t.elapsed() < SECS(5), "--nonblock waited {:?}", t.elapsed());
+    writer.release().await.expect("release");
+    expect(baton(eps, &["lock", "--shared", "rw", "-n", "--", "true"]), 0, "--shared -n on a free lock");
+    // --limit 2: two holders; a third is refused (-n, --timeout), or waits.
+    let mut holders = [meet(d, "p1", "release"), meet(d, "p2", "release")]
+        .map(|s| spawn_baton(eps, &["lock", "--limit", "2", "pool", "--", "sh", "-c", &s]));
+    eventually(SECS(10), "two permits held", || async {
+        (d.join("p1").exists() && d.join("p2").exists()).then_some(())
+    })
+    .await;
+    expect(baton(eps, &["lock", "--limit", "2", "pool", "-n", "--", "true"]), 7, "a third permit, -n");
+    let t = Instant::now();
+    expect(baton(eps, &["lock", "--limit", "2", "pool", "--timeout", "500ms", "--", "true"]), 7, "--timeout");
+    assert!(t.elapsed() >= Duration::from_millis(500), "gave up early");
+    let third_ran = d.join("p3");
+    let mut third = spawn_baton(eps, &["lock", "--limit", "2", "pool", "--", "touch", third_ran.to_str().unwrap()]);
+    eventually(SECS(5), "the third waits in the queue", || async {
+        (queue_len(&watcher, "/_baton/semaphores/pool").await == 3).then_some(())
+    })
+    .await;
+    assert!(!third_ran.exists(), "a third holder ran while two held");
+    std::fs::write(d.join("release"), "").expect("release");
+    for h in holders.iter_mut().chain([&mut third]) {
+        assert_eq!(exit_of(h, SECS(15)).await, 0);
+    }
+    assert!(third_ran.exists(), "the third never ran");
+    // The mutex: -n exits 7 while held; SIGTERM ends a waiter with 143
+    // and leaves no node behind.
+    let held = watcher.lock("m").await.expect("lock");
+    expect(baton(eps, &["lock", "m", "-n", "--", "true"]), 7, "-n on a held lock");
+    let mut waiter = spawn_baton(eps, &["lock", "m", "--", "true"]);
+    eventually(SECS(5), "the waiter queued", || async {
+        (queue_len(&watcher, "/_baton/locks/m").await == 2).then_some(())
+    })
+    .await;
+    signal(waiter.id() as i32, libc::SIGTERM);
+    assert_eq!(exit_of(&mut waiter, SECS(10)).await, 143, "SIGTERM while waiting");
+    eventually(SECS(5), "the waiter's node gone", || async {
+        (queue_len(&watcher, "/_baton/locks/m").await == 1).then_some(())
+    })
+    .await;
+    held.release().await.expect("release");
+    expect(baton(eps, &["--json", "lock", "m", "--", "true"]), 2, "--json with lock");
+    watcher.close().await.expect("close");
+}
+
+/// bench: lock-uncontended runs one client by default; no run leaves
+/// /bench-* nodes or bench-* locks behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t40_bench_defaults_and_cleanup() {
+    let c = Cluster::start(3, &[]).await;
+    let eps = &endpoints(&c);
+    let out = expect(baton(eps, &["--json", "bench", "lock-uncontended", "--duration", "300ms"]), 0, "bench");
+    let r = json_lines(&out);
+    assert_eq!(r[0]["clients"], 1, "{out}");
+    assert!(r[0]["ops"].as_u64().unwrap_or(0) > 0, "{out}");
+    for w in ["create", "lock-contended", "lock-independent"] {
+        expect(baton(eps, &["bench", w, "--clients", "3", "--duration", "300ms"]), 0, w);
+    }
+    // Interrupted: the partial figures, exit 130, and still no leftovers.
+    let mut run = spawn_baton(eps, &["bench", "create", "--clients", "2", "--duration", "30s"]);
+    let cl = c.client().await;
+    eventually(SECS(10), "the bench running", || async {
+        let kids = cl.children("/").await.ok()?;
+        kids.iter().any(|k| k.starts_with("bench-")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(run.id() as i32, libc::SIGINT);
+    assert_eq!(exit_of(&mut run, SECS(30)).await, 130);
+    let left: Vec<String> =
+        cl.children("/").await.expect("ls /").into_iter().filter(|k| k.starts_with("bench-")).collect();
+    assert!(left.is_empty(), "bench left {left:?}");
+    let locks = cl.children("/_baton/locks").await.unwrap_or_default();
+    assert!(!locks.iter().any(|k| k.starts_with("bench-")), "bench left locks {locks:?}");
+    expect(baton(eps, &["bench", "lock-uncontended", "--clients", "4"]), 2, "lock-uncontended with 4 clients");
+    cl.close().await.expect("close");
+}
+
+/// Without a cluster: malformed endpoints are usage errors at once;
+/// unreachable ones are each listed with why (exit 5, within the dial
+/// timeout); a member that accepts but never answers fails within
+/// --command-timeout, every endpoint's state listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t50_fail_fast_and_clearly_without_a_cluster() {
+    for bad in ["foo", "localhost:99999", "localhost:0", "http://localhost:7101", "::1:7101", ""] {
+        let t = Instant::now();
+        let out = baton(bad, &["get", "/x"]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("HOST:PORT") || stderr(&out).contains("port"), "{bad:?}: {}", stderr(&out));
+        assert!(t.elapsed() < SECS(2), "{bad:?} took {:?}", t.elapsed());
+    }
+    let ports = distinct_ports(3);
+    let dead = [format!("127.0.0.1:{}", ports[0]), format!("localhost:{}", ports[1])];
+    let t = Instant::now();
+    let out = baton(&dead.join(","), &["get", "/x"]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(dead.iter().all(|e| err.contains(e.as_str())) && err.contains("refused"), "{err}");
+    assert_eq!(err.matches("no member answered").count(), 1, "printed more than once: {err}");
+    assert!(t.elapsed() < SECS(3), "took {:?}", t.elapsed());
+    // Accepts connections, never answers.
+    let silent = tokio::net::TcpListener::bind(("127.0.0.1", ports[2])).await.expect("bind");
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            conns.push(s);
+        }
+    });
+    let eps = format!("127.0.0.1:{},{}", ports[2], dead[0]);
+    let t = Instant::now();
+    let out = baton(&eps, &["--dial-timeout", "300ms", "--command-timeout", "1s", "get", "/x"]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("each endpoint now") && err.contains(&dead[0]) && err.contains(&format!(":{}", ports[2])),
+        "{err}"
+    );
+    assert!(t.elapsed() < SECS(5), "--command-timeout 1s took {:?}", t.elapsed());
+    held.abort();
+}
+
+/// `baton watch` in the background with stdout piped to a file; returns
+/// the child and the file.
+/// Waits until it says (on stderr) that the watch is registered.
+async fn spawn_watch(eps: &str, args: &[&str], dir: &Path, name: &str) -> (Child, std::path::PathBuf) {
+    let file = dir.join(name);
+    let err_file = dir.join(format!("{name}.err"));
+    let out = std::fs::File::create(&file).expect("watch output file");
+    let err = std::fs::File::create(&err_file).expect("watch stderr file");
+    let child = command(eps, args).stdin(Stdio::null()).stdout(out).stderr(err).spawn().expect("spawn baton watch");
+    eventually(SECS(10), "the watch to be registered", || async {
+        std::fs::read_to_string(&err_file).unwrap_or_default().contains("watching").then_some(())
+    })
+    .await;
+    (child, file)
+}
+
+/// `baton watch`: each change once, the changed node named, values on
+/// data events (non-UTF-8 ones as base64 in --json), deeper nodes only with
+/// --recursive, SIGTERM a clean stop (exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t60_watch_names_each_change_once_with_its_value() {
+    let c = Cluster::start(3, &[]).await;
+    let eps = endpoints(&c);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut flat, flat_out) = spawn_watch(&eps, &["--json", "watch", "/w"], dir.path(), "flat").await;
+    let (mut deep, deep_out) = spawn_watch(&eps, &["--json", "watch", "/w", "--recursive"], dir.path(), "deep").await;
+    // Both registered before the changes: the first change shows in both.
+    let client = c.client().await;
+    client.create("/w", "top", CreateOptions::persistent()).await.expect("create /w");
+    eventually(SECS(10), "both watches to see /w", || async {
+        let seen = |f: &Path| std::fs::read_to_string(f).unwrap_or_default().contains("\"/w\"");
+        (seen(&flat_out) && seen(&deep_out)).then_some(())
+    })
+    .await;
+    client.create("/w/kid", vec![0xffu8, 0x00], CreateOptions::persistent()).await.expect("create kid");
+    client.create("/w/kid/deep", "d", CreateOptions::persistent()).await.expect("create deep");
+    client.delete("/w/kid/deep", None).await.expect("delete deep");
+    client.set("/w", "top2", None).await.expect("set /w");
+    client.delete("/w/kid", None).await.expect("delete kid");
+    client.delete("/w", None).await.expect("delete /w");
+    let want_flat = 5;
+    eventually(SECS(10), "the flat watch to print every change", || async {
+        (std::fs::read_to_string(&flat_out).unwrap_or_default().lines().count() >= want_flat).then_some(())
+    })
+    .await;
+    eventually(SECS(10), "the recursive watch to print every change", || async {
+        (std::fs::read_to_string(&deep_out).unwrap_or_default().lines().count() >= want_flat + 2).then_some(())
+    })
+    .await;
+    for child in [&mut flat, &mut deep] {
+        signal(child.id() as i32, libc::SIGTERM);
+        assert_eq!(exit_of(child, SECS(10)).await, 0, "SIGTERM must stop a watch cleanly");
+    }
+    let flat = json_lines(&std::fs::read_to_string(&flat_out).expect("flat output"));
+    let seen: Vec<(String, String)> = flat
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap_or("").to_string(), e["path"].as_str().unwrap_or("").to_string()))
+        .collect();
+    let pair = |t: &str, p: &str| (t.to_string(), p.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            pair("NODE_CREATED", "/w"),
+            pair("NODE_CREATED", "/w/kid"),
+            pair("NODE_DATA_CHANGED", "/w"),
+            pair("NODE_DELETED", "/w/kid"),
+            pair("NODE_DELETED", "/w"),
+        ],
+        "each change once, deeper ones left out"
+    );
+    assert_eq!(flat[0]["data"], "top");
+    assert_eq!(flat[1]["data_base64"], "/wA=", "a non-UTF-8 value is base64 in --json");
+    assert_eq!(flat[2]["data"], "top2");
+    let deep = json_lines(&std::fs::read_to_string(&deep_out).expect("deep output"));
+    let deep_paths: Vec<&str> = deep.iter().filter_map(|e| e["path"].as_str()).collect();
+    assert_eq!(deep_paths, ["/w", "/w/kid", "/w/kid/deep", "/w/kid/deep", "/w", "/w/kid", "/w"]);
+}
