@@ -14,22 +14,16 @@
 //! lock not acquired exits [`EXIT_NOT_ACQUIRED`] without running the
 //! command. SIGINT and SIGTERM end the wait. Every exit closes the session,
 //! so a waiter's node or a hold goes at once rather than after a session
-//! timeout.
-//!
-//! Stopgaps until the client library has them (see `Hold`): the library
-//! has no non-blocking or verifying calls for read-write locks and
-//! semaphores, so `--nonblock` with `--shared`/`--write`/`--limit` reads the
-//! queue (the rules in docs/recipes.md) and `verify` looks for this
-//! session's node; `--on-suspend wait` uses the session state directly.
+//! timeout. `--nonblock` is each recipe's `try_*` call; the checks after
+//! the command (`verify`) and `--on-suspend wait` (`may_be_taken`) are the
+//! guards' own.
 
 use std::time::Duration;
 
-use baton_client::recipes::RECIPE_ROOT;
-use baton_client::{Client, LockGuard, Permit, RwGuard, SessionState, Stat};
+use baton_client::{Client, LockGuard, Permit, RwGuard, SessionState};
 use clap::Args;
 
 use crate::conn::Conn;
-use crate::node::stats_of;
 use crate::signal::Interrupts;
 use crate::supervise::{OnSuspend, Supervised};
 use crate::{parse_duration, Fail};
@@ -37,10 +31,6 @@ use crate::{parse_duration, Fail};
 /// How long releasing may take once the command ended (the session is
 /// closed right after anyway).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
-/// `--nonblock` on a queue recipe: how often, and how many times, to look
-/// for this session's node while its creation is under way.
-const PROBE_PAUSE: Duration = Duration::from_millis(20);
-const PROBE_TRIES: usize = 500;
 
 const LOCK_HELP: &str = "\
 A plain lock, a read-write lock (--shared, --write) and a semaphore (--limit) are separate
@@ -93,16 +83,6 @@ enum Kind {
 }
 
 impl Kind {
-    /// Where the recipe queues its nodes.
-    fn dir(self, name: &str) -> String {
-        let kind = match self {
-            Kind::Mutex => "locks",
-            Kind::Read | Kind::Write => "rwlocks",
-            Kind::Permits(_) => "semaphores",
-        };
-        format!("{RECIPE_ROOT}/{kind}/{name}")
-    }
-
     /// Waits for a hold.
     async fn acquire(self, c: &Client, name: &str) -> baton_client::Result<Guard> {
         Ok(match self {
@@ -113,14 +93,14 @@ impl Kind {
         })
     }
 
-    /// Whether the node at `me` in the sorted queue must wait (the rules of
-    /// docs/recipes.md).
-    fn blocked(self, queue: &[String], me: usize) -> bool {
-        match self {
-            Kind::Mutex | Kind::Write => me > 0,
-            Kind::Read => queue[..me].iter().any(|n| n.starts_with("write-")),
-            Kind::Permits(n) => me >= n,
-        }
+    /// A hold if one is free now (nothing is left queued otherwise).
+    async fn try_acquire(self, c: &Client, name: &str) -> baton_client::Result<Option<Guard>> {
+        Ok(match self {
+            Kind::Mutex => c.try_lock(name).await?.map(Guard::Mutex),
+            Kind::Read => c.try_read_lock(name).await?.map(Guard::Rw),
+            Kind::Write => c.try_write_lock(name).await?.map(Guard::Rw),
+            Kind::Permits(n) => c.try_acquire_permit(name, n).await?.map(Guard::Permit),
+        })
     }
 
     fn describe(self, name: &str) -> String {
@@ -140,16 +120,9 @@ enum Guard {
     Permit(Permit),
 }
 
-/// A held lock, with what is needed to check it.
-struct Hold {
-    guard: Guard,
-    client: Client,
-    dir: String,
-}
-
-impl Hold {
+impl Guard {
     fn token(&self) -> u64 {
-        match &self.guard {
+        match self {
             Guard::Mutex(g) => g.fencing_token(),
             Guard::Rw(g) => g.fencing_token(),
             Guard::Permit(p) => p.fencing_token(),
@@ -158,25 +131,27 @@ impl Hold {
 
     /// Resolves when the hold must be given up under `policy`.
     async fn lost(&self, policy: OnSuspend) -> SessionState {
-        match (policy, &self.guard) {
+        match (policy, self) {
             (OnSuspend::Kill, Guard::Mutex(g)) => g.lost().await,
             (OnSuspend::Kill, Guard::Rw(g)) => g.lost().await,
             (OnSuspend::Kill, Guard::Permit(p)) => p.lost().await,
             (OnSuspend::Wait, Guard::Mutex(g)) => g.may_be_taken().await,
-            (OnSuspend::Wait, _) => may_be_taken(&self.client).await,
+            (OnSuspend::Wait, Guard::Rw(g)) => g.may_be_taken().await,
+            (OnSuspend::Wait, Guard::Permit(p)) => p.may_be_taken().await,
         }
     }
 
     /// Asks the cluster whether this session still holds.
     async fn verify(&self) -> baton_client::Result<bool> {
-        match &self.guard {
+        match self {
             Guard::Mutex(g) => g.verify().await,
-            _ => holds_in_queue(&self.client, &self.dir, self.token()).await,
+            Guard::Rw(g) => g.verify().await,
+            Guard::Permit(p) => p.verify().await,
         }
     }
 
     async fn release(self) -> baton_client::Result<()> {
-        match self.guard {
+        match self {
             Guard::Mutex(g) => g.release().await,
             Guard::Rw(g) => g.release().await,
             Guard::Permit(p) => p.release().await,
@@ -213,7 +188,7 @@ impl Lock {
     }
 
     /// Waits as the flags say; SIGINT or SIGTERM end the wait.
-    async fn acquire(&self, c: &Client, kind: Kind, what: &str) -> anyhow::Result<Hold> {
+    async fn acquire(&self, c: &Client, kind: Kind, what: &str) -> anyhow::Result<Guard> {
         let wait = if self.nonblock { Some(Duration::ZERO) } else { self.timeout };
         let mut interrupts = Interrupts::new()?;
         let guard = tokio::select! {
@@ -227,7 +202,7 @@ impl Lock {
             };
             return Err(Fail::NotAcquired(why).into());
         };
-        Ok(Hold { guard, client: c.clone(), dir: kind.dir(&self.name) })
+        Ok(guard)
     }
 }
 
@@ -237,91 +212,10 @@ impl Lock {
 async fn acquire_within(c: &Client, kind: Kind, name: &str, wait: Option<Duration>) -> anyhow::Result<Option<Guard>> {
     match (wait, kind) {
         (None, _) => Ok(Some(kind.acquire(c, name).await?)),
-        (Some(t), Kind::Mutex) if t.is_zero() => Ok(c.try_lock(name).await?.map(Guard::Mutex)),
-        (Some(t), _) if t.is_zero() => {
-            let dir = kind.dir(name);
-            tokio::select! {
-                g = kind.acquire(c, name) => Ok(Some(g?)),
-                blocked = wait_blocked(c, kind, &dir) => blocked.map(|()| None),
-            }
-        }
+        (Some(t), _) if t.is_zero() => Ok(kind.try_acquire(c, name).await?),
         (Some(t), _) => match tokio::time::timeout(t, kind.acquire(c, name)).await {
             Ok(g) => Ok(Some(g?)),
             Err(_) => Ok(None),
         },
-    }
-}
-
-/// Resolves once this session's node is in `dir`'s queue behind a node it
-/// must wait for; never resolves if it is not (the acquire then completes).
-async fn wait_blocked(c: &Client, kind: Kind, dir: &str) -> anyhow::Result<()> {
-    for _ in 0..PROBE_TRIES {
-        let queue = queue(c, dir).await?;
-        if let Some(me) = queue.iter().position(|(_, s)| s.ephemeral_owner == c.session_id()) {
-            let names: Vec<String> = queue.into_iter().map(|(n, _)| n).collect();
-            if kind.blocked(&names, me) {
-                return Ok(());
-            }
-            return std::future::pending().await;
-        }
-        tokio::time::sleep(PROBE_PAUSE).await;
-    }
-    anyhow::bail!("this session's node did not appear in {dir}")
-}
-
-/// `dir`'s queue in order (sequence number), each node with its name and
-/// stat; nodes gone meanwhile left out.
-async fn queue(c: &Client, dir: &str) -> baton_client::Result<Vec<(String, Stat)>> {
-    let mut names = match c.children(dir).await {
-        Ok(k) => k,
-        Err(e) if e.is_no_node() => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    // `<prefix><attempt>-<10-digit sequence number>`
-    names.sort_by_key(|n| (n.get(n.len().saturating_sub(10)..).and_then(|s| s.parse::<u64>().ok()), n.clone()));
-    let nodes = stats_of(c, dir, names).await?;
-    Ok(nodes.into_iter().map(|n| (n.path.rsplit('/').next().unwrap_or_default().to_string(), n.stat)).collect())
-}
-
-/// Whether this session's node with creation index `token` is still in
-/// `dir` (linearizable reads).
-async fn holds_in_queue(c: &Client, dir: &str, token: u64) -> baton_client::Result<bool> {
-    if *c.state().borrow() == SessionState::Expired {
-        return Ok(false);
-    }
-    let q = queue(c, dir).await?;
-    Ok(q.iter().any(|(_, s)| s.czxid == token && s.ephemeral_owner == c.session_id()))
-}
-
-/// Resolves when another session may hold what this one holds: it expired,
-/// or stayed suspended for as long as the cluster may take to expire it
-/// (what the library's `LockGuard::may_be_taken` does, for the guards that
-/// lack it).
-async fn may_be_taken(c: &Client) -> SessionState {
-    let mut st = c.state();
-    loop {
-        let now = *st.borrow_and_update();
-        let expiry = match now {
-            SessionState::Expired => return now,
-            SessionState::Connected => None,
-            SessionState::Suspended => Some(tokio::time::Instant::from_std(c.may_be_lost_at().await)),
-        };
-        let expired = async {
-            match expiry {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            changed = st.changed() => if changed.is_err() {
-                return SessionState::Expired;
-            },
-            () = expired => {
-                let s = *st.borrow();
-                if s != SessionState::Connected {
-                    return s;
-                }
-            }
-        }
     }
 }

@@ -11,13 +11,16 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use baton_proto::{member_change_req::Kind, request, response, MemberChangeReq, MemberInfo, MembersResp, Response};
+use baton_proto::{member_change_req::Kind, request, response, MemberChangeReq, Response};
 
 use baton_proto::ErrorCode;
 
 use crate::{session, ClientConfig, Error, ErrorKind, Result, StatusResp};
 
 pub use baton_proto::member_change_req::Kind as ChangeKind;
+/// The configuration and one member's entry in it (wire types: see the
+/// module doc).
+pub use baton_proto::{MemberInfo, MembersResp};
 
 /// How long one member has to answer one call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);

@@ -231,3 +231,25 @@ async fn c40_leader_selector_takes_turns_with_growing_tokens() {
     assert_eq!(client.leader("jobs").await.expect("leader"), None, "closed selectors left a leader");
     let _ = Client::close(&client).await;
 }
+
+#[tokio::test]
+async fn c50_non_blocking_acquires_leave_nothing_queued() {
+    let c = Cluster::start(3, &[]).await;
+    let (a, b) = (c.client().await, c.client().await);
+    let r1 = a.try_read_lock("doc").await.expect("try_read_lock").expect("a free read lock");
+    let r2 = b.try_read_lock("doc").await.expect("try_read_lock").expect("readers share");
+    assert!(r1.verify().await.expect("verify") && r2.verify().await.expect("verify"));
+    let w = c.client().await;
+    assert!(w.try_write_lock("doc").await.expect("try_write_lock").is_none(), "a writer got in past readers");
+    assert_eq!(w.children("/_baton/rwlocks/doc").await.expect("ls").len(), 2, "a failed try left its node");
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    let wl = w.try_write_lock("doc").await.expect("try_write_lock").expect("free now");
+    assert!(wl.is_write());
+
+    let p = a.try_acquire_permit("pool", 1).await.expect("try_acquire_permit").expect("a free permit");
+    assert!(b.try_acquire_permit("pool", 1).await.expect("try_acquire_permit").is_none());
+    assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
+    assert!(b.try_acquire_permit("pool", 2).await.expect("try_acquire_permit").is_some(), "two permits admit two");
+    p.release().await.expect("release");
+}

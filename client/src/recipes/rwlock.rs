@@ -7,9 +7,9 @@
 //! when it is first and waits for its immediate predecessor. Readers that
 //! arrive after a waiting writer queue behind it: no writer starvation.
 
-use super::lock::{wait_first, Blocker, HeldMark};
-use super::queue::{delete_own, enqueue, recipe_dir, session_lost, QueueNode};
-use crate::{Client, Result, SessionState};
+use super::lock::{still_mine, wait_first, Blocker, HeldMark};
+use super::queue::{delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, QueueNode};
+use crate::{Client, Error, Result, SessionState};
 
 const READ: &str = "read-";
 const WRITE: &str = "write-";
@@ -34,6 +34,17 @@ impl RwGuard {
     /// Resolves when the hold is in doubt or gone (Suspended or Expired).
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
+    }
+    /// Resolves when someone else may hold it: the session expired, or went
+    /// a whole session timeout without proof of life (see
+    /// [`crate::LockGuard::may_be_taken`]).
+    pub async fn may_be_taken(&self) -> SessionState {
+        may_be_taken(&self.node.client).await
+    }
+    /// Asks the cluster (linearizable read) whether this is still held:
+    /// its node exists and belongs to this session.
+    pub async fn verify(&self) -> Result<bool> {
+        still_mine(&self.node).await
     }
     /// Releases it; the next waiter(s) go.
     pub async fn release(mut self) -> Result<()> {
@@ -61,12 +72,48 @@ impl Client {
         self.rw_lock(name, true).await
     }
 
+    /// A read hold of `name` if one is free now (no writer holds or waits
+    /// ahead); `None` otherwise (nothing is left queued).
+    pub async fn try_read_lock(&self, name: &str) -> Result<Option<RwGuard>> {
+        self.try_rw_lock(name, false).await
+    }
+
+    /// The write hold of `name` if it is free now; `None` otherwise.
+    pub async fn try_write_lock(&self, name: &str) -> Result<Option<RwGuard>> {
+        self.try_rw_lock(name, true).await
+    }
+
     async fn rw_lock(&self, name: &str, write: bool) -> Result<RwGuard> {
+        let (dir, held, node) = self.rw_enqueue(name, write).await?;
+        wait_first(self, &dir, &node, Some(blocker(write))).await?;
+        Ok(RwGuard { node, write, _held: held })
+    }
+
+    async fn try_rw_lock(&self, name: &str, write: bool) -> Result<Option<RwGuard>> {
+        let (dir, held, mut node) = self.rw_enqueue(name, write).await?;
+        let kids = sorted_children(self, &dir).await?;
+        let me = kids.iter().position(|k| *k == node.name).ok_or(Error::SessionExpired)?;
+        if blocker(write)(&kids, me).is_none() {
+            return Ok(Some(RwGuard { node, write, _held: held }));
+        }
+        node.disarm();
+        delete_own(self, &node.path).await?;
+        Ok(None)
+    }
+
+    async fn rw_enqueue(&self, name: &str, write: bool) -> Result<(String, HeldMark, QueueNode)> {
         let dir = recipe_dir("rwlocks", name)?;
         let held = HeldMark::take(self, "rwlock", name)?;
         let node = enqueue(self, &dir, if write { WRITE } else { READ }, Vec::new()).await?;
-        let ahead: &Blocker = if write { &predecessor } else { &nearest_writer_ahead };
-        wait_first(self, &dir, &node, Some(ahead)).await?;
-        Ok(RwGuard { node, write, _held: held })
+        Ok((dir, held, node))
+    }
+}
+
+/// Whom a reader or a writer waits for.
+fn blocker(write: bool) -> &'static Blocker {
+    if write {
+        &predecessor
+    } else {
+        &nearest_writer_ahead
     }
 }

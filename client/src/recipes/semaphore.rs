@@ -12,8 +12,10 @@
 //! The permit count is the caller's: every participant must pass the same
 //! number (as with Curator's `InterProcessSemaphoreV2`).
 
-use super::lock::HeldMark;
-use super::queue::{delete_own, enqueue, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode};
+use super::lock::{still_mine, HeldMark};
+use super::queue::{
+    delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode,
+};
 use crate::{Client, Error, Result, SessionState};
 
 const PREFIX: &str = "permit-";
@@ -34,6 +36,17 @@ impl Permit {
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
     }
+    /// Resolves when someone else may hold it: the session expired, or went
+    /// a whole session timeout without proof of life (see
+    /// [`crate::LockGuard::may_be_taken`]).
+    pub async fn may_be_taken(&self) -> SessionState {
+        may_be_taken(&self.node.client).await
+    }
+    /// Asks the cluster (linearizable read) whether this is still held:
+    /// its node exists and belongs to this session.
+    pub async fn verify(&self) -> Result<bool> {
+        still_mine(&self.node).await
+    }
     /// Gives the permit back; the next waiter goes.
     pub async fn release(mut self) -> Result<()> {
         self.node.disarm();
@@ -44,12 +57,7 @@ impl Permit {
 impl Client {
     /// Waits for one of `permits` permits of semaphore `name`.
     pub async fn acquire_permit(&self, name: &str, permits: usize) -> Result<Permit> {
-        if permits == 0 {
-            return Err(Error::Invalid("a semaphore needs at least one permit".into()));
-        }
-        let dir = recipe_dir("semaphores", name)?;
-        let held = HeldMark::take(self, "semaphore", name)?;
-        let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
+        let (dir, held, node) = self.permit_enqueue(name, permits).await?;
         loop {
             let kids = sorted_children(self, &dir).await?;
             let Some(me) = kids.iter().position(|k| *k == node.name) else {
@@ -60,5 +68,29 @@ impl Client {
             }
             wait_gone(self, &format!("{dir}/{}", kids[me - permits])).await?;
         }
+    }
+
+    /// One of `permits` permits of `name` if one is free now; `None`
+    /// otherwise (nothing is left queued).
+    pub async fn try_acquire_permit(&self, name: &str, permits: usize) -> Result<Option<Permit>> {
+        let (dir, held, mut node) = self.permit_enqueue(name, permits).await?;
+        let kids = sorted_children(self, &dir).await?;
+        let me = kids.iter().position(|k| *k == node.name).ok_or(Error::SessionExpired)?;
+        if me < permits {
+            return Ok(Some(Permit { node, _held: held }));
+        }
+        node.disarm();
+        delete_own(self, &node.path).await?;
+        Ok(None)
+    }
+
+    async fn permit_enqueue(&self, name: &str, permits: usize) -> Result<(String, HeldMark, QueueNode)> {
+        if permits == 0 {
+            return Err(Error::Invalid("a semaphore needs at least one permit".into()));
+        }
+        let dir = recipe_dir("semaphores", name)?;
+        let held = HeldMark::take(self, "semaphore", name)?;
+        let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
+        Ok((dir, held, node))
     }
 }
