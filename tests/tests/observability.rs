@@ -115,24 +115,23 @@ async fn o10_metrics_health_and_logs() {
     assert_eq!(leaders, 1.0, "exactly one member says it leads");
     // The member the client talks to counted its requests, errors and times.
     eventually(SECS(5), "request metrics", || async {
-        let mut creates = 0.0;
-        let mut no_node = 0.0;
+        let mut total = [0.0; 4];
         for id in 1..=3 {
             let (_, text) = c.http_get(id, "/metrics").await?;
             let s = parse(&text);
-            creates += value(&s, "baton_requests_total", &[("type", "create")]).unwrap_or(0.0);
-            no_node += value(&s, "baton_request_errors_total", &[("type", "get"), ("code", "NO_NODE")]).unwrap_or(0.0);
-            let sum = value(&s, "baton_request_seconds_count", &[("type", "create")]).unwrap_or(0.0);
-            assert!(sum >= value(&s, "baton_requests_total", &[("type", "create")]).unwrap_or(0.0));
+            let count = value(&s, "baton_request_seconds_count", &[("type", "create")]).unwrap_or(0.0);
+            assert!(count >= value(&s, "baton_requests_total", &[("type", "create")]).unwrap_or(0.0));
+            let series: [(&str, &[(&str, &str)]); 4] = [
+                ("baton_requests_total", &[("type", "create")]),
+                ("baton_request_errors_total", &[("type", "get"), ("code", "NO_NODE")]),
+                ("baton_lock_grants_total", &[("kind", "free")]),
+                ("baton_lock_grants_total", &[("kind", "handoff")]),
+            ];
+            for (t, (name, labels)) in total.iter_mut().zip(series) {
+                *t += value(&s, name, labels).unwrap_or(0.0);
+            }
         }
-        let mut free = 0.0;
-        let mut handoff = 0.0;
-        for id in 1..=3 {
-            let (_, text) = c.http_get(id, "/metrics").await?;
-            let s = parse(&text);
-            free += value(&s, "baton_lock_grants_total", &[("kind", "free")]).unwrap_or(0.0);
-            handoff += value(&s, "baton_lock_grants_total", &[("kind", "handoff")]).unwrap_or(0.0);
-        }
+        let [creates, no_node, free, handoff] = total;
         // Every member applies every entry: 3 x (1 free, 1 hand-off).
         (creates >= 21.0 && no_node >= 1.0 && free >= 3.0 && handoff >= 3.0).then_some(())
     })

@@ -208,14 +208,6 @@ impl Driver {
         };
         let Some(rec) = rec else { return };
         self.reported = Some(now);
-        let cmd = Command {
-            origin: self.cfg.id,
-            time_ms: self.wall.at(now),
-            body: Some(command::Body::Member(rec)),
-            ..Default::default()
-        };
-        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
-            debug!("address report not proposed: {e}");
-        }
+        self.propose_own(command::Body::Member(rec), now, "address report");
     }
 }

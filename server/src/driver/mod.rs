@@ -613,16 +613,18 @@ impl Driver {
         };
         let Some(rec) = rec else { return };
         info!(cluster = %rec.cluster_id, joined = ?rec.joined, "proposing the cluster record");
-        let cmd = Command {
-            origin: self.cfg.id,
-            time_ms: self.wall.at(now),
-            body: Some(command::Body::Cluster(rec)),
-            ..Default::default()
-        };
-        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
-            debug!("cluster record not proposed: {e}");
-        }
+        self.propose_own(command::Body::Cluster(rec), now, "cluster record");
         self.cluster_proposed = Some(now);
+    }
+
+    /// Proposes an entry of this member's own (no client waits for it);
+    /// a refusal (no leader, a transfer under way) is only logged: each
+    /// caller proposes again on a later tick.
+    pub(super) fn propose_own(&mut self, body: command::Body, now: Instant, what: &str) {
+        let cmd = Command { origin: self.cfg.id, time_ms: self.wall.at(now), body: Some(body), ..Default::default() };
+        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
+            debug!("{what} not proposed: {e}");
+        }
     }
 
     fn propose_expiry(&mut self, due: Vec<u64>, now: Instant, may_forward: bool) {
@@ -632,15 +634,7 @@ impl Driver {
             return;
         }
         info!(sessions = ?due, "expiring sessions");
-        let cmd = Command {
-            origin: self.cfg.id,
-            time_ms: self.wall.at(now),
-            body: Some(command::Body::Expire(ExpireSessions { session_ids: due })),
-            ..Default::default()
-        };
-        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
-            debug!("expiry not proposed: {e}");
-        }
+        self.propose_own(command::Body::Expire(ExpireSessions { session_ids: due }), now, "expiry");
     }
 
     // ------------------------------------------------------------ ready
