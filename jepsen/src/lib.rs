@@ -10,11 +10,8 @@
 //!   [`runner`]: one test run end to end.
 
 pub mod bench;
-pub mod checks;
 pub mod compare;
 pub mod db;
-pub mod history;
-pub mod linearizability;
 pub mod nemesis;
 pub mod peer_lock;
 pub mod proxy;

@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use baton_checker::Validity;
 use baton_jepsen::bench::{AnyTarget, BenchWorkload};
 use baton_jepsen::compare::{compare, runs_of, CompareOpts};
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::peer_lock::{self, PeerLockOpts};
 use baton_jepsen::runner::{run_test, TestOpts};
 use baton_jepsen::targets::{hold, Kind};
-use baton_jepsen::workloads::{Validity, Workload};
+use baton_jepsen::workloads::Workload;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -134,8 +135,8 @@ fn verdict(r: anyhow::Result<Validity>, out: &std::path::Path) -> i32 {
             println!("results in {}", out.display());
             println!("valid: {}", v.as_str());
             match v {
-                Validity::True => 0,
-                Validity::False => 1,
+                Validity::Valid => 0,
+                Validity::Invalid => 1,
                 Validity::Unknown => 2,
             }
         }

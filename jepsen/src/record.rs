@@ -4,7 +4,7 @@
 //!
 //! Every client a worker uses is handed to [`Run::watch_state`], which
 //! records its session state at once and then every change it sees, as
-//! session-state notes (`crate::history`, module doc). A watcher ends when
+//! session-state notes (`baton_checker::history`, module doc). A watcher ends when
 //! its client's actor is gone, after it recorded `Expired`, or when the
 //! history has been taken (at the latest 2 minutes after the run stopped);
 //! it takes nothing but the state channel, so it never keeps a session
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use baton_client::{Client, ClientConfig, Error, SessionState};
 use serde_json::Value;
 
-use crate::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
+use baton_checker::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
 
 /// How long a state watcher may outlive the stop of the run.
 const WATCH_AFTER_STOP: Duration = Duration::from_secs(120);

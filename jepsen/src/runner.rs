@@ -21,7 +21,9 @@ use tokio::sync::Mutex;
 use crate::db::{locate_bin, Db, DbOpts};
 use crate::nemesis::{self, NemesisKind};
 use crate::record::Run;
-use crate::workloads::{self, CheckResult, Validity, Workload};
+use crate::workloads::{self, Workload};
+use baton_checker::history::FaultWindow;
+use baton_checker::{CheckResult, Validity};
 
 pub struct TestOpts {
     pub workload: Workload,
@@ -144,7 +146,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     let mut results = Vec::new();
     for w in &workloads {
         let r = match w {
-            Workload::Register => crate::checks::register(&history),
+            Workload::Register => workloads::check_register(&history),
             Workload::Lock => workloads::check_lock(&history, &faults, final_counter, o.session_timeout),
             Workload::Election => workloads::check_election(&history, &faults, o.session_timeout),
             Workload::Session => workloads::check_session(&history, leftover.clone()),
@@ -160,7 +162,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         println!("  {:<10} valid: {}  {}", r.checker, r.valid.as_str(), r.stats);
         results.push(r);
     }
-    let valid = results.iter().fold(Validity::True, |v, r| v.and(r.valid));
+    let valid = results.iter().fold(Validity::Valid, |v, r| v.and(r.valid));
     let doc = json!({
         "valid": valid,
         "workload": o.workload.name(),
@@ -200,16 +202,16 @@ async fn read_counter(c: &Client) -> Option<i64> {
 /// The `corrupt` nemesis's verdicts: a member that did not refuse a
 /// damaged data dir with exit code 3 (it started on it, or crashed) is the
 /// anomaly `damaged-data-not-refused` (None: no such faults).
-fn storage_check(faults: &[crate::history::FaultWindow]) -> Option<workloads::CheckResult> {
+fn storage_check(faults: &[FaultWindow]) -> Option<CheckResult> {
     let damaged: Vec<_> = faults.iter().filter(|f| f.kind == "corrupt").collect();
     if damaged.is_empty() {
         return None;
     }
     let served: Vec<_> = damaged.iter().filter(|f| f.detail.contains(crate::nemesis::DAMAGE_NOT_REFUSED)).collect();
     let refused = damaged.iter().filter(|f| f.detail.contains("exit 3")).count();
-    Some(workloads::CheckResult {
+    Some(CheckResult {
         checker: "storage".into(),
-        valid: if served.is_empty() { Validity::True } else { Validity::False },
+        valid: if served.is_empty() { Validity::Valid } else { Validity::Invalid },
         anomalies: served
             .iter()
             .map(|f| json!({"anomaly": "damaged-data-not-refused", "detail": f.detail, "at_ns": f.start}))
