@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::history::{History, OpType, Pair};
-use crate::linearizability::{check_operations, CheckOptions, Model, Operation};
+use crate::linearizability::{check_operations, CheckOptions, Failure, Model, Operation};
 use crate::verdict::{CheckResult, Validity};
 
 /// The register checker's result for `results.json`: linearizability per
@@ -284,54 +284,7 @@ pub fn check_register_history(h: &History, initial: RegisterState) -> Report {
 /// `info` / never-completed ops are indeterminate.
 pub fn check_register_history_with(h: &History, initial: RegisterState, opts: &CheckOptions) -> Report {
     let start = Instant::now();
-    let mut groups: BTreeMap<Option<String>, KeyInput<'_>> = BTreeMap::new();
-    for p in h.pairs() {
-        if !matches!(p.invoke.f.as_str(), "read" | "write" | "cas") {
-            continue;
-        }
-        let g = groups.entry(p.invoke.key.clone()).or_default();
-        match p.outcome() {
-            OpType::Fail => g.failed += 1,
-            OpType::Info | OpType::Invoke if p.invoke.f == "read" => g.info_reads += 1,
-            _ => g.pairs.push(p),
-        }
-    }
-    let inputs: Vec<(Option<String>, KeyInput<'_>)> = groups.into_iter().collect();
-    let n_keys = inputs.len();
-    let threads = if opts.threads == 0 {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-    } else {
-        opts.threads
-    }
-    .clamp(1, n_keys.max(1));
-
-    // Largest keys first, pulled from a shared counter.
-    let mut order: Vec<usize> = (0..n_keys).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].1.pairs.len()));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<(usize, KeyReport)> = std::thread::scope(|s| {
-        let (inputs, order, next) = (&inputs, &order, &next);
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&i) = order.get(k) else { break };
-                        let (key, input) = &inputs[i];
-                        out.push((i, check_register_key(key.clone(), input, initial, opts)));
-                    }
-                    out
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().expect("linearizability worker panicked")).collect()
-    });
-    let mut keys: Vec<Option<KeyReport>> = (0..n_keys).map(|_| None).collect();
-    for (i, r) in results {
-        keys[i] = Some(r);
-    }
-    let keys: Vec<KeyReport> = keys.into_iter().map(|k| k.expect("every key checked")).collect();
+    let keys = check_keys(by_key(h), initial, opts);
     let valid = keys.iter().fold(Validity::Valid, |v, k| v.and(k.valid));
     Report {
         valid,
@@ -347,19 +300,79 @@ pub fn check_register_history_with(h: &History, initial: RegisterState, opts: &C
     }
 }
 
+/// One key's register operations, as recorded.
 #[derive(Default)]
 struct KeyInput<'a> {
+    /// Operations to check: ok and indeterminate writes, cas and reads.
     pairs: Vec<Pair<'a>>,
+    /// Definite failures: no effect, excluded.
     failed: usize,
+    /// Indeterminate reads: no effect, nothing observed, excluded.
     info_reads: usize,
 }
 
-fn check_register_key(
-    key: Option<String>,
-    input: &KeyInput<'_>,
+/// The history's read / write / cas operations, by key, in key order.
+fn by_key(h: &History) -> Vec<(Option<String>, KeyInput<'_>)> {
+    let mut groups: BTreeMap<Option<String>, KeyInput<'_>> = BTreeMap::new();
+    for p in h.pairs() {
+        if !matches!(p.invoke.f.as_str(), "read" | "write" | "cas") {
+            continue;
+        }
+        let g = groups.entry(p.invoke.key.clone()).or_default();
+        match p.outcome() {
+            OpType::Fail => g.failed += 1,
+            OpType::Info | OpType::Invoke if p.invoke.f == "read" => g.info_reads += 1,
+            _ => g.pairs.push(p),
+        }
+    }
+    groups.into_iter().collect()
+}
+
+/// Checks every key on `opts.threads` threads (0: one per core), largest
+/// keys first, pulled from a shared counter. Reports in key order.
+fn check_keys(
+    inputs: Vec<(Option<String>, KeyInput<'_>)>,
     initial: RegisterState,
     opts: &CheckOptions,
-) -> KeyReport {
+) -> Vec<KeyReport> {
+    let n_keys = inputs.len();
+    let threads = if opts.threads == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    } else {
+        opts.threads
+    }
+    .clamp(1, n_keys.max(1));
+    let mut order: Vec<usize> = (0..n_keys).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].1.pairs.len()));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(usize, KeyReport)> = std::thread::scope(|s| {
+        let (inputs, order, next) = (&inputs, &order, &next);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = order.get(k) else { break };
+                        let (key, input) = &inputs[i];
+                        out.push((i, check_key(key.clone(), input, initial, opts)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("linearizability worker panicked")).collect()
+    });
+    let mut keys: Vec<Option<KeyReport>> = (0..n_keys).map(|_| None).collect();
+    for (i, r) in results {
+        keys[i] = Some(r);
+    }
+    keys.into_iter().map(|k| k.expect("every key checked")).collect()
+}
+
+/// Checks one key: parse its operations, merge the unobserved values,
+/// search, and explain a failure.
+fn check_key(key: Option<String>, input: &KeyInput<'_>, initial: RegisterState, opts: &CheckOptions) -> KeyReport {
     let start = Instant::now();
     let mut report = KeyReport {
         key,
@@ -373,22 +386,131 @@ fn check_register_key(
         error: None,
         anomaly: None,
     };
-    let mut ops = Vec::with_capacity(input.pairs.len());
-    for (local, p) in input.pairs.iter().enumerate() {
-        match parse_register_op(p) {
-            Ok((inp, out)) => {
-                ops.push(Operation { id: local, call: p.invoke.time, ret: p.end(), input: inp, output: out })
-            }
-            Err(e) => {
-                report.error = Some(format!("op {}: {e}", p.invoke.index));
-                report.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-                return report;
+    match KeyOps::new(&input.pairs) {
+        Err(e) => report.error = Some(e),
+        Ok(k) => {
+            let outcome = check_operations(&initial, &k.ops, opts);
+            report.valid = outcome.validity;
+            report.states = outcome.states;
+            match outcome.validity {
+                Validity::Valid => {}
+                Validity::Unknown => {
+                    let deepest = outcome.failure.as_ref().map_or(String::new(), |f| {
+                        format!(
+                            "; longest linearizable prefix found: {} ops, after which {} could not be linearized",
+                            f.prefix.len(),
+                            OpInfo::from_pair(&input.pairs[f.op]).describe()
+                        )
+                    });
+                    report.error = Some(format!(
+                        "search gave up after exploring {} states (max_states = {}){deepest}",
+                        outcome.states, opts.max_states
+                    ))
+                }
+                Validity::Invalid => {
+                    let f = outcome.failure.expect("an invalid outcome carries its failure");
+                    report.anomaly = Some(k.explain(&f, &input.pairs, initial));
+                }
             }
         }
     }
-    // Values no read ever observes are indistinguishable from one another:
-    // give them all one value no read observes, so equivalent states (and
-    // interchangeable indeterminate writes) coincide.
+    report.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    report
+}
+
+/// One key's operations as the search sees them (local id = index into
+/// the key's pairs).
+struct KeyOps {
+    ops: Vec<Operation<RegisterOp, RegisterRet>>,
+    /// The one value that every written value no read observes became.
+    hidden: i64,
+    /// Inputs and outputs by local id, as written (before the merge), for
+    /// replaying a reported prefix.
+    original: Vec<(RegisterOp, Option<RegisterRet>)>,
+}
+
+impl KeyOps {
+    /// Parses `pairs` (an error names the first unusable operation), then
+    /// merges what no read can tell apart.
+    fn new(pairs: &[Pair<'_>]) -> Result<KeyOps, String> {
+        let mut ops = Vec::with_capacity(pairs.len());
+        for (local, p) in pairs.iter().enumerate() {
+            let (input, output) = parse_register_op(p).map_err(|e| format!("op {}: {e}", p.invoke.index))?;
+            ops.push(Operation { id: local, call: p.invoke.time, ret: p.end(), input, output });
+        }
+        let original = ops.iter().map(|o| (o.input, o.output)).collect();
+        let hidden = merge_unobserved(&mut ops);
+        Ok(KeyOps { ops, hidden, original })
+    }
+
+    /// Why the key is not linearizable, for humans, from the search's
+    /// failure `f`.
+    fn explain(&self, f: &Failure<RegisterState>, pairs: &[Pair<'_>], initial: RegisterState) -> Anomaly {
+        let info = |id: usize| OpInfo::from_pair(&pairs[id]);
+        let state = self.state_after(f, initial);
+        let failed_op = info(f.op);
+        let concurrent_ops: Vec<OpInfo> = f.pending.iter().filter(|&&id| id != f.op).map(|&id| info(id)).collect();
+        let prefix_tail: Vec<OpInfo> =
+            f.prefix[f.prefix.len().saturating_sub(20)..].iter().map(|&id| info(id)).collect();
+        let last = prefix_tail.last().map_or("the initial state".to_string(), |o| o.describe());
+        let mut explanation = format!(
+            "Not linearizable. The longest linearizable prefix found has {} operations (ending with {}) and leaves \
+             the register at {}. {} completed at t={} but cannot take effect from that state",
+            f.prefix.len(),
+            last,
+            state,
+            failed_op.describe(),
+            failed_op.completion_time.unwrap_or(u64::MAX),
+        );
+        if concurrent_ops.is_empty() {
+            explanation.push_str(", and no other operation was pending.");
+        } else {
+            explanation.push_str(", nor after any of the concurrently pending operations: ");
+            let list: Vec<String> = concurrent_ops.iter().take(8).map(|o| o.describe()).collect();
+            explanation.push_str(&list.join("; "));
+            if concurrent_ops.len() > 8 {
+                explanation.push_str(&format!("; and {} more", concurrent_ops.len() - 8));
+            }
+            explanation.push('.');
+        }
+        Anomaly {
+            explanation,
+            failed_op,
+            state_after_prefix: state,
+            concurrent_ops,
+            prefix_len: f.prefix.len(),
+            prefix_tail,
+            prefix_indexes: f.prefix.iter().map(|&id| pairs[id].invoke.index).collect(),
+        }
+    }
+
+    /// The register after the failure's prefix, replayed with the values as
+    /// written (the search saw unobserved values merged into one).
+    fn state_after(&self, f: &Failure<RegisterState>, initial: RegisterState) -> serde_json::Value {
+        let replayed = f.prefix.iter().try_fold(initial, |s, &id| match &self.original[id] {
+            (input, Some(out)) => s.step(input, out),
+            (input, None) => s.step_unknown(input),
+        });
+        match replayed {
+            Some(s) => json!({ "value": s.value, "version": s.version }),
+            None => json!({
+                "value": match f.state.value {
+                    Some(v) if v == self.hidden => json!("<a value no read observed>"),
+                    v => json!(v),
+                },
+                "version": f.state.version,
+            }),
+        }
+    }
+}
+
+/// Values no read ever observes are indistinguishable from one another:
+/// gives them all one value no read observes (returned), so equivalent
+/// states (and interchangeable indeterminate writes) coincide. If nothing
+/// on the key observes versions, an indeterminate write of that value can
+/// only have overwritten the value with one never read: dropping it ("it
+/// never took effect") changes no verdict.
+fn merge_unobserved(ops: &mut Vec<Operation<RegisterOp, RegisterRet>>) -> i64 {
     let observed: HashSet<i64> = ops
         .iter()
         .filter_map(|o| match o.output {
@@ -397,19 +519,13 @@ fn check_register_key(
         })
         .collect();
     let hidden = (i64::MIN..).find(|v| !observed.contains(v)).expect("some value is unobserved");
-    // By local id, before rewriting, for replaying a reported prefix.
-    let original: Vec<(RegisterOp, Option<RegisterRet>)> = ops.iter().map(|o| (o.input, o.output)).collect();
-    for o in &mut ops {
+    for o in ops.iter_mut() {
         if let RegisterOp::Write(v) | RegisterOp::Cas { new: v, .. } = &mut o.input {
             if !observed.contains(&*v) {
                 *v = hidden;
             }
         }
     }
-
-    // If nothing on this key observes versions, an indeterminate write no
-    // read observes can only have overwritten the value with one never read:
-    // dropping it ("it never took effect") changes no verdict.
     let versions_observed = ops.iter().any(|o| {
         matches!(o.input, RegisterOp::Cas { .. })
             || matches!(
@@ -422,82 +538,7 @@ fn check_register_key(
     if !versions_observed {
         ops.retain(|o| !(o.output.is_none() && o.ret == u64::MAX && o.input == RegisterOp::Write(hidden)));
     }
-
-    let outcome = check_operations(&initial, &ops, opts);
-    report.valid = outcome.validity;
-    report.states = outcome.states;
-    match outcome.validity {
-        Validity::Valid => {}
-        Validity::Unknown => {
-            let deepest = outcome.failure.as_ref().map_or(String::new(), |f| {
-                format!(
-                    "; longest linearizable prefix found: {} ops, after which {} could not be linearized",
-                    f.prefix.len(),
-                    OpInfo::from_pair(&input.pairs[f.op]).describe()
-                )
-            });
-            report.error = Some(format!(
-                "search gave up after exploring {} states (max_states = {}){deepest}",
-                outcome.states, opts.max_states
-            ))
-        }
-        Validity::Invalid => {
-            let f = outcome.failure.expect("an invalid outcome carries its failure");
-            let info = |id: usize| OpInfo::from_pair(&input.pairs[id]);
-            // Replay the prefix with the values as written (the search saw
-            // unobserved values merged into one).
-            let replayed = f.prefix.iter().try_fold(initial, |s, &id| match &original[id] {
-                (input, Some(out)) => s.step(input, out),
-                (input, None) => s.step_unknown(input),
-            });
-            let state = match replayed {
-                Some(s) => serde_json::json!({ "value": s.value, "version": s.version }),
-                None => serde_json::json!({
-                    "value": match f.state.value {
-                        Some(v) if v == hidden => serde_json::json!("<a value no read observed>"),
-                        v => serde_json::json!(v),
-                    },
-                    "version": f.state.version,
-                }),
-            };
-            let failed_op = info(f.op);
-            let concurrent_ops: Vec<OpInfo> = f.pending.iter().filter(|&&id| id != f.op).map(|&id| info(id)).collect();
-            let prefix_tail: Vec<OpInfo> =
-                f.prefix[f.prefix.len().saturating_sub(20)..].iter().map(|&id| info(id)).collect();
-            let last = prefix_tail.last().map_or("the initial state".to_string(), |o| o.describe());
-            let mut explanation = format!(
-                "Not linearizable. The longest linearizable prefix found has {} operations (ending with {}) and leaves \
-                 the register at {}. {} completed at t={} but cannot take effect from that state",
-                f.prefix.len(),
-                last,
-                state,
-                failed_op.describe(),
-                failed_op.completion_time.unwrap_or(u64::MAX),
-            );
-            if concurrent_ops.is_empty() {
-                explanation.push_str(", and no other operation was pending.");
-            } else {
-                explanation.push_str(", nor after any of the concurrently pending operations: ");
-                let list: Vec<String> = concurrent_ops.iter().take(8).map(|o| o.describe()).collect();
-                explanation.push_str(&list.join("; "));
-                if concurrent_ops.len() > 8 {
-                    explanation.push_str(&format!("; and {} more", concurrent_ops.len() - 8));
-                }
-                explanation.push('.');
-            }
-            report.anomaly = Some(Anomaly {
-                explanation,
-                failed_op,
-                state_after_prefix: state,
-                concurrent_ops,
-                prefix_len: f.prefix.len(),
-                prefix_tail,
-                prefix_indexes: f.prefix.iter().map(|&id| input.pairs[id].invoke.index).collect(),
-            });
-        }
-    }
-    report.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-    report
+    hidden
 }
 
 fn field_i64(v: &serde_json::Value, name: &str) -> Result<Option<i64>, String> {
