@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_checker::Validity;
-use baton_jepsen::bench::AnyTarget;
 use baton_jepsen::nemesis::NemesisKind;
-use baton_jepsen::peer_lock::{self, PeerLockOpts};
-use baton_jepsen::targets::{Kind, Target, TargetClient};
+use baton_jepsen::side_by_side::bench::AnyTarget;
+use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
+use baton_jepsen::side_by_side::targets::{Kind, Target, TargetClient};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -29,9 +29,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use super::targets::etcd::{EtcdClient, EtcdTarget};
+use super::targets::{OpError, Target, TargetClient};
 use crate::nemesis::NemesisKind;
-use crate::targets::etcd::{EtcdClient, EtcdTarget};
-use crate::targets::{OpError, Target, TargetClient};
 use baton_checker::Validity;
 
 /// Lease TTL of the test's clients: pauses of 3-6 s outlive it.
