@@ -225,15 +225,7 @@ impl<'a, M: Model> Search<'a, M> {
             }
         }
         let Some(ns) = self.apply(&self.state, i) else { return Step::On };
-        if let Some(x) = self.blocker(&ns, i) {
-            // Taking i would strand x: i is linearizable here, x is the op
-            // that cannot follow.
-            if self.best.wants(self.stack.len() + 1) {
-                self.note(Some(i), ns, x);
-            }
-            return Step::On;
-        }
-        self.lift(i, e, Cursor::Det(k), ns).unwrap_or(Step::On)
+        self.take(i, e, Cursor::Det(k), ns)
     }
 
     /// Tries indeterminate candidate `j` (a node of the indeterminate
@@ -251,13 +243,21 @@ impl<'a, M: Model> Search<'a, M> {
         // A lift that changes nothing is pointless: the op may equally stay
         // pending forever.
         let Some(ns) = self.apply(&self.state, i).filter(|ns| *ns != self.state) else { return Step::On };
-        if let Some(x) = self.blocker(&ns, NIL) {
+        self.take(i, j, Cursor::Opt(j, r), ns)
+    }
+
+    /// Takes candidate `i` into state `ns` ([`Search::lift`]), unless that
+    /// would strand a pending determinate operation.
+    fn take(&mut self, i: u32, node: u32, cursor: Cursor, ns: M) -> Step {
+        if let Some(x) = self.blocker(&ns, i) {
+            // Taking i would strand x: i is linearizable here, x is the op
+            // that cannot follow.
             if self.best.wants(self.stack.len() + 1) {
                 self.note(Some(i), ns, x);
             }
             return Step::On;
         }
-        self.lift(i, j, Cursor::Opt(j, r), ns).unwrap_or(Step::On)
+        self.lift(i, node, cursor, ns).unwrap_or(Step::On)
     }
 
     /// Lifts op `i` (`node`: its call node, or its indeterminate-list node)
@@ -287,6 +287,7 @@ impl<'a, M: Model> Search<'a, M> {
     /// The first pending determinate operation in the window (the calls up
     /// to and including the first return, skipping op `skip`) that can no
     /// longer be linearized from `s` according to [`Model::still_possible`].
+    /// An indeterminate `skip` skips nothing.
     fn blocker(&self, s: &M, skip: u32) -> Option<u32> {
         let mut c = self.det.first();
         loop {

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
-use super::new_process;
+use super::{new_process, next_process};
 use crate::record::{retire, Call, OpError, Run};
 
 const NAME: &str = "jepsen";
@@ -53,11 +53,8 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
             Err(OpError::TimedOut) => false,
             Err(_) => true,
         };
-        if fresh || *c.state().borrow() == SessionState::Expired {
-            retire(c);
-            let Some(next) = new_process(&run, slot, MAIN).await else { return };
-            (c, p) = next;
-        }
+        let Some(next) = next_process(&run, slot, (c, p), fresh).await else { return };
+        (c, p) = next;
     }
     run.set_holder(slot, false);
     retire(c);

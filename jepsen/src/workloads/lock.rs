@@ -19,7 +19,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
-use super::{create, new_process};
+use super::{create, new_process, next_process};
 use crate::record::{retire, Call, OpError, Run};
 
 const COUNTER: &str = "/jepsen/counter";
@@ -72,11 +72,8 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
             Err(OpError::TimedOut) => false,
             Err(_) => true,
         };
-        if fresh || *lc.state().borrow() == SessionState::Expired {
-            retire(lc);
-            let Some(next) = new_process(&run, slot, MAIN).await else { return };
-            (lc, p) = next;
-        }
+        let Some(next) = next_process(&run, slot, (lc, p), fresh).await else { return };
+        (lc, p) = next;
         run.sleep(Duration::from_millis(rng.gen_range(0..20))).await;
     }
     run.set_holder(slot, false);

@@ -26,13 +26,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_checker::history::role::MAIN;
 use baton_checker::history::{FaultWindow, History};
 use baton_checker::CheckResult;
-use baton_client::{Client, CreateOptions, Error, ErrorCode};
+use baton_client::{Client, CreateOptions, Error, ErrorCode, SessionState};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::record::Run;
+use crate::record::{retire, Run};
 
 pub mod election;
 pub mod lock;
@@ -143,4 +144,16 @@ async fn new_process(run: &Arc<Run>, slot: usize, role: &'static str) -> Option<
     let p = run.new_process();
     run.watch_state(&c, p, role, slot);
     Some((c, p))
+}
+
+/// The process `slot` goes on with: `current` itself, or a fresh one if
+/// `replace` is set or its client's session expired (Jepsen's rule: a
+/// process with an unfinished operation is retired; one whose session
+/// expired needs a new session anyway). None once the run stops.
+async fn next_process(run: &Arc<Run>, slot: usize, current: (Client, u64), replace: bool) -> Option<(Client, u64)> {
+    if !replace && *current.0.state().borrow() != SessionState::Expired {
+        return Some(current);
+    }
+    retire(current.0);
+    new_process(run, slot, MAIN).await
 }
