@@ -6,7 +6,7 @@
 //! - [`targets`]: the [`targets::Target`] / [`targets::TargetClient`]
 //!   interface and its three adapters; etcd's and ZooKeeper's clusters
 //!   come from the scripts in `jepsen/peers/`, Baton's from [`crate::db`].
-//! - [`bench`]: the benchmark workloads, one run, medians of runs.
+//! - [`bench`](mod@bench): the benchmark workloads, one run, medians of runs.
 //! - [`compare`]: `baton-jepsen compare` (every workload on every target:
 //!   compare.json, compare.md, compare.png) and `baton-jepsen bench` (one
 //!   workload on one target).

@@ -44,7 +44,7 @@ pub(super) async fn read_counter(c: &Client) -> Option<i64> {
     None
 }
 
-/// The lock checker; `final_counter` from [`read_counter`], `t` the
+/// The lock checker; `final_counter` from `read_counter`, `t` the
 /// session timeout.
 pub fn check(h: &History, faults: &[FaultWindow], final_counter: Option<i64>, t: Duration) -> CheckResult {
     baton_checker::lock::check(h, LOCK, faults, final_counter, t)

@@ -43,7 +43,7 @@ pub(super) async fn setup(c: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The register checker: keys start as "0" at version 0, as [`setup`]
+/// The register checker: keys start as "0" at version 0, as `setup`
 /// creates them.
 pub fn check(h: &History) -> CheckResult {
     baton_checker::register::check(h, RegisterState { value: Some(0), version: 0 })

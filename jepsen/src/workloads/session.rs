@@ -3,7 +3,7 @@
 //! `baton_checker::session`.
 //!
 //! Each session creates its node, checks it every 50-250 ms (up to
-//! [`CHECKS`] times) while watching a sibling, then closes. Half the slots
+//! `CHECKS` times) while watching a sibling, then closes. Half the slots
 //! also run a side task of stale reads (`get_opts`/`children_opts` with
 //! `stale`) and watch churn (stale exists-watches and persistent watches,
 //! registered and dropped): answers a cut-off member gives from its own
@@ -45,7 +45,7 @@ pub(super) async fn leftover(c: &Client) -> Option<Vec<String>> {
     c.children(SESSIONS).await.ok()
 }
 
-/// The session checker; `leftover` from [`leftover`].
+/// The session checker; `leftover` from `leftover()`.
 pub fn check(h: &History, leftover: Option<Vec<String>>) -> CheckResult {
     baton_checker::session::check(h, leftover)
 }
