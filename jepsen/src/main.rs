@@ -1,16 +1,21 @@
-//! `baton-jepsen`: the harness's command line.
+//! `baton-jepsen`: the harness's command line. One function per
+//! subcommand ([`test`], [`bench`], [`compare`], [`hold`]), each returning
+//! the process's exit code; Ctrl-C stops a run and tears its clusters down.
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use baton_jepsen::bench::{AnyTarget, BenchWorkload};
-use baton_jepsen::compare::{compare, runs_of, CompareOpts};
+use baton_checker::Validity;
+use baton_jepsen::db::{check_session_ms, SESSION_MS};
 use baton_jepsen::nemesis::NemesisKind;
-use baton_jepsen::peer_lock::{self, PeerLockOpts};
 use baton_jepsen::runner::{run_test, TestOpts};
-use baton_jepsen::targets::{hold, Kind};
-use baton_jepsen::workloads::{Validity, Workload};
-use clap::{Parser, Subcommand};
+use baton_jepsen::side_by_side::bench::{BenchWorkload, Summary};
+use baton_jepsen::side_by_side::compare::{self, CompareOpts};
+use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
+use baton_jepsen::side_by_side::targets::{self, Kind};
+use baton_jepsen::workloads::Workload;
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "baton-jepsen", version, about = "Jepsen-style tests of Baton: real processes, faults, checkers")]
@@ -22,137 +27,120 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a test: workload + nemesis for a time limit, then check the history.
-    Test {
-        /// baton, or etcd (workload lock only: the lock-safety test of
-        /// etcd's lock with and without a fence).
-        #[arg(long, value_enum, default_value = "baton")]
-        target: Kind,
-        #[arg(long, value_enum)]
-        workload: Workload,
-        #[arg(long, value_enum, default_value = "none")]
-        nemesis: NemesisKind,
-        /// Seconds of workload (setup and checking come on top).
-        #[arg(long, default_value_t = 30)]
-        time_limit: u64,
-        #[arg(long, default_value_t = 3)]
-        nodes: u64,
-        /// Client slots per workload.
-        #[arg(long, default_value_t = 5)]
-        concurrency: usize,
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Run folder (default jepsen/store/<timestamp>/).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Run batond-faulty with this deliberate bug (repeatable):
-        /// stale-reads, ack-before-commit, no-fence-check,
-        /// grant-without-predecessor, expire-without-grace,
-        /// contact-from-local-answers, keepalive-without-quorum,
-        /// expire-from-stale-role (see server/src/faults.rs).
-        #[arg(long = "server-fault")]
-        server_fault: Vec<String>,
-        /// Session timeout of the run's clients (ms); at least the members'
-        /// floor of 2 x election timeout (1000 ms).
-        #[arg(long = "session-timeout", default_value_t = baton_jepsen::db::SESSION_MS)]
-        session_timeout: u64,
-        /// TLS on both ports: a throwaway CA, mutual TLS between members
-        /// and for every client.
-        #[arg(long)]
-        tls: bool,
-    },
+    Test(TestArgs),
     /// Benchmark one workload on one target (starts its cluster; median of --runs runs).
-    Bench {
-        #[arg(long, value_enum, default_value = "baton")]
-        target: Kind,
-        #[arg(long, value_enum)]
-        workload: BenchWorkload,
-        /// Default: 1 (lock-uncontended), 16 (lock-contended, failover), 64 (others).
-        #[arg(long)]
-        clients: Option<usize>,
-        /// Measured seconds per run.
-        #[arg(long, default_value_t = 10)]
-        duration: u64,
-        /// Unmeasured seconds at the start of each run.
-        #[arg(long, default_value_t = 5)]
-        warmup: u64,
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Write the summary (a one-element JSON array, as in compare.json).
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Folder for cluster data and logs (default jepsen/store/bench-<ts>).
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    Bench(BenchArgs),
     /// Every workload on every target, one cluster at a time: compare.md,
     /// compare.json, compare.png.
-    Compare {
-        /// Comma-separated: baton, etcd, zookeeper.
-        #[arg(long, default_value = "baton,etcd,zookeeper")]
-        targets: String,
-        /// Comma-separated subset of lock-uncontended, lock-contended,
-        /// lock-independent, write, read, failover (default all).
-        #[arg(long)]
-        workloads: Option<String>,
-        /// Measured seconds per run.
-        #[arg(long, default_value_t = 10)]
-        duration: u64,
-        /// Unmeasured load once per cluster (ZooKeeper needs ~30 s).
-        #[arg(long, default_value_t = 30)]
-        warmup: u64,
-        /// Unmeasured seconds at the start of every run.
-        #[arg(long, default_value_t = 2)]
-        run_warmup: u64,
-        #[arg(long, default_value_t = 3)]
-        runs: usize,
-        /// Output folder (default jepsen/store/compare-<ts>).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Baton with TLS on both ports (a throwaway CA), every client too.
-        #[arg(long)]
-        baton_tls: bool,
-    },
+    Compare(CompareArgs),
     /// (Used by the failover workload.) Hold a lock until killed.
     #[command(hide = true)]
-    Hold {
-        #[arg(long, value_enum)]
-        target: Kind,
-        #[arg(long)]
-        endpoints: String,
-        #[arg(long)]
-        name: String,
-        #[arg(long, default_value_t = 5000)]
-        ttl_ms: u64,
-    },
+    Hold(HoldArgs),
 }
 
-/// Prints a test's last lines and maps its verdict to the exit code
-/// (0 valid, 1 invalid, 2 unknown or harness error).
-fn verdict(r: anyhow::Result<Validity>, out: &std::path::Path) -> i32 {
-    match r {
-        Ok(v) => {
-            println!("results in {}", out.display());
-            println!("valid: {}", v.as_str());
-            match v {
-                Validity::True => 0,
-                Validity::False => 1,
-                Validity::Unknown => 2,
-            }
-        }
-        Err(e) => {
-            eprintln!("baton-jepsen: harness error: {e:#}");
-            println!("valid: unknown");
-            2
-        }
-    }
+#[derive(Args)]
+struct TestArgs {
+    /// baton, or etcd (workload lock only: the lock-safety test of
+    /// etcd's lock with and without a fence).
+    #[arg(long, value_enum, default_value = "baton")]
+    target: Kind,
+    #[arg(long, value_enum)]
+    workload: Workload,
+    #[arg(long, value_enum, default_value = "none")]
+    nemesis: NemesisKind,
+    /// Seconds of workload (setup and checking come on top).
+    #[arg(long, default_value_t = 30)]
+    time_limit: u64,
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Client slots per workload.
+    #[arg(long, default_value_t = 5)]
+    concurrency: usize,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run folder (default jepsen/store/<timestamp>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run batond-faulty with this deliberate bug (repeatable):
+    /// stale-reads, ack-before-commit, no-fence-check,
+    /// grant-without-predecessor, expire-without-grace,
+    /// contact-from-local-answers, keepalive-without-quorum,
+    /// expire-from-stale-role (see server/src/faults.rs).
+    #[arg(long = "server-fault")]
+    server_fault: Vec<String>,
+    /// Session timeout of the run's clients (ms); at least the members'
+    /// floor of 2 x election timeout (1000 ms).
+    #[arg(long = "session-timeout", default_value_t = SESSION_MS)]
+    session_timeout: u64,
+    /// TLS on both ports: a throwaway CA, mutual TLS between members
+    /// and for every client.
+    #[arg(long)]
+    tls: bool,
 }
 
-fn stamp() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+#[derive(Args)]
+struct BenchArgs {
+    #[arg(long, value_enum, default_value = "baton")]
+    target: Kind,
+    #[arg(long, value_enum)]
+    workload: BenchWorkload,
+    /// Default: 1 (lock-uncontended), 16 (lock-contended, failover), 64 (others).
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Unmeasured seconds at the start of each run.
+    #[arg(long, default_value_t = 5)]
+    warmup: u64,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the summary (a one-element JSON array, as in compare.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Folder for cluster data and logs (default jepsen/store/bench-<ts>).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
-fn list<T>(s: &str, parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
-    s.split(',').filter(|p| !p.trim().is_empty()).map(parse).collect()
+#[derive(Args)]
+struct CompareArgs {
+    /// Comma-separated: baton, etcd, zookeeper.
+    #[arg(long, default_value = "baton,etcd,zookeeper")]
+    targets: String,
+    /// Comma-separated subset of lock-uncontended, lock-contended,
+    /// lock-independent, write, read, failover (default all).
+    #[arg(long)]
+    workloads: Option<String>,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Unmeasured load once per cluster (ZooKeeper needs ~30 s).
+    #[arg(long, default_value_t = 30)]
+    warmup: u64,
+    /// Unmeasured seconds at the start of every run.
+    #[arg(long, default_value_t = 2)]
+    run_warmup: u64,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Output folder (default jepsen/store/compare-<ts>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Baton with TLS on both ports (a throwaway CA), every client too.
+    #[arg(long)]
+    baton_tls: bool,
+}
+
+#[derive(Args)]
+struct HoldArgs {
+    #[arg(long, value_enum)]
+    target: Kind,
+    #[arg(long)]
+    endpoints: String,
+    #[arg(long)]
+    name: String,
+    #[arg(long, default_value_t = 5000)]
+    ttl_ms: u64,
 }
 
 fn main() {
@@ -170,191 +158,212 @@ fn main() {
     };
     let code = rt.block_on(async {
         match cli.cmd {
-            Cmd::Bench { target, workload, clients, duration, warmup, runs, json, out } => {
-                let out = out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/bench-{}", stamp())));
-                let o = CompareOpts {
-                    targets: vec![target],
-                    workloads: vec![workload],
-                    duration: Duration::from_secs(duration),
-                    warmup: Duration::ZERO,
-                    run_warmup: Duration::from_secs(warmup),
-                    runs,
-                    out: out.clone(),
-                    baton_tls: false,
-                };
-                let clients = clients.unwrap_or(workload.default_clients());
-                eprintln!(
-                    "bench: {} {} with {clients} clients, {runs} run(s) of {duration} s after {warmup} s warm-up",
-                    target.name(),
-                    workload.name()
-                );
-                let r = async {
-                    std::fs::create_dir_all(&out)?;
-                    if workload == BenchWorkload::Failover {
-                        return runs_of(target, workload, clients, &o, None).await;
-                    }
-                    let t = AnyTarget::start(target, &out.join("cluster"), false).await?;
-                    let s = runs_of(target, workload, clients, &o, Some(&t)).await;
-                    t.stop();
-                    s
-                };
-                let r = tokio::select! {
-                    r = r => r,
-                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-                };
-                match r {
-                    Ok(s) => {
-                        println!(
-                            "{} {}: {:.0} ops/s (median of {}, spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{}",
-                            target.name(),
-                            workload.name(),
-                            s.ops_per_sec,
-                            s.runs,
-                            s.ops_per_sec_min,
-                            s.ops_per_sec_max,
-                            s.p50_ms,
-                            s.p99_ms,
-                            match (s.gap_ms, s.takeover_ms) {
-                                (Some(g), t) => format!(
-                                    ", gap {g:.0} ms, takeover {}",
-                                    t.map(|t| format!("{t:.0} ms")).unwrap_or_else(|| "n/a".into())
-                                ),
-                                _ => String::new(),
-                            }
-                        );
-                        if let Some(j) = json {
-                            match serde_json::to_string_pretty(&[&s]).map(|t| std::fs::write(&j, t)) {
-                                Ok(Ok(())) => {}
-                                Ok(Err(e)) => eprintln!("baton-jepsen: writing {}: {e}", j.display()),
-                                Err(e) => eprintln!("baton-jepsen: {e}"),
-                            }
-                        }
-                        0
-                    }
-                    Err(e) => {
-                        eprintln!("baton-jepsen: bench failed: {e:#}");
-                        2
-                    }
-                }
-            }
-            Cmd::Compare { targets, workloads, duration, warmup, run_warmup, runs, out, baton_tls } => {
-                let parsed = list(&targets, Kind::parse).and_then(|t| {
-                    let w = match &workloads {
-                        Some(w) => list(w, BenchWorkload::parse)?,
-                        None => BenchWorkload::ALL.to_vec(),
-                    };
-                    Ok((t, w))
-                });
-                let (targets, workloads) = match parsed {
-                    Ok(x) => x,
-                    Err(e) => {
-                        eprintln!("baton-jepsen: {e:#}");
-                        return 2;
-                    }
-                };
-                let out = out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/compare-{}", stamp())));
-                let o = CompareOpts {
-                    targets,
-                    workloads,
-                    duration: Duration::from_secs(duration),
-                    warmup: Duration::from_secs(warmup),
-                    run_warmup: Duration::from_secs(run_warmup),
-                    runs,
-                    out: out.clone(),
-                    baton_tls,
-                };
-                let r = tokio::select! {
-                    r = compare(&o) => r,
-                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-                };
-                match r {
-                    Ok(_) => {
-                        println!("{}", std::fs::read_to_string(out.join("compare.md")).unwrap_or_default());
-                        println!("results in {}", out.display());
-                        0
-                    }
-                    Err(e) => {
-                        eprintln!("baton-jepsen: compare failed: {e:#}");
-                        2
-                    }
-                }
-            }
-            Cmd::Hold { target, endpoints, name, ttl_ms } => {
-                let eps = baton_client::parse_endpoints(&endpoints);
-                match hold(target, eps, &name, Duration::from_millis(ttl_ms)).await {
-                    Ok(()) => 0,
-                    Err(e) => {
-                        eprintln!("baton-jepsen hold: {e:#}");
-                        2
-                    }
-                }
-            }
-            Cmd::Test {
-                target,
-                workload,
-                nemesis,
-                time_limit,
-                nodes,
-                concurrency,
-                seed,
-                out,
-                server_fault,
-                session_timeout,
-                tls,
-            } => {
-                if let Err(e) = baton_jepsen::db::check_session_ms(session_timeout) {
-                    eprintln!("baton-jepsen: {e}");
-                    return 2;
-                }
-                let seed = seed.unwrap_or_else(rand::random);
-                if target != Kind::Baton {
-                    if target != Kind::Etcd || workload != Workload::Lock {
-                        eprintln!("baton-jepsen: only --workload lock runs against a peer, and only against etcd");
-                        return 2;
-                    }
-                    let out =
-                        out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-etcd-lock-{seed}", stamp())));
-                    let o = PeerLockOpts {
-                        nemesis,
-                        time_limit: Duration::from_secs(time_limit),
-                        concurrency,
-                        seed,
-                        out: out.clone(),
-                    };
-                    let r = tokio::select! {
-                        r = peer_lock::run(o) => r,
-                        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-                    };
-                    return verdict(r.map(|(v, _)| v), &out);
-                }
-                let out = out.unwrap_or_else(|| {
-                    let ts = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_secs())
-                        .unwrap_or(0);
-                    PathBuf::from(format!("jepsen/store/{ts}-{}-{seed}", workload.name()))
-                });
-                let opts = TestOpts {
-                    workload,
-                    nemesis,
-                    time_limit: Duration::from_secs(time_limit),
-                    nodes,
-                    concurrency,
-                    seed,
-                    out: out.clone(),
-                    server_faults: server_fault,
-                    session_timeout: Duration::from_millis(session_timeout),
-                    tls,
-                };
-                // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
-                let r = tokio::select! {
-                    r = run_test(opts) => r,
-                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-                };
-                verdict(r.map(|o| o.valid), &out)
-            }
+            Cmd::Test(a) => test(a).await,
+            Cmd::Bench(a) => bench(a).await,
+            Cmd::Compare(a) => compare(a).await,
+            Cmd::Hold(a) => hold(a).await,
         }
     });
     rt.shutdown_timeout(Duration::from_secs(2));
     std::process::exit(code);
+}
+
+/// `test`: a run against Baton, or the lock-safety test against etcd
+/// ([`test_etcd_lock`]). Exit code: [`verdict`].
+async fn test(a: TestArgs) -> i32 {
+    if let Err(e) = check_session_ms(a.session_timeout) {
+        eprintln!("baton-jepsen: {e}");
+        return 2;
+    }
+    let seed = a.seed.unwrap_or_else(rand::random);
+    if a.target != Kind::Baton {
+        return test_etcd_lock(a, seed).await;
+    }
+    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-{}-{seed}", stamp(), a.workload.name())));
+    let opts = TestOpts {
+        workload: a.workload,
+        nemesis: a.nemesis,
+        time_limit: Duration::from_secs(a.time_limit),
+        nodes: a.nodes,
+        concurrency: a.concurrency,
+        seed,
+        out: out.clone(),
+        server_faults: a.server_fault,
+        session_timeout: Duration::from_millis(a.session_timeout),
+        tls: a.tls,
+    };
+    // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
+    let r = interruptible(run_test(opts)).await;
+    verdict(r.map(|o| o.valid), &out)
+}
+
+/// `test --target etcd --workload lock`: etcd's lock with and without a
+/// fence.
+async fn test_etcd_lock(a: TestArgs, seed: u64) -> i32 {
+    if a.target != Kind::Etcd || a.workload != Workload::Lock {
+        eprintln!("baton-jepsen: only --workload lock runs against a peer, and only against etcd");
+        return 2;
+    }
+    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-etcd-lock-{seed}", stamp())));
+    let o = PeerLockOpts {
+        nemesis: a.nemesis,
+        time_limit: Duration::from_secs(a.time_limit),
+        concurrency: a.concurrency,
+        seed,
+        out: out.clone(),
+    };
+    let r = interruptible(peer_lock::run(o)).await;
+    verdict(r.map(|(v, _)| v), &out)
+}
+
+/// Prints a test's last lines and maps its verdict to the exit code
+/// (0 valid, 1 invalid, 2 unknown or harness error).
+fn verdict(r: anyhow::Result<Validity>, out: &Path) -> i32 {
+    match r {
+        Ok(v) => {
+            println!("results in {}", out.display());
+            println!("valid: {}", v.as_str());
+            match v {
+                Validity::Valid => 0,
+                Validity::Invalid => 1,
+                Validity::Unknown => 2,
+            }
+        }
+        Err(e) => {
+            eprintln!("baton-jepsen: harness error: {e:#}");
+            println!("valid: unknown");
+            2
+        }
+    }
+}
+
+/// `bench`: one workload on one target; prints the medians (and writes
+/// them to `--json`). Exit code 0, or 2 if it failed.
+async fn bench(a: BenchArgs) -> i32 {
+    let (target, workload) = (a.target, a.workload);
+    let o = CompareOpts {
+        targets: vec![target],
+        workloads: vec![workload],
+        duration: Duration::from_secs(a.duration),
+        warmup: Duration::ZERO,
+        run_warmup: Duration::from_secs(a.warmup),
+        runs: a.runs,
+        out: a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/bench-{}", stamp()))),
+        baton_tls: false,
+    };
+    let clients = a.clients.unwrap_or(workload.default_clients());
+    eprintln!(
+        "bench: {} {} with {clients} clients, {} run(s) of {} s after {} s warm-up",
+        target.name(),
+        workload.name(),
+        a.runs,
+        a.duration,
+        a.warmup
+    );
+    match interruptible(compare::bench(target, workload, clients, &o)).await {
+        Ok(s) => {
+            println!("{}", bench_line(&s));
+            if let Some(j) = a.json {
+                match serde_json::to_string_pretty(&[&s]).map(|t| std::fs::write(&j, t)) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("baton-jepsen: writing {}: {e}", j.display()),
+                    Err(e) => eprintln!("baton-jepsen: {e}"),
+                }
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("baton-jepsen: bench failed: {e:#}");
+            2
+        }
+    }
+}
+
+/// `bench`'s result line.
+fn bench_line(s: &Summary) -> String {
+    let gap = match (s.gap_ms, s.takeover_ms) {
+        (Some(g), t) => {
+            format!(", gap {g:.0} ms, takeover {}", t.map(|t| format!("{t:.0} ms")).unwrap_or_else(|| "n/a".into()))
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{} {}: {:.0} ops/s (median of {}, spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{gap}",
+        s.target.name(),
+        s.workload.name(),
+        s.ops_per_sec,
+        s.runs,
+        s.ops_per_sec_min,
+        s.ops_per_sec_max,
+        s.p50_ms,
+        s.p99_ms,
+    )
+}
+
+/// `compare`: prints compare.md. Exit code 0, or 2 if it failed.
+async fn compare(a: CompareArgs) -> i32 {
+    let parsed = list(&a.targets, Kind::parse).and_then(|t| {
+        let w = match &a.workloads {
+            Some(w) => list(w, BenchWorkload::parse)?,
+            None => BenchWorkload::ALL.to_vec(),
+        };
+        Ok((t, w))
+    });
+    let (targets, workloads) = match parsed {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("baton-jepsen: {e:#}");
+            return 2;
+        }
+    };
+    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/compare-{}", stamp())));
+    let o = CompareOpts {
+        targets,
+        workloads,
+        duration: Duration::from_secs(a.duration),
+        warmup: Duration::from_secs(a.warmup),
+        run_warmup: Duration::from_secs(a.run_warmup),
+        runs: a.runs,
+        out: out.clone(),
+        baton_tls: a.baton_tls,
+    };
+    match interruptible(compare::compare(&o)).await {
+        Ok(_) => {
+            println!("{}", std::fs::read_to_string(out.join("compare.md")).unwrap_or_default());
+            println!("results in {}", out.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("baton-jepsen: compare failed: {e:#}");
+            2
+        }
+    }
+}
+
+/// `hold` (a child of the failover workload): holds a lock until killed.
+async fn hold(a: HoldArgs) -> i32 {
+    let eps = baton_client::parse_endpoints(&a.endpoints);
+    match targets::hold(a.target, eps, &a.name, Duration::from_millis(a.ttl_ms)).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("baton-jepsen hold: {e:#}");
+            2
+        }
+    }
+}
+
+/// Runs `f` to its end, or until Ctrl-C.
+async fn interruptible<T>(f: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::select! {
+        r = f => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    }
+}
+
+fn stamp() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn list<T>(s: &str, parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
+    s.split(',').filter(|p| !p.trim().is_empty()).map(parse).collect()
 }

@@ -51,8 +51,8 @@ use rand::Rng;
 use tokio::sync::Mutex;
 
 use crate::db::Db;
-use crate::history::FaultWindow;
 use crate::record::Run;
+use baton_checker::history::FaultWindow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum NemesisKind {

@@ -2,14 +2,22 @@
 //! signal, the run's session timeout, and which client slots the nemesis
 //! has paused.
 //!
+//! Workers record an operation with one call, [`Run::op`]: it records the
+//! invocation, runs the operation, and records its completion: `ok`, or on
+//! an error `fail` when the error says the operation definitely did not
+//! happen and `info` when it may have ([`OpError::may_have_happened`]: an
+//! ambiguous write). Checkers treat `info` as "took effect at some time
+//! after the invocation, or never"; the worker retires the process.
+//!
 //! Every client a worker uses is handed to [`Run::watch_state`], which
 //! records its session state at once and then every change it sees, as
-//! session-state notes (`crate::history`, module doc). A watcher ends when
+//! session-state notes (`baton_checker::history`, module doc). A watcher ends when
 //! its client's actor is gone, after it recorded `Expired`, or when the
 //! history has been taken (at the latest 2 minutes after the run stopped);
 //! it takes nothing but the state channel, so it never keeps a session
 //! alive.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +25,7 @@ use std::time::{Duration, Instant};
 use baton_client::{Client, ClientConfig, Error, SessionState};
 use serde_json::Value;
 
-use crate::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
+use baton_checker::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
 
 /// How long a state watcher may outlive the stop of the run.
 const WATCH_AFTER_STOP: Duration = Duration::from_secs(120);
@@ -62,11 +70,77 @@ pub struct Holder {
     pub since: u64,
 }
 
-/// How an operation ended, from a client error.
-pub fn classify(e: &Error, is_write: bool) -> OpType {
-    match e {
-        Error::Ambiguous(_) if is_write => OpType::Info,
-        _ => OpType::Fail,
+/// Why an operation did not complete `ok`, as the history records it.
+#[derive(Debug)]
+pub enum OpError {
+    /// The client's error: it may have happened iff the client says so
+    /// ([`Error::is_ambiguous`]: a write sent and never answered).
+    Client(Error),
+    /// The worker gave up waiting ("timeout") and dropped the call.
+    TimedOut,
+    /// No confirmation came: it may have happened.
+    Unconfirmed(&'static str),
+}
+
+impl OpError {
+    /// It may have happened: recorded `info` (else `fail`).
+    pub fn may_have_happened(&self) -> bool {
+        match self {
+            OpError::Client(e) => e.is_ambiguous(),
+            OpError::TimedOut => false,
+            OpError::Unconfirmed(_) => true,
+        }
+    }
+}
+
+impl From<Error> for OpError {
+    fn from(e: Error) -> Self {
+        OpError::Client(e)
+    }
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpError::Client(e) => e.fmt(f),
+            OpError::TimedOut => f.write_str("timeout"),
+            OpError::Unconfirmed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// An operation for [`Run::op`]: its function and key, its arguments, and
+/// how its errors are recorded.
+pub struct Call<'a> {
+    f: &'a str,
+    key: &'a str,
+    /// The invocation's value (null unless set).
+    args: Value,
+    /// The value of a `fail` or `info` completion (null unless set).
+    error_value: Value,
+    /// Every error is recorded `fail`.
+    definite: bool,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(f: &'a str, key: &'a str) -> Self {
+        Call { f, key, args: Value::Null, error_value: Value::Null, definite: false }
+    }
+
+    pub fn args(self, args: Value) -> Self {
+        Call { args, ..self }
+    }
+
+    pub fn error_value(self, error_value: Value) -> Self {
+        Call { error_value, ..self }
+    }
+
+    /// Records every error as `fail`, even one that says the operation
+    /// may have happened: for the lock and election recipes, whose worker
+    /// retires the session after any error, which deletes whatever node
+    /// the call may have left.
+    pub fn definite(self) -> Self {
+        Call { definite: true, ..self }
     }
 }
 
@@ -119,15 +193,39 @@ impl Run {
         self.history.lock().unwrap_or_else(|p| p.into_inner()).push(op);
     }
 
-    pub fn invoke(&self, process: u64, f: &str, key: Option<&str>, value: Value) {
-        self.push(process, OpType::Invoke, f, key, value, None);
+    /// Records one operation of process `p`: its invocation now, then runs
+    /// `body` and records its completion: `ok` with the value `body`
+    /// returns beside its result, or on an error `info` if the operation
+    /// may have happened and `fail` if it definitely did not (see
+    /// [`Call::definite`]). Returns `body`'s result.
+    pub async fn op<T>(
+        &self,
+        p: u64,
+        call: Call<'_>,
+        body: impl Future<Output = Result<(T, Value), OpError>>,
+    ) -> Result<T, OpError> {
+        self.push(p, OpType::Invoke, call.f, Some(call.key), call.args, None);
+        let r = body.await;
+        self.ops_done.fetch_add(1, Ordering::Relaxed);
+        match r {
+            Ok((out, value)) => {
+                self.push(p, OpType::Ok, call.f, Some(call.key), value, None);
+                Ok(out)
+            }
+            Err(e) => {
+                let ty = if e.may_have_happened() && !call.definite { OpType::Info } else { OpType::Fail };
+                self.push(p, ty, call.f, Some(call.key), call.error_value, Some(e.to_string()));
+                Err(e)
+            }
+        }
     }
 
-    pub fn complete(&self, process: u64, ty: OpType, f: &str, key: Option<&str>, value: Value, error: Option<String>) {
-        if ty != OpType::Invoke {
-            self.ops_done.fetch_add(1, Ordering::Relaxed);
-        }
-        self.push(process, ty, f, key, value, error);
+    /// Records what process `p` observed rather than did (a leader change,
+    /// a watch event): an invocation and its `ok` at once.
+    pub fn event(&self, p: u64, f: &str, key: &str, value: Value) {
+        self.push(p, OpType::Invoke, f, Some(key), Value::Null, None);
+        self.ops_done.fetch_add(1, Ordering::Relaxed);
+        self.push(p, OpType::Ok, f, Some(key), value, None);
     }
 
     pub fn take_history(&self) -> History {

@@ -36,7 +36,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::history::{FaultWindow, History, OpType, Pair};
+use baton_checker::history::{FaultWindow, History, OpType, Pair};
 
 /// Default location of the TrueType font used for text in the PNGs.
 pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -993,7 +993,7 @@ pub fn timeline_html(h: &History, faults: &[FaultWindow], path: &Path) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Op;
+    use baton_checker::history::Op;
     use serde_json::json;
 
     const MS: u64 = 1_000_000;

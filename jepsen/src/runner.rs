@@ -21,7 +21,9 @@ use tokio::sync::Mutex;
 use crate::db::{locate_bin, Db, DbOpts};
 use crate::nemesis::{self, NemesisKind};
 use crate::record::Run;
-use crate::workloads::{self, CheckResult, Validity, Workload};
+use crate::workloads::{Finals, Workload};
+use baton_checker::history::FaultWindow;
+use baton_checker::{CheckResult, Validity};
 
 pub struct TestOpts {
     pub workload: Workload,
@@ -83,7 +85,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     admin_cfg.tls = tls.clone();
     let admin = Client::connect_with(admin_cfg).await?;
     for w in &workloads {
-        workloads::setup(&admin, *w).await?;
+        w.setup(&admin).await?;
     }
     let db = Arc::new(Mutex::new(db));
     let run = Run::new(slot_eps, storage_eps, o.session_timeout, tls);
@@ -93,7 +95,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     for (wi, w) in workloads.iter().enumerate() {
         for i in 0..per {
             let slot = wi * per + i;
-            tasks.push(tokio::spawn(workloads::worker(run.clone(), *w, slot, i, per, o.seed)));
+            tasks.push(tokio::spawn(w.worker(run.clone(), slot, i, per, o.seed)));
         }
     }
     // Client pauses make sense for holders of locks and leadership.
@@ -133,9 +135,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     // session of the run has ended or timed out.
     println!("[phase] final reads");
     tokio::time::sleep(o.session_timeout + Duration::from_secs(3)).await;
-    let final_counter = if workloads.contains(&Workload::Lock) { read_counter(&admin).await } else { None };
-    let leftover =
-        if workloads.contains(&Workload::Session) { admin.children("/jepsen/sessions").await.ok() } else { None };
+    let finals = Finals::read(&admin, &workloads).await;
     let history = run.take_history();
     let faults = run.fault_windows();
     history.write_jsonl(&o.out.join("history.jsonl"))?;
@@ -143,13 +143,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
 
     let mut results = Vec::new();
     for w in &workloads {
-        let r = match w {
-            Workload::Register => crate::checks::register(&history),
-            Workload::Lock => workloads::check_lock(&history, &faults, final_counter, o.session_timeout),
-            Workload::Election => workloads::check_election(&history, &faults, o.session_timeout),
-            Workload::Session => workloads::check_session(&history, leftover.clone()),
-            Workload::All => continue,
-        };
+        let Some(r) = w.check(&history, &faults, &finals, o.session_timeout) else { continue };
         println!("  {:<10} valid: {}  {}", r.checker, r.valid.as_str(), r.stats);
         for a in r.anomalies.iter().take(3) {
             println!("    anomaly: {}", a.get("anomaly").and_then(|x| x.as_str()).unwrap_or("?"));
@@ -160,7 +154,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         println!("  {:<10} valid: {}  {}", r.checker, r.valid.as_str(), r.stats);
         results.push(r);
     }
-    let valid = results.iter().fold(Validity::True, |v, r| v.and(r.valid));
+    let valid = results.iter().fold(Validity::Valid, |v, r| v.and(r.valid));
     let doc = json!({
         "valid": valid,
         "workload": o.workload.name(),
@@ -187,29 +181,19 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     Ok(Outcome { valid, results })
 }
 
-async fn read_counter(c: &Client) -> Option<i64> {
-    for _ in 0..20 {
-        if let Ok((d, _)) = c.get("/jepsen/counter").await {
-            return std::str::from_utf8(&d).ok().and_then(|s| s.parse().ok());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    None
-}
-
 /// The `corrupt` nemesis's verdicts: a member that did not refuse a
 /// damaged data dir with exit code 3 (it started on it, or crashed) is the
 /// anomaly `damaged-data-not-refused` (None: no such faults).
-fn storage_check(faults: &[crate::history::FaultWindow]) -> Option<workloads::CheckResult> {
+fn storage_check(faults: &[FaultWindow]) -> Option<CheckResult> {
     let damaged: Vec<_> = faults.iter().filter(|f| f.kind == "corrupt").collect();
     if damaged.is_empty() {
         return None;
     }
     let served: Vec<_> = damaged.iter().filter(|f| f.detail.contains(crate::nemesis::DAMAGE_NOT_REFUSED)).collect();
     let refused = damaged.iter().filter(|f| f.detail.contains("exit 3")).count();
-    Some(workloads::CheckResult {
+    Some(CheckResult {
         checker: "storage".into(),
-        valid: if served.is_empty() { Validity::True } else { Validity::False },
+        valid: if served.is_empty() { Validity::Valid } else { Validity::Invalid },
         anomalies: served
             .iter()
             .map(|f| json!({"anomaly": "damaged-data-not-refused", "detail": f.detail, "at_ns": f.start}))

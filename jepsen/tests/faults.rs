@@ -16,10 +16,11 @@
 
 use std::time::Duration;
 
+use baton_checker::Validity;
 use baton_jepsen::db::SESSION_MS;
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::runner::{run_test, Outcome, TestOpts};
-use baton_jepsen::workloads::{Validity, Workload};
+use baton_jepsen::workloads::Workload;
 
 /// One test setup.
 #[derive(Clone, Copy, Debug)]
@@ -90,7 +91,7 @@ async fn caught_in(s: Setup, seeds: &[u64], fault: &str, wanted: &[&str]) {
     for &seed in seeds {
         let o = run(s, Some(fault), seed).await;
         let names = anomalies(&o);
-        if o.valid == Validity::False && names.iter().any(|n| wanted.contains(&n.as_str())) {
+        if o.valid == Validity::Invalid && names.iter().any(|n| wanted.contains(&n.as_str())) {
             println!("caught {fault} on seed {seed}: {names:?}");
             return;
         }
@@ -198,6 +199,6 @@ async fn t60_the_real_server_is_valid_under_the_same_faults() {
         setup(Workload::Register, NemesisKind::Corrupt, 15),
     ] {
         let o = run(s, None, 1).await;
-        assert_eq!(o.valid, Validity::True, "{s:?}: {:?}", anomalies(&o));
+        assert_eq!(o.valid, Validity::Valid, "{s:?}: {:?}", anomalies(&o));
     }
 }

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_jepsen::bench::AnyTarget;
+use baton_checker::Validity;
 use baton_jepsen::nemesis::NemesisKind;
-use baton_jepsen::peer_lock::{self, PeerLockOpts};
-use baton_jepsen::targets::{Kind, Target, TargetClient};
-use baton_jepsen::workloads::Validity;
+use baton_jepsen::side_by_side::bench::AnyTarget;
+use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
+use baton_jepsen::side_by_side::targets::{Kind, Target, TargetClient};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -93,7 +93,7 @@ async fn t40_etcd_lock_loses_updates_unless_fenced() {
     })
     .await
     .expect("run");
-    assert_eq!(valid, Validity::True, "fenced counter lost updates: {results:#}");
+    assert_eq!(valid, Validity::Valid, "fenced counter lost updates: {results:#}");
     assert_eq!(results["fenced"]["lost_updates"], 0, "{results:#}");
     let lost = results["unfenced"]["lost_updates"].as_u64().expect("number");
     assert!(lost > 0, "a frozen holder past its lease should have lost unfenced updates: {results:#}");

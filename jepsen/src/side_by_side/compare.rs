@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use crate::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
+use super::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
+use super::targets::Kind;
 use crate::report::{font, perr, render_png};
-use crate::targets::Kind;
 
 pub struct CompareOpts {
     pub targets: Vec<Kind>,
@@ -81,6 +81,20 @@ pub async fn runs_of(
         }
     );
     Ok(s)
+}
+
+/// `baton-jepsen bench`: `o.runs` runs of workload `w` on `kind` (the only
+/// target and workload in `o`) with `clients` clients, on a cluster of its
+/// own in `o.out` (failover: a fresh one per run).
+pub async fn bench(kind: Kind, w: BenchWorkload, clients: usize, o: &CompareOpts) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(&o.out)?;
+    if w == BenchWorkload::Failover {
+        return runs_of(kind, w, clients, o, None).await;
+    }
+    let t = AnyTarget::start(kind, &o.out.join("cluster"), o.baton_tls).await?;
+    let s = runs_of(kind, w, clients, o, Some(&t)).await;
+    t.stop();
+    s
 }
 
 pub async fn compare(o: &CompareOpts) -> anyhow::Result<Vec<Summary>> {
@@ -173,7 +187,7 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
          (and {:.0} s of warm-up load once per cluster); the spread is the lowest-highest ops/s. \
          Client i of run k starts at member (i + k) mod 3, so the one uncontended client sits on a \
          different member in each run.\n",
-        crate::bench::TTL.as_secs(),
+        super::bench::TTL.as_secs(),
         o.runs,
         o.duration.as_secs_f64(),
         o.run_warmup.as_secs_f64(),
@@ -345,7 +359,7 @@ pub fn chart(all: &[Summary], path: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::summarize;
+    use crate::side_by_side::bench::summarize;
 
     fn one(k: Kind, w: BenchWorkload, ops: f64, p99: f64, gap: Option<f64>) -> Summary {
         let r = RunFigures {

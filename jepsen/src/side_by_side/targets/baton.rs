@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use baton_client::{
-    member_status_with, Client, ClientConfig, ClientTls, CreateOptions, Error, ErrorCode, LockGuard, Op,
+    member_status_with, Client, ClientConfig, ClientTls, CreateOptions, Error, ErrorKind, LockGuard, Op,
 };
 
 use super::{Kind, OpError, OpResult, Target, TargetClient};
@@ -53,7 +53,7 @@ impl BatonTarget {
         cfg.tls = tls.clone();
         let setup = Client::connect_with(cfg).await?;
         match setup.create(ROOT, Vec::new(), CreateOptions::persistent()).await {
-            Ok(_) | Err(Error::Server { code: ErrorCode::NodeExists, .. }) => {}
+            Ok(_) | Err(Error::Server { kind: ErrorKind::NodeExists, .. }) => {}
             Err(e) => return Err(e.into()),
         }
         let _ = setup.close().await;
@@ -115,11 +115,11 @@ impl TargetClient for BatonClient {
         let path = format!("{ROOT}/{key}");
         match self.client.set(&path, value.to_vec(), None).await {
             Ok(_) => Ok(()),
-            Err(Error::Server { code: ErrorCode::NoNode, .. }) => {
+            Err(Error::Server { kind: ErrorKind::NoNode, .. }) => {
                 match self.client.create(&path, value.to_vec(), CreateOptions::persistent()).await {
                     Ok(_) => Ok(()),
                     // Created by someone else meanwhile: overwrite.
-                    Err(Error::Server { code: ErrorCode::NodeExists, .. }) => {
+                    Err(Error::Server { kind: ErrorKind::NodeExists, .. }) => {
                         self.client.set(&path, value.to_vec(), None).await.map(|_| ()).map_err(op_err)
                     }
                     Err(e) => Err(op_err(e)),
@@ -132,7 +132,7 @@ impl TargetClient for BatonClient {
     async fn get(&self, key: &str) -> OpResult<Option<Vec<u8>>> {
         match self.client.get(&format!("{ROOT}/{key}")).await {
             Ok((data, _)) => Ok(Some(data.to_vec())),
-            Err(Error::Server { code: ErrorCode::NoNode, .. }) => Ok(None),
+            Err(Error::Server { kind: ErrorKind::NoNode, .. }) => Ok(None),
             Err(e) => Err(op_err(e)),
         }
     }
@@ -149,8 +149,8 @@ impl TargetClient for BatonClient {
             };
             match held.fenced(&path, &[op]).await {
                 Ok(_) => return Ok(true),
-                Err(Error::Server { code: ErrorCode::FenceRejected, .. }) => return Ok(false),
-                Err(Error::Server { code: ErrorCode::NoNode | ErrorCode::NodeExists, .. }) => continue,
+                Err(Error::Server { kind: ErrorKind::FenceRejected, .. }) => return Ok(false),
+                Err(Error::Server { kind: ErrorKind::NoNode | ErrorKind::NodeExists, .. }) => continue,
                 Err(e) => return Err(op_err(e)),
             }
         }

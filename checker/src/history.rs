@@ -59,6 +59,13 @@ pub struct Op {
     pub error: Option<String>,
 }
 
+impl Op {
+    /// Field `name` of this entry's value as an unsigned integer.
+    pub fn u64(&self, name: &str) -> Option<u64> {
+        self.value.get(name).and_then(serde_json::Value::as_u64)
+    }
+}
+
 /// A complete history, in time order.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
@@ -84,6 +91,15 @@ impl<'a> Pair<'a> {
             Some(c) if c.ty != OpType::Info => c.time,
             _ => u64::MAX,
         }
+    }
+    /// The operation as an anomaly names it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "process": self.invoke.process, "f": self.invoke.f, "key": self.invoke.key,
+            "invoke": self.invoke.value, "outcome": self.outcome(),
+            "result": self.complete.map(|c| c.value.clone()), "error": self.complete.and_then(|c| c.error.clone()),
+            "time_s": self.invoke.time as f64 / 1e9, "index": self.invoke.index,
+        })
     }
 }
 
@@ -164,6 +180,18 @@ impl History {
 
 /// `f` of a session-state note (see the module doc).
 pub const SESSION_STATE: &str = "session-state";
+
+/// The `role` of a session-state note: which of a worker's clients it is
+/// about.
+pub mod role {
+    /// The client a worker takes its locks, leadership or nodes with.
+    pub const MAIN: &str = "main";
+    /// The lock worker's second session, which writes the fenced counter as
+    /// an external resource would.
+    pub const STORAGE: &str = "storage";
+    /// The election observer's client.
+    pub const OBSERVER: &str = "observer";
+}
 
 /// One client's recorded session states, in time order.
 #[derive(Debug, Clone, Default)]

@@ -29,10 +29,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use super::targets::etcd::{EtcdClient, EtcdTarget};
+use super::targets::{OpError, Target, TargetClient};
 use crate::nemesis::NemesisKind;
-use crate::targets::etcd::{EtcdClient, EtcdTarget};
-use crate::targets::{OpError, Target, TargetClient};
-use crate::workloads::Validity;
+use baton_checker::Validity;
 
 /// Lease TTL of the test's clients: pauses of 3-6 s outlive it.
 const LEASE: Duration = Duration::from_secs(2);
@@ -277,7 +277,7 @@ pub async fn run(o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value
     let mut t = std::mem::take(&mut *tallies.lock().unwrap_or_else(|p| p.into_inner()));
     t.unfenced.final_value = fu;
     t.fenced.final_value = ff;
-    let valid = if t.fenced.valid() { Validity::True } else { Validity::False };
+    let valid = if t.fenced.valid() { Validity::Valid } else { Validity::Invalid };
     let summary = |c: &CounterTally| {
         json!({
             "acked": c.acked.len(),

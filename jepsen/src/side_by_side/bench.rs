@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
-use crate::targets::{Kind, OpError, Target, TargetClient};
+use super::targets::{Kind, OpError, Target, TargetClient};
 
 /// Session timeout / lease TTL on every target.
 pub const TTL: Duration = Duration::from_secs(5);
@@ -401,9 +401,9 @@ async fn holder_kill<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts
 
 /// Starts a target's cluster in `dir`.
 pub enum AnyTarget {
-    Baton(Arc<crate::targets::baton::BatonTarget>),
-    Etcd(Arc<crate::targets::etcd::EtcdTarget>),
-    Zookeeper(Arc<crate::targets::zookeeper::ZkTarget>),
+    Baton(Arc<super::targets::baton::BatonTarget>),
+    Etcd(Arc<super::targets::etcd::EtcdTarget>),
+    Zookeeper(Arc<super::targets::zookeeper::ZkTarget>),
 }
 
 impl AnyTarget {
@@ -411,9 +411,9 @@ impl AnyTarget {
     pub async fn start(kind: Kind, dir: &Path, baton_tls: bool) -> anyhow::Result<AnyTarget> {
         std::fs::create_dir_all(dir)?;
         Ok(match kind {
-            Kind::Baton => AnyTarget::Baton(Arc::new(crate::targets::baton::BatonTarget::start(dir, baton_tls).await?)),
-            Kind::Etcd => AnyTarget::Etcd(Arc::new(crate::targets::etcd::EtcdTarget::start(dir).await?)),
-            Kind::Zookeeper => AnyTarget::Zookeeper(Arc::new(crate::targets::zookeeper::ZkTarget::start(dir).await?)),
+            Kind::Baton => AnyTarget::Baton(Arc::new(super::targets::baton::BatonTarget::start(dir, baton_tls).await?)),
+            Kind::Etcd => AnyTarget::Etcd(Arc::new(super::targets::etcd::EtcdTarget::start(dir).await?)),
+            Kind::Zookeeper => AnyTarget::Zookeeper(Arc::new(super::targets::zookeeper::ZkTarget::start(dir).await?)),
         })
     }
 

@@ -1,0 +1,256 @@
+//! What the lock and election checkers share: the hold intervals of a
+//! lock-like grant (a lock, or leadership), mutual exclusion outside
+//! faults, and `holder-connected-after-expiry`.
+//!
+//! Every client's session state changes are recorded as history notes
+//! ([`crate::history`], module doc). Grants are judged against them:
+//! `holder-connected-after-expiry` when an earlier holder, before invoking
+//! its release / resign, was still recorded `Connected` more than
+//! [`state_slack`] (min(50 ms, T/20)) after another session was granted
+//! the same lock / leadership (the session guarantee: the new grant needs
+//! the old session expired, and a correct client leaves `Connected` at
+//! least T/3 before that can commit).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::history::{role, FaultWindow, History, OpType};
+
+/// How one kind of grant shows in the history.
+pub(crate) struct Grants<'a> {
+    /// `f` of the operation whose `ok` (with a `token`) grants it.
+    pub grant: &'a str,
+    /// `f` of the operation that gives it up (its invocation ends the hold).
+    pub release: &'a str,
+    /// What is granted, for explanations: "lock", "election".
+    pub what: &'a str,
+    /// The lock's or election's name, for anomalies.
+    pub name: &'a str,
+}
+
+/// What [`judge`] found.
+pub(crate) struct Judgement {
+    /// Pairs of holds that overlapped (during faults, or not).
+    pub overlapping: usize,
+    /// What `holder-connected-after-expiry` judged.
+    pub judged: Judged,
+    /// `concurrent-holders` and `holder-connected-after-expiry` anomalies.
+    pub anomalies: Vec<Value>,
+}
+
+/// Mutual exclusion outside faults (`concurrent-holders`) and
+/// `holder-connected-after-expiry`, for the grants `g` in `h`, with
+/// session timeout `t`.
+pub(crate) fn judge(h: &History, g: &Grants<'_>, faults: &[FaultWindow], t: Duration) -> Judgement {
+    let hs = holds(h, g.grant, g.release);
+    let (overlapping, mut anomalies) = overlaps(&hs, faults, fault_grace(t));
+    let (judged, late) = holder_connected(h, &hs, g.name, g.what, t);
+    anomalies.extend(late);
+    Judgement { overlapping, judged, anomalies }
+}
+
+/// True if time `t` (ns) is within a fault window or `grace` after it.
+fn near_fault(faults: &[FaultWindow], t: u64, grace: u64) -> bool {
+    faults.iter().any(|f| t + 1 >= f.start && t <= f.end.saturating_add(grace))
+}
+
+/// Grace after a fault during which overlapping holders are explained by
+/// it: two session timeouts `t`, an election and a keepalive period.
+pub fn fault_grace(t: Duration) -> u64 {
+    (t.as_millis() as u64 * 2 + 3000) * 1_000_000
+}
+
+/// Slack for recording lag in `holder-connected-after-expiry` (ns):
+/// min(50 ms, T/20). A state note is written when the watcher task *saw*
+/// the change: after the client actor noticed its proof ran out (it looks
+/// every 20 ms) and the task was scheduled. The slack is a cushion on top
+/// of the real margin: a correct client leaves `Connected` at least T/3
+/// before any leader can commit its session's expiry, and a grant is
+/// recorded when the new holder's call returned (after that commit), so a
+/// false positive needs more than T/3 + slack of recording lag (383 ms at
+/// T = 1 s). Measured on correct runs (client freezes, T = 1 s and 2 s),
+/// the closest any holder's recorded `Connected` came to another's grant
+/// was T/3 + 22-36 ms, i.e. no lag showed at all; the stats report that
+/// figure (`closest_ms`) on every run. A larger slack hides real
+/// violations: the planted `keepalive-without-quorum` typically keeps a
+/// holder `Connected` only 0-150 ms past the grant, because the cut-off
+/// leader steps down (check-quorum) within 0.5-1 s.
+pub fn state_slack(t: Duration) -> u64 {
+    (t.as_nanos() as u64 / 20).min(50_000_000)
+}
+
+/// One process's hold, times in ns.
+struct Hold {
+    process: u64,
+    token: u64,
+    granted: u64,
+    /// When its release was invoked (the end of the run if never).
+    released: u64,
+}
+
+impl Hold {
+    fn to_json(&self) -> Value {
+        let (from_s, to_s) = (self.granted as f64 / 1e9, self.released as f64 / 1e9);
+        json!({"process": self.process, "token": self.token, "from_s": from_s, "to_s": to_s})
+    }
+}
+
+/// Hold intervals [granted, release invoked] per process, by grant time.
+fn holds(h: &History, grant: &str, release: &str) -> Vec<Hold> {
+    let pairs = h.pairs();
+    // process -> (token, granted)
+    let mut open: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut out = Vec::new();
+    let end_of_run = h.ops.last().map(|o| o.time).unwrap_or(0);
+    for p in &pairs {
+        let Some(c) = p.complete else { continue };
+        if p.invoke.f == grant && c.ty == OpType::Ok {
+            if let Some(t) = c.u64("token") {
+                open.insert(p.invoke.process, (t, c.time));
+            }
+        } else if p.invoke.f == release {
+            if let Some((token, granted)) = open.remove(&p.invoke.process) {
+                out.push(Hold { process: p.invoke.process, token, granted, released: p.invoke.time });
+            }
+        }
+    }
+    for (process, (token, granted)) in open {
+        out.push(Hold { process, token, granted, released: end_of_run });
+    }
+    out.sort_by_key(|x| x.granted);
+    out
+}
+
+/// Pairs of overlapping holds; those outside fault windows violate mutual
+/// exclusion.
+fn overlaps(hs: &[Hold], faults: &[FaultWindow], grace: u64) -> (usize, Vec<Value>) {
+    let mut total = 0;
+    let mut bad = Vec::new();
+    for (i, a) in hs.iter().enumerate() {
+        for b in &hs[i + 1..] {
+            if b.granted >= a.released {
+                continue;
+            }
+            if a.process == b.process {
+                continue;
+            }
+            total += 1;
+            if !near_fault(faults, b.granted, grace) && bad.len() < 20 {
+                bad.push(json!({
+                    "anomaly": "concurrent-holders",
+                    "explain": "two processes held it at once with no fault active",
+                    "first": a.to_json(),
+                    "second": b.to_json(),
+                }));
+            }
+        }
+    }
+    (total, bad)
+}
+
+/// `holder-connected-after-expiry`: when a process is granted `name` (a
+/// lock, or leadership) while an earlier holder has not yet invoked its
+/// release / resign, that holder's client must already have left
+/// `Connected`: the cluster can only have handed it on after expiring the
+/// holder's session, and a correct client is `Suspended` at least T/3
+/// before that expiry can commit. Judged from the session-state notes
+/// (`crate::history`): a violation is a `Connected` state recorded at any
+/// time in [grant + slack, the holder's release invocation), i.e. the last
+/// note at grant + slack, or a later one before the release, says
+/// `Connected`. `slack` is [`state_slack`]. Returns (grants judged,
+/// violations); a holder with no notes is not judged. Also reports, in
+/// `closest`, the smallest margin seen (grant time minus the end of the
+/// holder's last `Connected` stretch; negative: still `Connected` after
+/// the grant): how near the run came to a violation.
+fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duration) -> (Judged, Vec<Value>) {
+    let states = h.session_states(role::MAIN);
+    let slack = state_slack(t);
+    let mut judged = Judged { slack_ms: slack as f64 / 1e6, ..Judged::default() };
+    let mut bad = Vec::new();
+    for (i, a) in hs.iter().enumerate() {
+        let Some(log) = states.get(&a.process) else { continue };
+        // Holds are sorted by grant time: every later grant inside a's hold.
+        // One anomaly per hold: its first offending grant, and a count.
+        let mut first: Option<(&Hold, u64)> = None;
+        let mut offending = 0;
+        for b in hs[i + 1..].iter().take_while(|b| b.granted < a.released) {
+            if b.process == a.process {
+                continue;
+            }
+            judged.grants += 1;
+            if let Some(end) = log.connected_end(b.granted, a.released) {
+                let margin = (b.granted as f64 - end as f64) / 1e6;
+                if judged.closest_ms.is_none_or(|c| margin < c) {
+                    judged.closest_ms = Some(margin);
+                }
+            }
+            if let Some(at) = log.connected_within(b.granted + slack, a.released) {
+                offending += 1;
+                first = first.or(Some((b, at)));
+            }
+        }
+        if let Some((b, at)) = first.filter(|_| bad.len() < 20) {
+            let new_session = states.get(&b.process).map(|l| l.session);
+            // The holder's notes from its grant, or two timeouts before the
+            // other grant if later, to its release.
+            let since = b.granted.saturating_sub(2 * t.as_nanos() as u64).max(a.granted);
+            bad.push(json!({
+                "anomaly": "holder-connected-after-expiry",
+                "explain": format!(
+                    "{what} {name:?} was granted to another session while its earlier holder had not invoked its \
+                     release and its client was still recorded Connected after the grant (+{} ms slack): the \
+                     holder's session can only have been expired before the grant, so its client stayed \
+                     Connected past its session's expiry",
+                    slack / 1_000_000
+                ),
+                "name": name,
+                "holder": {
+                    "process": a.process, "session": log.session, "token": a.token,
+                    "granted_s": a.granted as f64 / 1e9, "release_invoked_s": a.released as f64 / 1e9,
+                },
+                "granted": {
+                    "process": b.process, "session": new_session, "token": b.token,
+                    "granted_s": b.granted as f64 / 1e9,
+                },
+                "holder_connected_at_s": at as f64 / 1e9,
+                "grants_while_holder_connected": offending,
+                "slack_ms": slack as f64 / 1e6,
+                "holder_states_from_s": since as f64 / 1e9,
+                "holder_state_then": log.state_at(since),
+                "holder_states": log
+                    .between(since, a.released)
+                    .into_iter()
+                    .map(|(at, s)| json!({"at_s": at as f64 / 1e9, "state": s}))
+                    .collect::<Vec<_>>(),
+            }));
+        }
+    }
+    (judged, bad)
+}
+
+/// What `holder_connected` judged (for the stats).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct Judged {
+    /// Grants made while an earlier holder had not invoked its release.
+    grants: usize,
+    /// Smallest margin (ms) between such a grant and the end of the
+    /// holder's last `Connected` stretch (negative: Connected after it).
+    closest_ms: Option<f64>,
+    slack_ms: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_slack_is_min_50_ms_and_t_over_20() {
+        assert_eq!(state_slack(Duration::from_millis(1000)), 50 * MS);
+        assert_eq!(state_slack(Duration::from_millis(600)), 30 * MS);
+        assert_eq!(state_slack(Duration::from_millis(5000)), 50 * MS);
+    }
+}

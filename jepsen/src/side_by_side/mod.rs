@@ -1,0 +1,19 @@
+//! The side-by-side: Baton next to etcd 3.4 and ZooKeeper 3.8, the same
+//! workloads through one interface, one cluster at a time. Nothing here
+//! checks Baton's safety (the harness does); it measures, and it shows
+//! what a peer's lock allows.
+//!
+//! - [`targets`]: the [`targets::Target`] / [`targets::TargetClient`]
+//!   interface and its three adapters; etcd's and ZooKeeper's clusters
+//!   come from the scripts in `jepsen/peers/`, Baton's from [`crate::db`].
+//! - [`bench`](mod@bench): the benchmark workloads, one run, medians of runs.
+//! - [`compare`]: `baton-jepsen compare` (every workload on every target:
+//!   compare.json, compare.md, compare.png) and `baton-jepsen bench` (one
+//!   workload on one target).
+//! - [`peer_lock`]: the lock-safety test against etcd (`baton-jepsen test
+//!   --target etcd --workload lock`).
+
+pub mod bench;
+pub mod compare;
+pub mod peer_lock;
+pub mod targets;
