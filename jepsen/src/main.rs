@@ -129,6 +129,9 @@ struct CompareArgs {
     /// Baton with TLS on both ports (a throwaway CA), every client too.
     #[arg(long)]
     baton_tls: bool,
+    /// Run nothing: draw DIR/compare.png again from DIR/compare.json.
+    #[arg(long, value_name = "DIR")]
+    replot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -302,6 +305,15 @@ fn bench_line(s: &Summary) -> String {
 
 /// `compare`: prints compare.md. Exit code 0, or 2 if it failed.
 async fn compare(a: CompareArgs) -> i32 {
+    if let Some(dir) = &a.replot {
+        return match compare::replot(dir) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("baton-jepsen: {e:#}");
+                2
+            }
+        };
+    }
     let parsed = list(&a.targets, Kind::parse).and_then(|t| {
         let w = match &a.workloads {
             Some(w) => list(w, BenchWorkload::parse)?,

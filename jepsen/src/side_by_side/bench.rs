@@ -25,7 +25,7 @@ pub const TTL: Duration = Duration::from_secs(5);
 /// Value size of the write workload.
 pub const VALUE_BYTES: usize = 256;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BenchWorkload {
     LockUncontended,
@@ -76,7 +76,7 @@ impl BenchWorkload {
 }
 
 /// What one run measured.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RunFigures {
     pub ops: u64,
     pub secs: f64,
@@ -435,7 +435,7 @@ impl AnyTarget {
 }
 
 /// Median of several runs, with the spread.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
     pub target: Kind,
     pub workload: BenchWorkload,
@@ -452,6 +452,7 @@ pub struct Summary {
     pub gap_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub takeover_ms: Option<f64>,
+    #[serde(default)]
     pub per_run: Vec<RunFigures>,
 }
 

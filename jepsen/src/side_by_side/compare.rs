@@ -1,8 +1,8 @@
 //! `baton-jepsen compare`: every workload on every target, one cluster at
 //! a time, and the outputs: compare.json, compare.md (table + Baton's ratio
-//! to each peer + the goals), compare.png (bar chart).
+//! to each peer + the goals), compare.png (one linear panel per workload,
+//! with the spread of the runs and p99).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use super::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
 use super::targets::Kind;
-use crate::report::{font, perr, render_png};
+use crate::report::{font, perr, render_png, Area};
 
 pub struct CompareOpts {
     pub targets: Vec<Kind>,
@@ -149,6 +149,15 @@ pub fn write_outputs(all: &[Summary], out: &Path, o: &CompareOpts) -> anyhow::Re
     Ok(())
 }
 
+/// Draws `dir/compare.png` again from `dir/compare.json`, running nothing
+/// (after a change to the chart, or for an older run).
+pub fn replot(dir: &Path) -> anyhow::Result<()> {
+    let json = dir.join("compare.json");
+    let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+    let all: Vec<Summary> = serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
+    chart(&all, &dir.join("compare.png"))
+}
+
 fn find(all: &[Summary], k: Kind, w: BenchWorkload) -> Option<&Summary> {
     all.iter().find(|s| s.target == k && s.workload == w)
 }
@@ -283,77 +292,97 @@ fn color(k: Kind) -> RGBColor {
     }
 }
 
-/// Grouped bars: ops/s per workload (log scale), one colour per target.
+/// One panel per workload, each on its own linear axis from zero: a bar
+/// per target at the median over the runs, a whisker from the lowest to
+/// the highest run, and the median p99 written above it. The failover panel
+/// shows the gap around the leader's kill instead (lower is better). One
+/// log axis for all workloads, as before, made a 2x difference look like
+/// nothing.
 pub fn chart(all: &[Summary], path: &Path) -> anyhow::Result<()> {
     let workloads: Vec<BenchWorkload> =
         BenchWorkload::ALL.into_iter().filter(|w| all.iter().any(|s| s.workload == *w)).collect();
     let mut targets: Vec<Kind> = all.iter().map(|s| s.target).collect();
     targets.sort();
     targets.dedup();
-    let hi = all.iter().map(|s| s.ops_per_sec).fold(10.0, f64::max);
-    let y_hi = 10f64.powf((hi * 1.5).log10().ceil());
-    let n = workloads.len().max(1) as f64;
-    let bars: BTreeMap<(usize, usize), f64> = all
-        .iter()
-        .filter_map(|s| {
-            let wi = workloads.iter().position(|w| *w == s.workload)?;
-            let ti = targets.iter().position(|t| *t == s.target)?;
-            Some(((wi, ti), s.ops_per_sec.max(1.0)))
-        })
-        .collect();
-    let names: Vec<&'static str> = workloads.iter().map(|w| w.name()).collect();
-    render_png(path, (1100, 600), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption("ops/s by workload (median; log scale)", font(22))
-            .margin(14)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0f64..n, (1f64..y_hi).log_scale())
-            .map_err(perr)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(workloads.len() * 2 + 1)
-            .x_label_formatter(&|v| {
-                let f = v.fract();
-                if (f - 0.5).abs() < 0.01 {
-                    names.get(*v as usize).map(|s| s.to_string()).unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc("ops/s")
-            .label_style(font(13))
-            .axis_desc_style(font(15))
-            .draw()
-            .map_err(perr)?;
-        let width = 0.8 / targets.len().max(1) as f64;
-        for (ti, t) in targets.iter().enumerate() {
-            let c = color(*t);
-            let rects: Vec<Rectangle<(f64, f64)>> = bars
-                .iter()
-                .filter(|((_, i), _)| *i == ti)
-                .map(|((wi, _), v)| {
-                    let x0 = *wi as f64 + 0.1 + ti as f64 * width;
-                    Rectangle::new([(x0, 1.0), (x0 + width * 0.95, *v)], c.filled())
-                })
-                .collect();
-            chart
-                .draw_series(rects)
-                .map_err(perr)?
-                .label(t.name())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    const COLS: usize = 3;
+    let rows = workloads.len().div_ceil(COLS).max(1);
+    render_png(path, (1200, 340 * rows as u32), |root| {
+        for (w, area) in workloads.iter().zip(root.split_evenly((rows, COLS)).iter()) {
+            panel(area, *w, &targets, all)?;
         }
-        chart
-            .configure_series_labels()
-            .label_font(font(14))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(perr)?;
         Ok(())
     })
+}
+
+/// One target's bar in a panel.
+struct Bar {
+    slot: usize,
+    target: Kind,
+    value: f64,
+    low: f64,
+    high: f64,
+    label: String,
+}
+
+/// The bars of workload `w`: ops/s (or, for failover, the gap in ms).
+fn bars(w: BenchWorkload, targets: &[Kind], all: &[Summary]) -> Vec<Bar> {
+    let spread = |v: Vec<f64>, m: f64| {
+        let lo = v.iter().copied().fold(m, f64::min);
+        (lo, v.into_iter().fold(m, f64::max))
+    };
+    targets
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, t)| {
+            let s = find(all, *t, w)?;
+            let bar = if w == BenchWorkload::Failover {
+                let value = s.gap_ms.unwrap_or(0.0);
+                let (low, high) = spread(s.per_run.iter().filter_map(|r| r.gap_ms).collect(), value);
+                Bar { slot, target: *t, value, low, high, label: format!("{value:.0} ms") }
+            } else {
+                let (low, high) = (s.ops_per_sec_min.min(s.ops_per_sec), s.ops_per_sec_max.max(s.ops_per_sec));
+                Bar { slot, target: *t, value: s.ops_per_sec, low, high, label: format!("p99 {:.1} ms", s.p99_ms) }
+            };
+            Some(bar)
+        })
+        .collect()
+}
+
+fn panel(area: &Area<'_>, w: BenchWorkload, targets: &[Kind], all: &[Summary]) -> anyhow::Result<()> {
+    let bars = bars(w, targets, all);
+    let top = bars.iter().map(|b| b.high.max(b.value)).fold(1.0, f64::max) * 1.2;
+    let caption = match w {
+        BenchWorkload::Failover => "failover: gap, ms (lower is better)".to_string(),
+        _ => format!("{}: ops/s (median, min-max)", w.name()),
+    };
+    let n = targets.len().max(1);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, font(16))
+        .margin(10)
+        .x_label_area_size(24)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|v| {
+            let centre = (v.fract() - 0.5).abs() < 0.01;
+            centre.then(|| targets.get(*v as usize).map(|t| t.name().to_string())).flatten().unwrap_or_default()
+        })
+        .label_style(font(12))
+        .draw()
+        .map_err(perr)?;
+    for b in bars {
+        let (x0, x1, xm) = (b.slot as f64 + 0.2, b.slot as f64 + 0.8, b.slot as f64 + 0.5);
+        let c = color(b.target);
+        chart.draw_series([Rectangle::new([(x0, 0.0), (x1, b.value)], c.filled())]).map_err(perr)?;
+        let whisker = [(xm, b.low), (xm, b.high)];
+        chart.draw_series([PathElement::new(whisker, BLACK.stroke_width(2))]).map_err(perr)?;
+        chart.draw_series([Text::new(b.label, (x0, b.high + top * 0.04), font(12))]).map_err(perr)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
