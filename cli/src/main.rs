@@ -12,7 +12,6 @@
 //!   `leader` in `elect`; the supervised child process in `supervise`.
 //! - `admin`: status, health, member, snapshot.
 //! - `acl`: node ACLs and password users.
-//! - `bench`: throughput and latency workloads.
 //! - `watch`: printing changes (kept as it is until server-side changes).
 //! - `output`: JSON and text formatting, value encodings.
 //! - `signal`: SIGINT and SIGTERM, handled alike wherever a command blocks.
@@ -24,7 +23,6 @@
 
 mod acl;
 mod admin;
-mod bench;
 mod conn;
 mod elect;
 mod lock;
@@ -108,7 +106,6 @@ enum Cmd {
     Lock(lock::Lock),
     Elect(elect::Elect),
     Leader(elect::Leader),
-    Bench(bench::Bench),
 }
 
 /// The commands that run on one session with the default timeout.
@@ -278,7 +275,6 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Member(c) => done(c.run(&conn, out).await),
         Cmd::Snapshot(c) => done(c.run(&conn, out).await),
         Cmd::Leader(c) => done(conn.session(None, async |s| c.run(s, out).await).await),
-        Cmd::Bench(c) => done(c.run(&conn, out).await),
         Cmd::Lock(c) => c.run(&conn).await,
         Cmd::Elect(c) => c.run(&conn).await,
     };

@@ -1,5 +1,5 @@
 //! SIGINT and SIGTERM, handled alike wherever a command blocks (waiting
-//! for a lock, campaigning, watching a leader, a benchmark): a service
+//! for a lock, campaigning, watching a leader or a subtree): a service
 //! manager's stop is as clean as a Ctrl-C. Interrupted waits exit
 //! 128 + the signal, as a shell reports it.
 //!

@@ -1,8 +1,8 @@
 //! The `baton` CLI through its real binary: exit codes, values in and out
 //! (stdin, files, hex, base64, non-UTF-8 through --json), subtrees (ls -R,
 //! rm -r), txn, the lock kinds (--shared, --limit, --nonblock), signals,
-//! failing fast without a cluster, and bench's cleanup. Every cluster
-//! address is given as `localhost:PORT` (host names must work).
+//! failing fast without a cluster, and `watch`. Every cluster address is
+//! given as `localhost:PORT` (host names must work).
 //!
 //! Every `baton` run is bounded ([`RUN_LIMIT`]) and killed past it; every
 //! wait polls a bounded number of times.
@@ -295,39 +295,6 @@ async fn t30_lock_kinds_nonblock_and_signals() {
     held.release().await.expect("release");
     expect(baton(eps, &["--json", "lock", "m", "--", "true"]), 2, "--json with lock");
     watcher.close().await.expect("close");
-}
-
-/// bench: lock-uncontended runs one client by default; no run leaves
-/// /bench-* nodes or bench-* locks behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t40_bench_defaults_and_cleanup() {
-    let c = Cluster::start(3, &[]).await;
-    let eps = &endpoints(&c);
-    let out = expect(baton(eps, &["--json", "bench", "lock-uncontended", "--duration", "300ms"]), 0, "bench");
-    let r = json_lines(&out);
-    assert_eq!(r[0]["clients"], 1, "{out}");
-    assert!(r[0]["ops"].as_u64().unwrap_or(0) > 0, "{out}");
-    for w in ["create", "lock-contended", "lock-independent"] {
-        expect(baton(eps, &["bench", w, "--clients", "3", "--duration", "300ms"]), 0, w);
-    }
-    // Interrupted: the partial figures, exit 130, and still no leftovers.
-    let mut run = spawn_baton(eps, &["bench", "create", "--clients", "2", "--duration", "30s"]);
-    let cl = c.client().await;
-    eventually(SECS(10), "the bench running", || async {
-        let kids = cl.children("/").await.ok()?;
-        kids.iter().any(|k| k.starts_with("bench-")).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    signal(run.id() as i32, libc::SIGINT);
-    assert_eq!(exit_of(&mut run, SECS(30)).await, 130);
-    let left: Vec<String> =
-        cl.children("/").await.expect("ls /").into_iter().filter(|k| k.starts_with("bench-")).collect();
-    assert!(left.is_empty(), "bench left {left:?}");
-    let locks = cl.children("/_baton/locks").await.unwrap_or_default();
-    assert!(!locks.iter().any(|k| k.starts_with("bench-")), "bench left locks {locks:?}");
-    expect(baton(eps, &["bench", "lock-uncontended", "--clients", "4"]), 2, "lock-uncontended with 4 clients");
-    cl.close().await.expect("close");
 }
 
 /// Without a cluster: malformed endpoints are usage errors at once;
