@@ -158,11 +158,6 @@ impl Conn {
         self.config().op_timeout(self.command_timeout.unwrap_or(DEFAULT_CHANGE_TIMEOUT))
     }
 
-    /// A session with the default session timeout.
-    pub async fn connect(&self) -> anyhow::Result<Client> {
-        Ok(Client::connect_with(self.config()).await?)
-    }
-
     /// Runs `f` on a new session (with `timeout`, if given: how long after
     /// this process dies its locks are freed), then closes the session
     /// whatever `f` returned: its ephemeral nodes (a held lock, a waiter's

@@ -25,7 +25,9 @@ pub const TTL: Duration = Duration::from_secs(5);
 /// Value size of the write workload.
 pub const VALUE_BYTES: usize = 256;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum BenchWorkload {
     LockUncontended,
