@@ -80,7 +80,7 @@
 //! |---|---|---|
 //! | `NO_LEADER`, `BUSY`, `SHUTTING_DOWN` (not applied) | resend after the retry policy's delay for its attempt; `SHUTTING_DOWN` also switches member | returned to the caller |
 //! | `LEADER_CHANGED`, `TIMEOUT` (maybe applied) | resend after the policy's delay | returned; for a write, `Error::Ambiguous` |
-//! | `SESSION_EXPIRED` | the session is `Expired`; the call fails with `SessionExpired`, or `Ambiguous` for a write sent more than once (an earlier attempt may have been applied) | same |
+//! | `SESSION_EXPIRED` | the session is `Expired`; the call fails with `SessionExpired`, or `Ambiguous` for a write sent more than once (an earlier attempt may have been applied), except a `close_session`, which has what it asked for (`Client::close` succeeds) | same |
 //! | `STALE_SEQUENCE` to a write sent more than once | `Error::Ambiguous` (its reply left the server's window) | same |
 //! | `SESSION_MOVED` | the session is `Expired` | same |
 //! | no answer | | a write sent at least once: `Error::Ambiguous`; otherwise `Error::Unavailable` |
@@ -834,12 +834,14 @@ impl Actor {
             Kind::Internal => {}
             Kind::User => {
                 let resent_write = p.is_write && p.resent;
+                // A close wants the session gone: an expired one is that.
+                let is_close = matches!(p.req.body, Some(request::Body::CloseSession(_)));
                 if code == ErrorCode::SessionExpired {
                     // A retried write: the session may have expired after an
                     // earlier attempt was applied (its reply lost, e.g.
                     // LEADER_CHANGED). Found by the harness's register
                     // workload under partitions.
-                    let err = if resent_write {
+                    let err = if resent_write && !is_close {
                         Error::Ambiguous("session expired before a retried write was answered".into())
                     } else {
                         Error::SessionExpired

@@ -30,10 +30,13 @@ enum Keepalives {
 #[derive(Default)]
 struct Seen {
     write_seqs: BTreeSet<u64>,
+    closes: u32,
 }
 
 /// Serves one client connection: creates the session (index 42), answers
-/// keepalives as told, reads and status at once, and never answers a write.
+/// keepalives as told, reads and status at once, never answers a write, and
+/// answers a close_session LEADER_CHANGED the first time and SESSION_EXPIRED
+/// after (what a real member says to a resent close: it keeps no reply).
 async fn fake_member(keepalives: Keepalives) -> (String, Arc<Mutex<Seen>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let addr = listener.local_addr().expect("bound").to_string();
@@ -61,6 +64,15 @@ async fn fake_member(keepalives: Keepalives) -> (String, Arc<Mutex<Seen>>) {
                             message: "cut off".into(),
                             ..Default::default()
                         },
+                        Some(B::CloseSession(_)) => {
+                            let first = {
+                                let mut seen = s.lock().unwrap();
+                                seen.closes += 1;
+                                seen.closes == 1
+                            };
+                            let code = if first { ErrorCode::LeaderChanged } else { ErrorCode::SessionExpired };
+                            Response { id: req.id, error: code as i32, ..Default::default() }
+                        }
                         Some(B::Create(_)) | Some(B::Set(_)) => {
                             s.lock().unwrap().write_seqs.insert(req.seq);
                             continue;
@@ -145,4 +157,16 @@ async fn vouched_keepalives_keep_it_connected() {
     })
     .await;
     assert!(stayed.is_err(), "left Connected although every keepalive was answered");
+}
+
+/// Review finding (2026-12-02): a close_session that had to be resent and was
+/// then answered SESSION_EXPIRED reported `Ambiguous`. The session is gone,
+/// which is what a close asks for: it succeeds.
+#[tokio::test]
+async fn a_resent_close_answered_session_expired_succeeds() {
+    let (addr, seen) = fake_member(Keepalives::Ok).await;
+    let c = Client::connect(vec![addr]).await.expect("session");
+    let r = c.close().await;
+    assert!(r.is_ok(), "close said {r:?}");
+    assert_eq!(seen.lock().unwrap().closes, 2, "the close was not resent once");
 }

@@ -14,7 +14,9 @@
 //! and `AbsoluteConsistency` WAL recovery, so a damaged WAL fails the open
 //! instead of silently dropping its tail (acknowledged entries and votes).
 //! Any mismatch is a [`KvError`] that says `corrupt`: the member refuses to
-//! start (exit code 3, main.rs) and must be replaced from its peers
+//! start (exit code 3, main.rs) and must be replaced from its peers. A store
+//! that will not open for another reason (another process holds its lock,
+//! no permission) is not called corrupt: exit 1, fix it and start again
 //! (docs/operations.md). Values written before checksums existed (no `0xB7`
 //! first byte, which no protobuf message or big-endian index starts with)
 //! are read as they are.
@@ -108,7 +110,7 @@ impl RocksKv {
             opts.set_paranoid_checks(true);
             opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::AbsoluteConsistency);
         }
-        let db = rocksdb::DB::open(&opts, dir).map_err(|e| KvError(format!("corrupt or unreadable store: {e}")))?;
+        let db = rocksdb::DB::open(&opts, dir).map_err(open_err)?;
         Ok(RocksKv { db, lenient })
     }
 }
@@ -137,6 +139,21 @@ fn open_sealed(key: &[u8], stored: Vec<u8>) -> Result<Vec<u8>, KvError> {
         return Err(bad());
     }
     Ok(value.to_vec())
+}
+
+/// Why the store would not open. Only damage says `corrupt` (exit 3: the
+/// operator replaces the member); a store another process holds open, or
+/// one this user may not read, says what it is (exit 1: fix and restart),
+/// never that the data is damaged.
+fn open_err(e: rocksdb::Error) -> KvError {
+    let text = e.to_string();
+    match e.kind() {
+        rocksdb::ErrorKind::Corruption => KvError(format!("corrupt store: {text}")),
+        _ if text.contains("LOCK") => {
+            KvError(format!("the data dir is in use (is another batond running on it?): {text}"))
+        }
+        _ => KvError(format!("cannot open the store: {text}")),
+    }
 }
 
 fn rocks_err(e: rocksdb::Error) -> KvError {

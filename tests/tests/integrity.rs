@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use baton_client::CreateOptions;
-use baton_tests::{eventually, Cluster};
+use baton_tests::{batond_bin, distinct_ports, eventually, Cluster, Procs};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -57,4 +57,38 @@ async fn i10_a_flipped_byte_stops_the_member_not_the_cluster() {
     let commit = c.status(c.wait_leader(SECS(10)).await).await.map(|s| s.commit_index).unwrap_or(0);
     c.wait_applied(3, commit, SECS(20)).await;
     eventually(SECS(10), "member 3 serving", || async { c.status(3).await.map(|_| ()) }).await;
+}
+
+/// A data dir another member holds open is "in use", not damaged: the second
+/// process exits 1 saying so, never 3 (which tells the operator to wipe the
+/// dir and replace the member). Found by review: any open error was called
+/// corrupt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i20_a_data_dir_in_use_is_not_called_damaged() {
+    let c = Cluster::start(3, &[]).await;
+    let ports = distinct_ports(2);
+    let peer = format!("127.0.0.1:{}", ports[1]);
+    let second = std::process::Command::new(batond_bin())
+        .arg("--id=1")
+        .arg(format!("--data-dir={}", c.data_dir(1).display()))
+        .arg(format!("--client-addr=127.0.0.1:{}", ports[0]))
+        .arg(format!("--peer-addr={peer}"))
+        .arg(format!("--peers=1={peer}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn a second batond");
+    // Killed on drop if it never exits (the assertion below then fails).
+    let mut procs = Procs(vec![second]);
+    let status = eventually(SECS(20), "the second batond to exit", || {
+        let s = procs.0[0].try_wait().expect("try_wait");
+        async move { s }
+    })
+    .await;
+    let mut err = String::new();
+    std::io::Read::read_to_string(procs.0[0].stderr.as_mut().expect("stderr"), &mut err).expect("stderr");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("in use") && !err.contains("damaged"), "{err}");
+    // The member that holds it is untouched.
+    assert!(c.status(1).await.is_some(), "member 1 stopped answering");
 }
