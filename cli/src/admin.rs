@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use baton_client::admin;
-use baton_client::StatusResp;
-use baton_proto::MembersResp;
+use baton_client::admin::Members;
+use baton_client::MemberStatus;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -47,14 +47,14 @@ fn status_row(cells: &[String]) -> String {
     cells.iter().zip(STATUS_WIDTHS.iter()).map(cell).collect::<Vec<_>>().join(" ")
 }
 
-fn status_json(e: &str, s: &StatusResp) -> Value {
+fn status_json(e: &str, s: &MemberStatus) -> Value {
     json!({"endpoint": e, "id": s.id, "role": s.role, "term": s.term, "commit_index": s.commit_index,
            "applied_index": s.applied_index, "leader_id": s.leader_id, "first_index": s.first_index,
            "sessions": s.sessions, "nodes": s.nodes, "voters": s.voters, "learners": s.learners,
            "uptime_ms": s.uptime_ms, "db_bytes": s.db_bytes, "version": s.version, "cluster_id": s.cluster_id})
 }
 
-fn status_text(e: &str, s: &StatusResp) -> String {
+fn status_text(e: &str, s: &MemberStatus) -> String {
     let role = if s.learners.contains(&s.id) { "learner".to_string() } else { s.role.clone() };
     let (id, term, commit, applied) = (s.id, s.term, s.commit_index, s.applied_index);
     let (leader, sessions, nodes) = (s.leader_id, s.sessions, s.nodes);
@@ -219,7 +219,7 @@ impl MemberCmd {
     }
 }
 
-fn print_members(m: &MembersResp, out: Out) {
+fn print_members(m: &Members, out: Out) {
     // Match index and lag are known only to the leader.
     let from_leader = m.leader_id != 0 && m.answered_by == m.leader_id;
     if !out.json {

@@ -2,7 +2,7 @@
 //! changes, every member's status and health. Each call opens a short
 //! connection (TLS and `--user` as in the [`ClientConfig`]) to one member.
 //!
-//! Membership changes go to the leader: [`member_change`] asks any member
+//! Membership changes go to the leader: each call asks any member
 //! who leads, sends the change there, and follows `NOT_LEADER` answers (a
 //! removed leader hands over first) until `op_timeout`. A change that
 //! timed out may or may not have happened ([`Error::Ambiguous`]): look at
@@ -11,16 +11,62 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use baton_proto::{member_change_req::Kind, request, response, MemberChangeReq, Response};
+use baton_proto::{member_change_req::Kind, request, response, ErrorCode, MemberChangeReq, Response};
 
-use baton_proto::ErrorCode;
+use crate::{session, ClientConfig, Error, ErrorKind, MemberStatus, Result};
 
-use crate::{session, ClientConfig, Error, ErrorKind, Result, StatusResp};
+/// One member of the configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// Its id.
+    pub id: u64,
+    /// Where the other members reach it.
+    pub peer_addr: String,
+    /// Where clients reach it.
+    pub client_addr: String,
+    /// A voter (false: a learner).
+    pub voter: bool,
+    /// From the leader only: its last stored index.
+    pub matched: u64,
+    /// From the leader only: how far it is behind the leader's log.
+    pub lag: u64,
+    /// A learner the leader promotes once it has caught up.
+    pub auto_promote: bool,
+}
 
-pub use baton_proto::member_change_req::Kind as ChangeKind;
-/// The configuration and one member's entry in it (wire types: see the
-/// module doc).
-pub use baton_proto::{MemberInfo, MembersResp};
+/// The configuration, as the member that answered sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    /// Every member, voters and learners.
+    pub members: Vec<MemberInfo>,
+    /// The leader the answering member knows of (0: none).
+    pub leader_id: u64,
+    /// The cluster's id.
+    pub cluster_id: String,
+    /// The member that answered.
+    pub answered_by: u64,
+    /// Its term.
+    pub term: u64,
+}
+
+impl From<baton_proto::MembersResp> for Members {
+    fn from(m: baton_proto::MembersResp) -> Self {
+        let members = m
+            .members
+            .into_iter()
+            .map(|i| MemberInfo {
+                id: i.id,
+                peer_addr: i.peer_addr,
+                client_addr: i.client_addr,
+                voter: i.voter,
+                matched: i.matched,
+                lag: i.lag,
+                auto_promote: i.auto_promote,
+            })
+            .collect();
+        Members { members, leader_id: m.leader_id, cluster_id: m.cluster_id, answered_by: m.answered_by, term: m.term }
+    }
+}
 
 /// How long one member has to answer one call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -38,16 +84,16 @@ async fn call(cfg: &ClientConfig, endpoint: &str, body: request::Body) -> Result
     Ok(r)
 }
 
-fn members_body(r: Response) -> Result<MembersResp> {
+fn members_body(r: Response) -> Result<Members> {
     match r.body {
-        Some(response::Body::Members(m)) => Ok(m),
+        Some(response::Body::Members(m)) => Ok(m.into()),
         _ => Err(Error::unexpected()),
     }
 }
 
 /// Every endpoint given plus every member's client address the cluster
 /// knows, given ones first.
-pub fn all_endpoints(given: &[String], members: Option<&MembersResp>) -> Vec<String> {
+pub fn all_endpoints(given: &[String], members: Option<&Members>) -> Vec<String> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     let known = members.into_iter().flat_map(|m| m.members.iter().map(|i| i.client_addr.clone()));
@@ -61,7 +107,7 @@ pub fn all_endpoints(given: &[String], members: Option<&MembersResp>) -> Vec<Str
 
 /// The configuration, from the leader when it can be reached (its answer
 /// has every member's match index and lag), else from any member.
-pub async fn members(cfg: &ClientConfig) -> Result<MembersResp> {
+pub async fn members(cfg: &ClientConfig) -> Result<Members> {
     let mut last = Error::Unavailable("no endpoint".into());
     let mut any = None;
     for e in &cfg.endpoints {
@@ -88,13 +134,13 @@ pub async fn members(cfg: &ClientConfig) -> Result<MembersResp> {
     any.ok_or(last)
 }
 
-fn leader_endpoint(m: &MembersResp) -> Option<String> {
+fn leader_endpoint(m: &Members) -> Option<String> {
     m.members.iter().find(|i| i.id == m.leader_id).map(|i| i.client_addr.clone()).filter(|a| !a.is_empty())
 }
 
 /// Sends a membership change to the leader and returns the configuration
 /// after it was applied.
-pub async fn member_change(cfg: &ClientConfig, req: MemberChangeReq) -> Result<MembersResp> {
+async fn member_change(cfg: &ClientConfig, req: MemberChangeReq) -> Result<Members> {
     let deadline = Instant::now() + cfg.op_timeout;
     let mut last = String::from("no leader found");
     while Instant::now() < deadline {
@@ -124,7 +170,7 @@ pub async fn member_change(cfg: &ClientConfig, req: MemberChangeReq) -> Result<M
 
 /// `member add`: as a learner; `voter` asks the leader to promote it once
 /// it has caught up.
-pub async fn member_add(cfg: &ClientConfig, id: u64, peer: &str, client: &str, voter: bool) -> Result<MembersResp> {
+pub async fn member_add(cfg: &ClientConfig, id: u64, peer: &str, client: &str, voter: bool) -> Result<Members> {
     let kind = if voter { Kind::Add } else { Kind::AddLearner };
     let req = MemberChangeReq {
         kind: kind as i32,
@@ -138,12 +184,12 @@ pub async fn member_add(cfg: &ClientConfig, id: u64, peer: &str, client: &str, v
 
 /// Removes member `id` (the leader hands over first if it is the one);
 /// its id is never used again.
-pub async fn member_remove(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
+pub async fn member_remove(cfg: &ClientConfig, id: u64) -> Result<Members> {
     member_change(cfg, MemberChangeReq { kind: Kind::Remove as i32, member_id: id, ..Default::default() }).await
 }
 
 /// Makes caught-up learner `id` a voter.
-pub async fn member_promote(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
+pub async fn member_promote(cfg: &ClientConfig, id: u64) -> Result<Members> {
     member_change(cfg, MemberChangeReq { kind: Kind::Promote as i32, member_id: id, ..Default::default() }).await
 }
 
@@ -199,7 +245,7 @@ async fn save_from(cfg: &ClientConfig, endpoint: &str) -> Result<(Vec<u8>, u64)>
 /// becomes a voter, in one joint-consensus change. The leader answers once
 /// the joint configuration is applied; this waits (up to `op_timeout`)
 /// until the leader has also left it, so `old` is gone from the answer.
-pub async fn member_replace(cfg: &ClientConfig, old: u64, new: u64) -> Result<MembersResp> {
+pub async fn member_replace(cfg: &ClientConfig, old: u64, new: u64) -> Result<Members> {
     let deadline = Instant::now() + cfg.op_timeout;
     let req = MemberChangeReq { kind: Kind::Replace as i32, member_id: new, replaces: old, ..Default::default() };
     let mut m = member_change(cfg, req).await?;
@@ -217,7 +263,7 @@ pub async fn member_replace(cfg: &ClientConfig, old: u64, new: u64) -> Result<Me
 
 /// `member move-leader`: hands leadership to voter `id` and waits (up to
 /// `op_timeout`) until the cluster says it leads.
-pub async fn member_move_leader(cfg: &ClientConfig, id: u64) -> Result<MembersResp> {
+pub async fn member_move_leader(cfg: &ClientConfig, id: u64) -> Result<Members> {
     let deadline = Instant::now() + cfg.op_timeout;
     member_change(cfg, MemberChangeReq { kind: Kind::MoveLeader as i32, member_id: id, ..Default::default() }).await?;
     loop {
@@ -236,17 +282,17 @@ pub async fn member_move_leader(cfg: &ClientConfig, id: u64) -> Result<MembersRe
 }
 
 /// One member's status, or why it could not be had.
-pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<StatusResp> {
+pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<MemberStatus> {
     let r = call(cfg, endpoint, request::Body::Status(Default::default())).await?;
     match r.body {
-        Some(response::Body::Status(s)) => Ok(s),
+        Some(response::Body::Status(s)) => Ok(s.into()),
         _ => Err(Error::unexpected()),
     }
 }
 
 /// The health rule, as `GET /health` on the member applies it.
-pub fn healthy(s: &StatusResp) -> std::result::Result<(), String> {
-    baton_proto::health(s)
+pub fn healthy(s: &MemberStatus) -> std::result::Result<(), String> {
+    s.healthy()
 }
 
 /// A member as `baton member list` prints it.

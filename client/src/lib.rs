@@ -104,7 +104,10 @@
 //! - this file: [`Client`] and its node operations.
 //! - [`config`]: [`ClientConfig`], TLS, the [`RetryPolicy`].
 //! - [`error`]: [`Error`] and [`ErrorKind`].
-//! - [`types`]: [`Stat`], [`WatchEvent`], [`SessionState`], ...
+//! - [`types`]: [`Stat`], [`WatchEvent`], [`SessionState`], [`Acl`],
+//!   [`MemberStatus`], ...: the client's own types, never the wire's (a
+//!   protocol or prost change does not change this API).
+//! - [`acl`]: parsing and printing ACL entries.
 //! - [`watcher`]: [`Watcher`], a stream of events.
 //! - [`txn`]: [`Op`] and the [`Txn`] builder.
 //! - [`namespace`]: the chroot rule.
@@ -116,6 +119,7 @@
 
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod admin;
 pub mod config;
 pub mod error;
@@ -134,12 +138,10 @@ pub use recipes::{
     TreeCache,
 };
 pub use txn::{Op, OpResult, Txn};
-pub use types::{ConnectionEvent, CreateOptions, EventType, SessionState, Stat, WatchEvent, WatchKind};
+pub use types::{
+    Acl, ConnectionEvent, CreateOptions, EventType, MemberStatus, SessionState, Stat, WatchEvent, WatchKind,
+};
 pub use watcher::{WatchEnd, Watcher};
-
-/// ACL entries: `acl::parse("user:alice:rwcda,world:anyone:r")` and
-/// `acl::format`.
-pub use baton_proto::{acl, Acl, StatusResp};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -374,7 +376,7 @@ impl Client {
         acl: Vec<Acl>,
     ) -> Result<(String, Stat)> {
         let mut op = create_op(path, data.into(), options);
-        op.acl = acl;
+        op.acl = acl.iter().map(Acl::to_wire).collect();
         let resp = self.call(request::Body::Create(op)).await?;
         match resp.body {
             Some(response::Body::Create(c)) => Ok((c.path, stat(c.stat))),
@@ -386,13 +388,14 @@ impl Client {
     pub async fn get_acl(&self, path: &str) -> Result<(Vec<Acl>, Stat)> {
         let resp = self.call(request::Body::GetAcl(Self::read(path, false, None))).await?;
         match resp.body {
-            Some(response::Body::Acl(a)) => Ok((a.acl, stat(a.stat))),
+            Some(response::Body::Acl(a)) => Ok((a.acl.into_iter().map(Acl::from).collect(), stat(a.stat))),
             _ => Err(Error::unexpected()),
         }
     }
 
     /// Replaces a node's ACL (needs ADMIN), if its ACL version is `version`.
     pub async fn set_acl(&self, path: &str, acl: Vec<Acl>, version: Option<i32>) -> Result<Stat> {
+        let acl = acl.iter().map(Acl::to_wire).collect();
         let resp = self.call(request::Body::SetAcl(SetAclOp { path: path.to_string(), acl, version })).await?;
         match resp.body {
             Some(response::Body::Set(s)) => Ok(stat(s.stat)),
@@ -559,10 +562,10 @@ impl Client {
     }
 
     /// Status of the member this client is connected to.
-    pub async fn status(&self) -> Result<StatusResp> {
+    pub async fn status(&self) -> Result<MemberStatus> {
         let resp = self.call(request::Body::Status(Default::default())).await?;
         match resp.body {
-            Some(response::Body::Status(s)) => Ok(s),
+            Some(response::Body::Status(s)) => Ok(s.into()),
             _ => Err(Error::unexpected()),
         }
     }
@@ -614,15 +617,15 @@ fn children_body(resp: Response) -> Result<(Vec<String>, Stat)> {
 }
 
 /// Asks one member for its status, without a session.
-pub async fn member_status(endpoint: &str, timeout: Duration) -> Result<StatusResp> {
+pub async fn member_status(endpoint: &str, timeout: Duration) -> Result<MemberStatus> {
     member_status_with(endpoint, timeout, None).await
 }
 
 /// [`member_status`] over TLS when `tls` is given.
-pub async fn member_status_with(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> Result<StatusResp> {
+pub async fn member_status_with(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> Result<MemberStatus> {
     let resp = session::one_shot(endpoint, request::Body::Status(Default::default()), timeout, tls, None).await?;
     match resp.body {
-        Some(response::Body::Status(s)) => Ok(s),
+        Some(response::Body::Status(s)) => Ok(s.into()),
         _ => Err(Error::Server {
             kind: ErrorKind::from_wire(resp.error).unwrap_or(ErrorKind::Internal),
             message: resp.message,

@@ -220,3 +220,107 @@ impl CreateOptions {
         self
     }
 }
+
+/// One ACL entry: who (`world:anyone`, `user:NAME`, `x509:CN`, `auth`) may
+/// do what (a mask of [`crate::acl::READ`], `WRITE`, `CREATE`, `DELETE`,
+/// `ADMIN`). Parse and print them with [`crate::acl`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Acl {
+    /// The identity.
+    pub id: String,
+    /// The permissions, a bit mask.
+    pub perms: u32,
+}
+
+impl From<baton_proto::Acl> for Acl {
+    fn from(a: baton_proto::Acl) -> Self {
+        Acl { id: a.id, perms: a.perms }
+    }
+}
+
+impl Acl {
+    pub(crate) fn to_wire(&self) -> baton_proto::Acl {
+        baton_proto::Acl { id: self.id.clone(), perms: self.perms }
+    }
+}
+
+/// One member's status, as it answers it (`baton status`, `/health`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The member's id.
+    pub id: u64,
+    /// `leader`, `follower`, `candidate` or `pre-candidate`.
+    pub role: String,
+    /// Its Raft term.
+    pub term: u64,
+    /// Its commit index.
+    pub commit_index: u64,
+    /// Its applied index.
+    pub applied_index: u64,
+    /// The leader it knows of (0: none).
+    pub leader_id: u64,
+    /// The first log index it still stores (after compaction).
+    pub first_index: u64,
+    /// Live sessions.
+    pub sessions: u64,
+    /// Nodes in the tree.
+    pub nodes: u64,
+    /// Voting members.
+    pub voters: Vec<u64>,
+    /// Learners (members without a vote).
+    pub learners: Vec<u64>,
+    /// The cluster's id (empty until a first leader set it).
+    pub cluster_id: String,
+    /// Members that joined the cluster's record.
+    pub joined: Vec<u64>,
+    /// Milliseconds since the member started.
+    pub uptime_ms: u64,
+    /// On-disk size of its store.
+    pub db_bytes: u64,
+    /// batond's version.
+    pub version: String,
+    /// It leads, or heard from its leader within an election timeout.
+    pub leader_contact: bool,
+}
+
+impl From<baton_proto::StatusResp> for MemberStatus {
+    fn from(s: baton_proto::StatusResp) -> Self {
+        MemberStatus {
+            id: s.id,
+            role: s.role,
+            term: s.term,
+            commit_index: s.commit_index,
+            applied_index: s.applied_index,
+            leader_id: s.leader_id,
+            first_index: s.first_index,
+            sessions: s.sessions,
+            nodes: s.nodes,
+            voters: s.voters,
+            learners: s.learners,
+            cluster_id: s.cluster_id,
+            joined: s.joined,
+            uptime_ms: s.uptime_ms,
+            db_bytes: s.db_bytes,
+            version: s.version,
+            leader_contact: s.leader_contact,
+        }
+    }
+}
+
+impl MemberStatus {
+    /// The health rule (`baton_proto::health`: a leader in contact, and
+    /// applied within 1,000 entries of the commit index); `Err` says why not.
+    pub fn healthy(&self) -> Result<(), String> {
+        let wire = baton_proto::StatusResp {
+            id: self.id,
+            role: self.role.clone(),
+            term: self.term,
+            commit_index: self.commit_index,
+            applied_index: self.applied_index,
+            leader_id: self.leader_id,
+            leader_contact: self.leader_contact,
+            ..Default::default()
+        };
+        baton_proto::health(&wire)
+    }
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use baton_client::{member_status_with, Client, ClientConfig, ClientTls, StatusResp};
+use baton_client::{member_status_with, Client, ClientConfig, ClientTls, MemberStatus};
 use baton_server::certs::Authority;
 
 /// Finds the `batond` binary: `$BATOND_BIN`, or next to the test executable
@@ -364,7 +364,7 @@ impl Cluster {
         self.endpoints_from(1)
     }
 
-    pub async fn status(&self, id: u64) -> Option<StatusResp> {
+    pub async fn status(&self, id: u64) -> Option<MemberStatus> {
         let tls = self.tls.as_ref().map(|t| &t.client);
         member_status_with(&self.endpoint(id), Duration::from_millis(500), tls).await.ok()
     }
@@ -407,7 +407,7 @@ impl Cluster {
     }
 
     /// Waits until member `id` has applied at least `index`.
-    pub async fn wait_applied(&self, id: u64, index: u64, timeout: Duration) -> StatusResp {
+    pub async fn wait_applied(&self, id: u64, index: u64, timeout: Duration) -> MemberStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(s) = self.status(id).await {

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use baton_client::MemberStatus;
 use baton_client::{Client, ClientConfig, ClientTls, Error};
-use baton_proto::{peer_frame, PeerFrame, PeerHello, SessionTouch, StatusResp};
+use baton_proto::{peer_frame, PeerFrame, PeerHello, SessionTouch};
 use baton_server::certs::Authority;
 use baton_tests::{eventually, Cluster};
 use bytes::Bytes;
@@ -79,9 +80,9 @@ async fn plain(addr: &str) -> tokio::net::TcpStream {
 }
 
 /// Waits until every member has the cluster id and all have joined.
-async fn joined(c: &Cluster) -> StatusResp {
+async fn joined(c: &Cluster) -> MemberStatus {
     eventually(Duration::from_secs(15), "every member joined the cluster", || async {
-        let mut first: Option<StatusResp> = None;
+        let mut first: Option<MemberStatus> = None;
         for id in 1..=3 {
             let s = c.status(id).await?;
             if s.cluster_id.is_empty() || s.joined != vec![1, 2, 3] {
