@@ -1,7 +1,8 @@
 //! The side-by-side's adapters against real clusters: Baton, etcd 3.4 and
 //! ZooKeeper 3.8 (installed from Debian by jepsen/peers when missing), and
-//! the etcd lock-safety test. The peers use fixed loopback ports, so these
-//! tests take turns.
+//! the etcd lock-safety test. Each peer cluster starts on a free block of
+//! loopback ports (`ScriptCluster::start`); the tests still take turns, so
+//! that one cluster at a time loads the machine.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -202,6 +202,23 @@ pub(crate) fn signal(pid: i32, sig: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Ports a peer script uses above its base (ZooKeeper's election ports are
+/// base+21..23).
+const PORT_BLOCK: u16 = 24;
+/// Blocks tried before a start gives up.
+const PORT_TRIES: usize = 3;
+
+/// A base port whose block `base..base+len` is free on 127.0.0.1 now.
+fn free_port_block(len: u16) -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let base = rand::random::<u16>() % 30_000 + 20_000;
+        if (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return Ok(base);
+        }
+    }
+    anyhow::bail!("no block of {len} free ports found on 127.0.0.1")
+}
+
 /// A peer cluster run by a script in jepsen/peers (etcd.sh, zookeeper.sh):
 /// installed when missing, started on a fresh folder, stopped on drop.
 pub(crate) struct ScriptCluster {
@@ -214,13 +231,23 @@ pub(crate) struct ScriptCluster {
 }
 
 impl ScriptCluster {
+    /// Starts the cluster on a block of free ports (the scripts use base+1
+    /// to base+23); a block taken meanwhile by someone else is given up for
+    /// another, up to [`PORT_TRIES`] times.
     pub fn start(script: &'static str, pid_prefix: &'static str, dir: &Path) -> anyhow::Result<ScriptCluster> {
         // `install` is a no-op when the service is there (and needs root when not).
         peer_script(script, &["install"])?;
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
         let d = dir.to_string_lossy().into_owned();
-        let out = peer_script(script, &["start", &d])?;
+        let mut tries = 0;
+        let out = loop {
+            let _ = std::fs::remove_dir_all(dir);
+            std::fs::create_dir_all(dir)?;
+            let base = free_port_block(PORT_BLOCK)?.to_string();
+            match peer_script(script, &["start", &d, &base]) {
+                Err(e) if tries + 1 < PORT_TRIES && format!("{e:#}").contains("already in use") => tries += 1,
+                r => break r?,
+            }
+        };
         let endpoints = parse_endpoints_line(&out)?;
         Ok(ScriptCluster {
             script,
