@@ -81,12 +81,7 @@ async fn t10_one_way_partition_never_leaves_a_client_connected_to_a_dead_session
                 states.contains(&SessionState::Suspended) || states.contains(&SessionState::Expired),
                 "expired without the client leaving Connected: {states:?}"
             );
-            let mut st = client.state();
-            eventually(Duration::from_secs(15), "the client learns its session expired", || {
-                let s = *st.borrow_and_update();
-                async move { (s == SessionState::Expired).then_some(()) }
-            })
-            .await;
+            reaches(&client, SessionState::Expired).await;
         }
         (None, Some((at, owner))) => {
             eprintln!("outcome: survived (last seen {at:?} after the cut); states {states:?}");
@@ -95,16 +90,21 @@ async fn t10_one_way_partition_never_leaves_a_client_connected_to_a_dead_session
                 at + SESSION >= CUT_FOR,
                 "the observer last saw /mine {at:?} after the cut: survival not established to the end"
             );
-            let mut st = client.state();
-            eventually(Duration::from_secs(15), "the surviving session is Connected again", || {
-                let s = *st.borrow_and_update();
-                async move { (s == SessionState::Connected).then_some(()) }
-            })
-            .await;
+            reaches(&client, SessionState::Connected).await;
             assert_eq!(client.session_id(), sid);
             let stat = observer.exists("/mine").await.expect("exists").expect("/mine after the heal");
             assert_eq!(stat.ephemeral_owner, sid);
         }
         (None, None) => panic!("the observer could not read /mine during the cut: {states:?}\n{}", c.log_tails(10)),
     }
+}
+
+/// Waits (after the heal, up to 15 s) until `client`'s session is `want`.
+async fn reaches(client: &Client, want: SessionState) {
+    let st = client.state();
+    eventually(Duration::from_secs(15), &format!("the client's session is {want:?}"), || {
+        let s = *st.borrow();
+        async move { (s == want).then_some(()) }
+    })
+    .await;
 }
