@@ -1,6 +1,9 @@
 //! DB automation: real `batond` processes on free loopback ports, every
 //! link through the harness's proxies, logs collected into the run folder,
 //! and everything torn down on drop (so on error, Ctrl-C and panic too).
+//! Ports, binaries, processes, proxies and the wait for a leader are the
+//! cluster kit's (`baton-kit`); this module adds the harness's timing, the
+//! client slots' endpoints and the nemesis's operations.
 //!
 //! Timing: a test cluster runs with explicit Raft timing ([`TICK_MS`],
 //! [`ELECTION_TICKS`], the server's defaults) and `--min-session-ms` at the
@@ -9,14 +12,12 @@
 //! floor is granted as asked; a smaller one is refused before anything
 //! starts. A benchmark cluster (`direct`) runs with the server's defaults.
 
-use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
-use baton_client::{member_status_with, ClientTls};
+use baton_client::ClientTls;
+use baton_kit::{Bin, ClusterSpec, Links};
 use baton_server::certs::Authority;
 
 use crate::proxy::{LinkId, Proxies};
@@ -69,82 +70,38 @@ pub struct DbOpts {
     pub tls: bool,
 }
 
-/// A TLS cluster's CA and the client identity the run uses.
-struct DbTls {
-    ca: Authority,
-    client: ClientTls,
-}
-
-struct Member {
-    id: u64,
-    client_addr: SocketAddr,
-    peer_addr: SocketAddr,
-    data_dir: PathBuf,
-    log: PathBuf,
-    peers_arg: String,
-    /// Added while the run goes (the `membership` nemesis): `--join`.
-    joins: bool,
-    child: Option<Child>,
-    paused: bool,
-}
-
 pub struct Db {
     pub nodes: u64,
     pub slots: usize,
-    members: Vec<Member>,
-    pub proxies: Proxies,
-    bin: PathBuf,
-    server_faults: Vec<String>,
-    direct: bool,
-    session_ms: Option<u64>,
-    tls: Option<DbTls>,
-    /// Members the `membership` nemesis added (ids past `nodes`, never
-    /// reused), and the next id to use.
-    extra: Vec<Member>,
-    next_id: u64,
-    dir: PathBuf,
-}
-
-/// A free loopback port below Linux's ephemeral range (32768-60999), so no
-/// outgoing connection's source port can take it before the member binds it.
-fn free_addr() -> anyhow::Result<SocketAddr> {
-    for _ in 0..1000 {
-        let port = 20_000 + rand::random::<u16>() % 12_000;
-        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
-            return Ok(l.local_addr()?);
-        }
-    }
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    /// The members (founding ones are ids `1..=nodes`) and the proxies.
+    cluster: baton_kit::Cluster,
+    /// The clients' TLS settings (None: plaintext).
+    tls: Option<ClientTls>,
+    /// Members the `membership` nemesis added and has not removed yet (ids
+    /// past `nodes`, never reused).
+    added: Vec<u64>,
 }
 
 /// Finds `batond` (or `batond-faulty`) next to this executable, in the
 /// cargo target folder, or on PATH.
 pub fn locate_bin(faulty: bool) -> anyhow::Result<PathBuf> {
-    let name = if faulty { "batond-faulty" } else { "batond" };
-    if let Some(p) = std::env::var_os(if faulty { "BATOND_FAULTY_BIN" } else { "BATOND_BIN" }) {
-        return Ok(PathBuf::from(p));
+    baton_kit::locate(if faulty { Bin::BatondFaulty } else { Bin::Batond })
+}
+
+/// Every member's flags: small snapshots exercise installation under
+/// faults (a benchmark runs with the server's defaults), the timing that
+/// grants `session_ms`, and the deliberate bugs.
+fn member_flags(o: &DbOpts) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    v.extend((!o.direct).then(|| "--snapshot-entries=2000".to_string()));
+    if let Some(ms) = o.session_ms {
+        v.push(format!("--tick-ms={TICK_MS}"));
+        v.push(format!("--election-ticks={ELECTION_TICKS}"));
+        v.push(format!("--min-session-ms={}", session_floor_ms()));
+        v.push(format!("--max-session-ms={}", ms.max(120_000)));
     }
-    let exe = std::env::current_exe()?;
-    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    for _ in 0..2 {
-        let cand = dir.join(name);
-        if cand.exists() {
-            return Ok(cand);
-        }
-        dir.pop(); // target/debug/deps -> target/debug
-    }
-    for d in std::env::var("PATH").unwrap_or_default().split(':') {
-        let cand = Path::new(d).join(name);
-        if cand.exists() {
-            return Ok(cand);
-        }
-    }
-    let hint = if faulty {
-        "cargo build -p baton-server --features fault-injection --bin batond-faulty"
-    } else {
-        "cargo build --bins"
-    };
-    anyhow::bail!("{name} not found next to {} nor on PATH (build it: {hint})", exe.display())
+    v.extend(o.server_faults.iter().map(|f| format!("--server-fault={f}")));
+    v
 }
 
 impl Db {
@@ -153,146 +110,30 @@ impl Db {
             check_session_ms(ms)?;
         }
         std::fs::create_dir_all(&o.dir)?;
-        // Fresh data dirs: a reused run folder must not leak old state.
-        for id in 1..=o.nodes {
-            let _ = std::fs::remove_dir_all(o.dir.join(format!("member-{id}")));
-            let _ = std::fs::remove_file(o.dir.join(format!("member-{id}.log")));
-        }
-        let mut proxies = Proxies::default();
-        let mut members = Vec::new();
-        // Distinct free ports (a released port can be handed out again).
-        let mut taken = std::collections::HashSet::new();
-        let mut fresh = || -> anyhow::Result<SocketAddr> {
-            for _ in 0..100 {
-                let a = free_addr()?;
-                if taken.insert(a) {
-                    return Ok(a);
-                }
-            }
-            anyhow::bail!("no free loopback port")
-        };
-        for id in 1..=o.nodes {
-            members.push(Member {
-                id,
-                client_addr: fresh()?,
-                peer_addr: fresh()?,
-                data_dir: o.dir.join(format!("member-{id}")),
-                log: o.dir.join(format!("member-{id}.log")),
-                peers_arg: String::new(),
-                joins: false,
-                child: None,
-                paused: false,
-            });
-        }
-        // Peer links: member `from` reaches member `to` through a proxy.
-        let mut peer_proxy = BTreeMap::new();
-        for from in 1..=o.nodes {
-            for to in 1..=o.nodes {
-                if from != to && !o.direct {
-                    let target = members[(to - 1) as usize].peer_addr;
-                    peer_proxy.insert((from, to), proxies.add(LinkId::Peer { from, to }, target).await?);
-                }
-            }
-        }
-        let members_peer: Vec<SocketAddr> = members.iter().map(|m| m.peer_addr).collect();
-        for m in members.iter_mut() {
-            let parts: Vec<String> = (1..=o.nodes)
-                .map(|to| {
-                    let addr = match peer_proxy.get(&(m.id, to)) {
-                        Some(p) if to != m.id => *p,
-                        _ => members_peer[(to - 1) as usize],
-                    };
-                    format!("{to}={addr}")
-                })
-                .collect();
-            m.peers_arg = parts.join(",");
-        }
-        // Client links: per slot, and the storage links per home member.
-        for to in (1..=o.nodes).filter(|_| !o.direct) {
-            let target = members[(to - 1) as usize].client_addr;
-            for slot in 0..o.slots {
-                let home = slot as u64 % o.nodes + 1;
-                proxies.add(LinkId::Client { slot, home, to }, target).await?;
-            }
-            for home in 1..=o.nodes {
-                proxies.add(LinkId::Storage { home, to }, target).await?;
-            }
-        }
-        let tls = if o.tls {
-            let ca = Authority::create(&o.dir.join("tls"), "baton-jepsen throwaway CA")?;
+        let (tls, kit_tls) = if o.tls {
+            let ca = std::sync::Arc::new(Authority::create(&o.dir.join("tls"), "baton-jepsen throwaway CA")?);
             let c = ca.client("jepsen")?;
             let client = ClientTls::load(&ca.ca, Some((&c.cert, &c.key)))?;
-            Some(DbTls { ca, client })
+            let member_ca = ca.clone();
+            (Some(client), Some(baton_kit::Tls::new(move |id| member_ca.member_args(id), &ca.ca, &c.cert, &c.key)?))
         } else {
-            None
+            (None, None)
         };
-        let mut db = Db {
-            tls,
-            nodes: o.nodes,
-            slots: o.slots,
-            members,
-            proxies,
-            bin: o.bin,
-            server_faults: o.server_faults,
-            direct: o.direct,
-            session_ms: o.session_ms,
-            extra: Vec::new(),
-            next_id: o.nodes + 1,
-            dir: o.dir.clone(),
+        let spec = ClusterSpec {
+            extra: member_flags(&o),
+            env: vec![("RUST_LOG".into(), "info,raft=warn".into())],
+            tls: kit_tls,
+            links: if o.direct { Links::Direct } else { Links::Proxied { slots: o.slots } },
+            ..ClusterSpec::new(o.nodes, &o.dir, &o.bin)
         };
-        for id in 1..=o.nodes {
-            db.start_member(id)?;
-        }
-        db.wait_leader(Duration::from_secs(30)).await.context("cluster did not elect a leader")?;
-        Ok(db)
+        let cluster =
+            baton_kit::Cluster::start(spec, Duration::from_secs(30)).await.context("cluster did not elect a leader")?;
+        Ok(Db { nodes: o.nodes, slots: o.slots, cluster, tls, added: Vec::new() })
     }
 
-    fn start_member(&mut self, id: u64) -> anyhow::Result<()> {
-        let m = &self.members[(id - 1) as usize];
-        if m.child.is_some() {
-            return Ok(());
-        }
-        let child = self.spawn(m)?;
-        let m = &mut self.members[(id - 1) as usize];
-        m.child = Some(child);
-        m.paused = false;
-        Ok(())
-    }
-
-    /// Starts member `m`'s process.
-    fn spawn(&self, m: &Member) -> anyhow::Result<Child> {
-        let id = m.id;
-        let tls_args = match &self.tls {
-            Some(t) => t.ca.member_args(id)?,
-            None => Vec::new(),
-        };
-        let (direct, session_ms) = (self.direct, self.session_ms);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log)?;
-        let mut cmd = Command::new(&self.bin);
-        let peers = if m.joins { format!("--join={}", m.peers_arg) } else { format!("--peers={}", m.peers_arg) };
-        cmd.arg(format!("--id={id}"))
-            .arg(format!("--data-dir={}", m.data_dir.display()))
-            .arg(format!("--client-addr={}", m.client_addr))
-            .arg(format!("--peer-addr={}", m.peer_addr))
-            .arg(peers)
-            .args(tls_args)
-            // Small snapshots exercise installation under faults; a
-            // benchmark runs with the server's defaults.
-            .args((!direct).then_some("--snapshot-entries=2000"))
-            .env("RUST_LOG", "info,raft=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        if let Some(ms) = session_ms {
-            cmd.arg(format!("--tick-ms={TICK_MS}"))
-                .arg(format!("--election-ticks={ELECTION_TICKS}"))
-                .arg(format!("--min-session-ms={}", session_floor_ms()))
-                .arg(format!("--max-session-ms={}", ms.max(120_000)));
-        }
-        for f in &self.server_faults {
-            cmd.arg(format!("--server-fault={f}"));
-        }
-        cmd.spawn().with_context(|| format!("starting member {id}"))
+    /// The proxies on every link (none with `direct`).
+    pub fn proxies(&self) -> &Proxies {
+        &self.cluster.proxies
     }
 
     /// A sessionless admin configuration on the direct endpoints.
@@ -307,33 +148,22 @@ impl Db {
     /// it has caught up). Its links are direct (no proxies): partitions
     /// stay among the founding members.
     pub async fn add_member(&mut self, voter: bool) -> anyhow::Result<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let (client_addr, peer_addr) = (free_addr()?, free_addr()?);
-        baton_client::admin::member_add(&self.admin(), id, &peer_addr.to_string(), &client_addr.to_string(), voter)
-            .await
-            .with_context(|| format!("member add {id}"))?;
-        let join = self.members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
-        let mut m = Member {
-            id,
-            client_addr,
-            peer_addr,
-            data_dir: self.dir.join(format!("member-{id}")),
-            log: self.dir.join(format!("member-{id}.log")),
-            peers_arg: join,
-            joins: true,
-            child: None,
-            paused: false,
-        };
-        m.child = Some(self.spawn(&m)?);
-        self.extra.push(m);
+        let id = self.cluster.new_member()?;
+        let m = &self.cluster.member(id).spec;
+        let (peer, client) = (m.peer_addr.to_string(), m.client_addr.to_string());
+        if let Err(e) = baton_client::admin::member_add(&self.admin(), id, &peer, &client, voter).await {
+            self.cluster.remove(id);
+            return Err(anyhow::Error::new(e).context(format!("member add {id}")));
+        }
+        self.cluster.start_member(id)?;
+        self.added.push(id);
         Ok(id)
     }
 
     /// Hands leadership to the last added member (`member move-leader`),
     /// so that removing it removes the leader.
     pub async fn lead_added(&mut self) -> anyhow::Result<Option<u64>> {
-        let Some(id) = self.extra.last().map(|m| m.id) else { return Ok(None) };
+        let Some(&id) = self.added.last() else { return Ok(None) };
         baton_client::admin::member_move_leader(&self.admin(), id)
             .await
             .with_context(|| format!("move-leader {id}"))?;
@@ -344,17 +174,13 @@ impl Db {
     /// them and deletes their data). Returns the ids removed.
     pub async fn remove_added(&mut self) -> anyhow::Result<Vec<u64>> {
         let mut done = Vec::new();
-        while let Some(mut m) = self.extra.pop() {
-            if let Err(e) = baton_client::admin::member_remove(&self.admin(), m.id).await {
-                self.extra.push(m);
+        while let Some(&id) = self.added.last() {
+            if let Err(e) = baton_client::admin::member_remove(&self.admin(), id).await {
                 return Err(anyhow::anyhow!("member remove: {e}"));
             }
-            if let Some(mut c) = m.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            let _ = std::fs::remove_dir_all(&m.data_dir);
-            done.push(m.id);
+            self.added.pop();
+            self.cluster.remove(id);
+            done.push(id);
         }
         Ok(done)
     }
@@ -364,7 +190,7 @@ impl Db {
     /// Returns the file and its original bytes (for [`Db::repair`]).
     pub fn damage(&mut self, id: u64, rng: &mut impl rand::Rng, flips: usize) -> Option<(PathBuf, Vec<u8>)> {
         self.kill(id);
-        let db = self.members[(id - 1) as usize].data_dir.join("db");
+        let db = self.cluster.member(id).spec.data_dir.join("db");
         let newest = std::fs::read_dir(&db)
             .ok()?
             .flatten()
@@ -391,66 +217,44 @@ impl Db {
 
     /// Member `id`'s exit code once it has exited (reaped then).
     pub fn exit_code(&mut self, id: u64) -> Option<i32> {
-        let m = &mut self.members[(id - 1) as usize];
-        let status = m.child.as_mut()?.try_wait().ok()??;
-        m.child = None;
-        Some(status.code().unwrap_or(-1))
+        self.cluster.poll_exit(id)
     }
 
     /// The clients' TLS settings (None: plaintext).
     pub fn client_tls(&self) -> Option<ClientTls> {
-        self.tls.as_ref().map(|t| t.client.clone())
+        self.tls.clone()
     }
 
     /// kill -9 member `id`.
     pub fn kill(&mut self, id: u64) {
-        let m = &mut self.members[(id - 1) as usize];
-        if let Some(mut c) = m.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        m.paused = false;
+        self.cluster.kill(id);
     }
 
     /// Restarts member `id` (same data dir) if it is not running.
     pub fn restart(&mut self, id: u64) -> anyhow::Result<()> {
-        self.start_member(id)
-    }
-
-    fn signal(&self, id: u64, sig: i32) {
-        if let Some(c) = &self.members[(id - 1) as usize].child {
-            // SAFETY: kill(2) on a child we spawned and have not reaped.
-            unsafe {
-                libc::kill(c.id() as libc::pid_t, sig);
-            }
-        }
+        self.cluster.start_member(id)
     }
 
     /// SIGSTOP member `id`.
     pub fn pause(&mut self, id: u64) {
-        self.signal(id, libc::SIGSTOP);
-        self.members[(id - 1) as usize].paused = true;
+        self.cluster.pause(id);
     }
 
     /// SIGCONT member `id`.
     pub fn resume(&mut self, id: u64) {
-        self.signal(id, libc::SIGCONT);
-        self.members[(id - 1) as usize].paused = false;
+        self.cluster.resume(id);
     }
 
     pub fn is_up(&self, id: u64) -> bool {
-        let m = &self.members[(id - 1) as usize];
-        m.child.is_some() && !m.paused
+        self.cluster.is_up(id)
     }
 
     /// Heals everything: links open, paused members resumed, killed ones
     /// restarted.
     pub fn heal_all(&mut self) -> anyhow::Result<()> {
-        self.proxies.heal();
+        self.cluster.proxies.heal();
         for id in 1..=self.nodes {
-            if self.members[(id - 1) as usize].paused {
-                self.resume(id);
-            }
+            self.resume(id);
             self.restart(id)?;
         }
         Ok(())
@@ -459,14 +263,8 @@ impl Db {
     /// The current leader as the members report it (asked directly, not
     /// through the proxies: the harness's control channel).
     pub async fn leader(&self) -> Option<u64> {
-        for m in &self.members {
-            if !self.is_up(m.id) {
-                continue;
-            }
-            let tls = self.client_tls();
-            if let Ok(s) =
-                member_status_with(&m.client_addr.to_string(), Duration::from_millis(300), tls.as_ref()).await
-            {
+        for id in (1..=self.nodes).filter(|id| self.is_up(*id)) {
+            if let Ok(s) = self.cluster.status(id, Duration::from_millis(300)).await {
                 if s.role == "leader" {
                     return Some(s.id);
                 }
@@ -475,17 +273,9 @@ impl Db {
         None
     }
 
+    /// Waits until the running members agree on one leader.
     pub async fn wait_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(l) = self.leader().await {
-                return Ok(l);
-            }
-            if Instant::now() >= deadline {
-                anyhow::bail!("no leader within {timeout:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.cluster.wait_leader(timeout).await
     }
 
     /// Endpoints for client slot `slot`: its own proxied links, its home
@@ -503,34 +293,18 @@ impl Db {
     fn rotate(&self, home: u64, link: impl Fn(u64) -> LinkId) -> Vec<String> {
         (0..self.nodes)
             .map(|i| (home - 1 + i) % self.nodes + 1)
-            .filter_map(|to| self.proxies.addr(link(to)).map(|a| a.to_string()))
+            .filter_map(|to| self.cluster.proxies.addr(link(to)).map(|a| a.to_string()))
             .collect()
     }
 
-    /// Direct (unproxied) client endpoints, for setup and final reads.
+    /// Direct (unproxied) client endpoints of the founding members, for
+    /// setup and final reads.
     pub fn direct_endpoints(&self) -> Vec<String> {
-        self.members.iter().map(|m| m.client_addr.to_string()).collect()
+        self.cluster.endpoints().into_iter().take(self.nodes as usize).collect()
     }
-}
 
-impl Db {
     /// Kills every member (also done on drop).
     pub fn stop_all(&mut self) {
-        for m in self.members.iter_mut().chain(self.extra.iter_mut()) {
-            if let Some(mut c) = m.child.take() {
-                // SAFETY: resume a possibly stopped child so it can die.
-                unsafe {
-                    libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
-                }
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        self.stop_all();
+        self.cluster.kill_all();
     }
 }

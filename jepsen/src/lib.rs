@@ -22,7 +22,7 @@
 
 pub mod db;
 pub mod nemesis;
-pub mod proxy;
+pub use baton_kit::proxy;
 pub mod record;
 pub mod report;
 pub mod runner;

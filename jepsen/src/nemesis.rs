@@ -220,7 +220,7 @@ async fn apply(
                 let slot = *targets.choose(rng)?;
                 let at = run.now();
                 run.set_paused(slot, true);
-                db.proxies.stall_slot(slot, true);
+                db.proxies().stall_slot(slot, true);
                 Some((
                     Fault::ClientPaused(slot),
                     "pause",
@@ -242,13 +242,13 @@ async fn apply(
             let (label, detail) = match rng.gen_range(0..4) {
                 0 => {
                     let x = order[0];
-                    db.proxies.apply(|a, b| (a == x) != (b == x));
+                    db.proxies().apply(|a, b| (a == x) != (b == x));
                     ("partition", format!("isolate member {x}"))
                 }
                 1 => {
                     let small: Vec<u64> = order[..minority].to_vec();
                     let s2 = small.clone();
-                    db.proxies.apply(move |a, b| s2.contains(&a) != s2.contains(&b));
+                    db.proxies().apply(move |a, b| s2.contains(&a) != s2.contains(&b));
                     ("partition", format!("minority {small:?} | majority"))
                 }
                 2 => {
@@ -258,7 +258,7 @@ async fn apply(
                     let maj = n / 2 + 1;
                     let pos: std::collections::HashMap<u64, usize> =
                         order.iter().enumerate().map(|(i, m)| (*m, i)).collect();
-                    db.proxies.apply(move |a, b| {
+                    db.proxies().apply(move |a, b| {
                         let (pa, pb) = (pos[&a], pos[&b]);
                         (pa + n - pb) % n >= maj
                     });
@@ -266,7 +266,7 @@ async fn apply(
                 }
                 _ => {
                     let (x, y) = (order[0], order[1]);
-                    db.proxies.apply(move |a, b| a == x && b == y);
+                    db.proxies().apply(move |a, b| a == x && b == y);
                     ("partition", format!("one-way: {x} cannot send to {y}"))
                 }
             };
@@ -285,7 +285,7 @@ async fn apply(
                     Some((Fault::Paused(leader), "leader", format!("SIGSTOP leader {leader}"), None, at))
                 }
                 _ => {
-                    db.proxies.apply(|a, b| (a == leader) != (b == leader));
+                    db.proxies().apply(|a, b| (a == leader) != (b == leader));
                     Some((Fault::Partitioned, "leader", format!("isolate leader {leader}"), None, at))
                 }
             }
@@ -318,7 +318,7 @@ async fn apply(
             let t = run.session.as_millis() as u64;
             let hold = Duration::from_millis(rng.gen_range(t * 2..=t * 4));
             let at = run.now();
-            db.proxies.isolate_peers(x);
+            db.proxies().isolate_peers(x);
             Some((
                 Fault::Partitioned,
                 "isolate-peers",
@@ -404,10 +404,10 @@ async fn heal(db: &mut Db, run: &Run, fault: Fault) {
         }
         Fault::Paused(id) => db.resume(id),
         Fault::ClientPaused(slot) => {
-            db.proxies.stall_slot(slot, false);
+            db.proxies().stall_slot(slot, false);
             run.set_paused(slot, false);
         }
-        Fault::Partitioned => db.proxies.heal(),
+        Fault::Partitioned => db.proxies().heal(),
         Fault::Added(lead) => {
             if lead {
                 if let Err(e) = db.lead_added().await {

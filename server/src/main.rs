@@ -3,10 +3,10 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
+use baton_kit::member::{stop_all, Join, MemberSpec, Process};
 use baton_server::certs::{Authority, CertFiles};
 use baton_server::config::{check_addr, parse_peers, Config, Limits};
 use baton_server::kv::RocksKv;
@@ -484,11 +484,9 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
 
 /// How long connections get to write out their last answers at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
-struct Member {
-    id: u64,
-    child: Child,
-}
+/// How long `batond cluster` waits for its members after SIGTERM before
+/// SIGKILL.
+const MEMBERS_STOP_BOUND: Duration = Duration::from_secs(5);
 
 fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     if c.nodes == 0 || c.nodes > 9 {
@@ -496,34 +494,36 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&c.data_dir)?;
     let exe = std::env::current_exe()?;
-    let client = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + i);
-    let peer = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + 100 + i);
-    let http = |i: u64| format!("127.0.0.1:{}", c.base_port as u64 + 200 + i);
-    let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", peer(i))).collect();
+    let port = |i: u64, off: u64| SocketAddr::from(([127, 0, 0, 1], (c.base_port as u64 + off + i) as u16));
+    let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", port(i, 100))).collect();
     let peers = peers.join(",");
     let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes)? } else { (Vec::new(), None) };
-    let mut members = Vec::new();
-    for i in 1..=c.nodes {
-        let mut tls_args = tls.get(i as usize - 1).cloned().unwrap_or_default();
-        tls_args.push(format!("--http-addr={}", http(i)));
-        match spawn_member(&exe, &c, i, &client(i), &peer(i), &peers, &tls_args) {
-            Ok(child) => members.push(Member { id: i, child }),
-            Err(e) => {
-                stop_members(&mut members);
-                return Err(e);
-            }
-        }
-    }
-    let endpoints: Vec<String> = (1..=c.nodes).map(client).collect();
-    for m in &members {
+    let specs: Vec<MemberSpec> = (1..=c.nodes)
+        .map(|i| MemberSpec {
+            id: i,
+            data_dir: c.data_dir.join(format!("member-{i}")),
+            log: log_path(&c.data_dir, i),
+            client_addr: port(i, 0),
+            peer_addr: port(i, 100),
+            http_addr: Some(port(i, 200)),
+            join: Join::Peers(peers.clone()),
+            tls_args: tls.get(i as usize - 1).cloned().unwrap_or_default(),
+            extra: c.timing.to_args(),
+            env: Vec::new(),
+        })
+        .collect();
+    // On an error, the members already started are killed as they drop.
+    let members = specs.iter().map(|m| m.start(&exe)).collect::<anyhow::Result<Vec<Process>>>()?;
+    let endpoints: Vec<String> = specs.iter().map(|m| m.client_addr.to_string()).collect();
+    for (m, p) in specs.iter().zip(&members) {
         println!(
             "member {}: pid {} client {} peer {} http {} log {}",
             m.id,
-            m.child.id(),
-            client(m.id),
-            peer(m.id),
-            http(m.id),
-            log_path(&c.data_dir, m.id).display()
+            p.pid(),
+            m.client_addr,
+            m.peer_addr,
+            port(m.id, 200),
+            m.log.display()
         );
     }
     println!("endpoints: {}", endpoints.join(","));
@@ -550,7 +550,7 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     println!("stopping {} members", members.len());
-    stop_members(&mut members);
+    stop_all(members, MEMBERS_STOP_BOUND);
     Ok(())
 }
 
@@ -569,54 +569,4 @@ fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<Vec<String>>, Op
     let out = (1..=nodes).map(|i| ca.member_args(i)).collect::<anyhow::Result<Vec<_>>>()?;
     let client = ca.client("admin")?;
     Ok((out, Some((ca.ca.clone(), client))))
-}
-
-fn spawn_member(
-    exe: &Path,
-    c: &ClusterArgs,
-    i: u64,
-    client: &str,
-    peer: &str,
-    peers: &str,
-    tls: &[String],
-) -> anyhow::Result<Child> {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path(&c.data_dir, i))?;
-    let child = Command::new(exe)
-        .arg(format!("--id={i}"))
-        .arg(format!("--data-dir={}", c.data_dir.join(format!("member-{i}")).display()))
-        .arg(format!("--client-addr={client}"))
-        .arg(format!("--peer-addr={peer}"))
-        .arg(format!("--peers={peers}"))
-        .args(tls)
-        .args(c.timing.to_args())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting member {i}"))?;
-    Ok(child)
-}
-
-/// SIGTERM every member, wait up to 5 s, then SIGKILL what is left.
-fn stop_members(members: &mut [Member]) {
-    for m in members.iter() {
-        // SAFETY: kill(2) on a pid we spawned and have not reaped yet.
-        unsafe {
-            libc::kill(m.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    for m in members.iter_mut() {
-        loop {
-            match m.child.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = m.child.kill();
-                    let _ = m.child.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
 }

@@ -1,39 +1,36 @@
-//! Test support: real `batond` processes on free loopback ports.
+//! Test support: real `batond` processes on free loopback ports, started
+//! through the cluster kit (`baton-kit`); this layer adds the client
+//! library (configurations, clients, typed status) and panics instead of
+//! returning errors.
 //!
 //! A [`Cluster`] owns its member processes and kills them (SIGKILL) when
 //! dropped, so a failing test leaves nothing running. Every wait here is
 //! bounded in time; nothing listens or connects outside 127.0.0.1.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_client::{member_status_with, Client, ClientConfig, ClientTls, MemberStatus};
+use baton_client::{Client, ClientConfig, ClientTls, MemberStatus};
+use baton_kit::{Bin, ClusterSpec, Links};
 use baton_server::certs::Authority;
+
+pub use baton_kit::proxy::{LinkId, Proxies};
+pub use baton_kit::{distinct_ports, free_port};
+
+/// How long a status request gets.
+const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Finds the `batond` binary: `$BATOND_BIN`, or next to the test executable
 /// (`target/<profile>/batond`).
 pub fn batond_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("BATOND_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    let mut dir = exe.parent().expect("exe dir").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let bin = dir.join("batond");
-    assert!(bin.exists(), "batond not built at {} (run `cargo build --bins` first or set BATOND_BIN)", bin.display());
-    bin
+    baton_kit::locate(Bin::Batond).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The `baton` CLI binary, found like [`batond_bin`].
 pub fn baton_bin() -> PathBuf {
-    let mut p = batond_bin();
-    p.set_file_name("baton");
-    assert!(p.exists(), "baton not built at {}", p.display());
-    p
+    baton_kit::locate(Bin::Baton).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Processes a test started itself (outside a [`Cluster`]); killed on drop.
@@ -46,18 +43,6 @@ impl Drop for Procs {
             let _ = c.wait();
         }
     }
-}
-
-/// `n` distinct free loopback ports.
-pub fn distinct_ports(n: usize) -> Vec<u16> {
-    let mut v: Vec<u16> = Vec::new();
-    while v.len() < n {
-        let p = free_port();
-        if !v.contains(&p) {
-            v.push(p);
-        }
-    }
-    v
 }
 
 /// `GET path` from `addr` over HTTP/1.1: (status code, body); None if no
@@ -78,241 +63,122 @@ pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     tokio::time::timeout(Duration::from_secs(2), fut).await.ok().flatten()
 }
 
-/// A free loopback port, picked at random below Linux's ephemeral range
-/// (32768-60999): a port the kernel hands out for port 0 can also be taken
-/// meanwhile as the source port of some outgoing connection. Bound then
-/// released, so a race remains; [`Cluster::start`] retries if a member
-/// cannot bind.
-pub fn free_port() -> u16 {
-    for _ in 0..1000 {
-        let port = 20_000 + (rand_u64() % 12_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("addr").port()
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.finish()
-}
-
-pub struct Member {
-    pub id: u64,
-    pub client_addr: String,
-    pub peer_addr: String,
-    /// `--http-addr`: /metrics, /health, /ready.
-    pub http_addr: String,
-    pub data_dir: PathBuf,
-    pub log: PathBuf,
-    /// Started with `--join` (added to a running cluster) instead of
-    /// `--peers` (a founding member).
-    pub joins: bool,
-    child: Option<Child>,
-}
-
+/// A test cluster: the kit's cluster in a temporary folder.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
-    pub members: Vec<Member>,
-    peers_arg: String,
-    extra: Vec<String>,
+    pub kit: baton_kit::Cluster,
     /// TLS on both ports (`start_tls`).
     pub tls: Option<Tls>,
 }
 
 /// A TLS cluster's certificates: a throwaway CA, and a client identity.
 pub struct Tls {
-    pub ca: Authority,
+    pub ca: Arc<Authority>,
     pub client: ClientTls,
 }
 
 impl Tls {
-    fn create(dir: &std::path::Path) -> Tls {
-        let ca = Authority::create(&dir.join("tls"), "baton test CA").expect("CA");
+    /// A CA in `<dir>/tls`, and the kit's half: member flags, client config.
+    pub fn create(dir: &std::path::Path, name: &str) -> (Tls, baton_kit::Tls) {
+        let ca = Arc::new(Authority::create(&dir.join("tls"), name).expect("CA"));
         let c = ca.client("admin").expect("client certificate");
         let client = ClientTls::load(&ca.ca, Some((&c.cert, &c.key))).expect("client TLS");
-        Tls { ca, client }
+        let member_ca = ca.clone();
+        let kit = baton_kit::Tls::new(move |id| member_ca.member_args(id), &ca.ca, &c.cert, &c.key).expect("kit TLS");
+        (Tls { ca, client }, kit)
     }
 }
 
 impl Cluster {
     /// Starts `n` members with extra `batond` flags and waits for a leader.
     pub async fn start(n: u64, extra: &[&str]) -> Cluster {
-        Self::start_with(n, extra, false).await
+        Self::start_with(n, extra, false, Links::Direct).await
     }
 
     /// [`Cluster::start`] with TLS on both ports (mutual TLS for peers and
     /// for clients); [`Cluster::client`] and `status` use it.
     pub async fn start_tls(n: u64, extra: &[&str]) -> Cluster {
-        Self::start_with(n, extra, true).await
+        Self::start_with(n, extra, true, Links::Direct).await
     }
 
-    async fn start_with(n: u64, extra: &[&str], tls: bool) -> Cluster {
-        for attempt in 1..=3 {
-            let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
-            let tls = tls.then(|| Tls::create(dir.path()));
-            let mut ports = std::collections::HashSet::new();
-            let mut fresh = || loop {
-                let p = free_port();
-                if ports.insert(p) {
-                    return p;
-                }
-            };
-            let mut members = Vec::new();
-            for id in 1..=n {
-                let data_dir = dir.path().join(format!("member-{id}"));
-                members.push(Member {
-                    id,
-                    client_addr: format!("127.0.0.1:{}", fresh()),
-                    peer_addr: format!("127.0.0.1:{}", fresh()),
-                    http_addr: format!("127.0.0.1:{}", fresh()),
-                    log: dir.path().join(format!("member-{id}.log")),
-                    data_dir,
-                    joins: false,
-                    child: None,
-                });
+    /// [`Cluster::start`] with every peer link, and `slots` client slots,
+    /// through the kit's proxies ([`Cluster::proxies`]).
+    pub async fn start_proxied(n: u64, slots: usize, extra: &[&str]) -> Cluster {
+        Self::start_with(n, extra, false, Links::Proxied { slots }).await
+    }
+
+    async fn start_with(n: u64, extra: &[&str], tls: bool, links: Links) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
+        let (tls, kit_tls) = match tls {
+            true => {
+                let (t, k) = Tls::create(dir.path(), "baton test CA");
+                (Some(t), Some(k))
             }
-            let peers_arg = members.iter().map(|m| format!("{}={}", m.id, m.peer_addr)).collect::<Vec<_>>().join(",");
-            let mut c = Cluster { dir, members, peers_arg, extra: extra.iter().map(|s| s.to_string()).collect(), tls };
-            for id in 1..=n {
-                c.start_member(id);
-            }
-            // A member that could not bind its port exits at once: start
-            // the whole cluster again on other ports.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let exited =
-                c.members.iter_mut().any(|m| m.child.as_mut().is_some_and(|ch| matches!(ch.try_wait(), Ok(Some(_)))));
-            if exited && attempt < 3 {
-                eprintln!("a member exited at start (port taken?); retrying on other ports\n{}", c.log_tails(3));
-                for id in 1..=n {
-                    c.kill(id);
-                }
-                continue;
-            }
-            c.wait_leader(Duration::from_secs(20)).await;
-            return c;
-        }
-        unreachable!("the last attempt returns")
+            false => (None, None),
+        };
+        let log = std::env::var("BATON_TEST_LOG").unwrap_or_else(|_| "info,raft=info".into());
+        let spec = ClusterSpec {
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: vec![("RUST_LOG".into(), log)],
+            http: true,
+            tls: kit_tls,
+            links,
+            ..ClusterSpec::new(n, dir.path(), batond_bin())
+        };
+        let kit = baton_kit::Cluster::start(spec, Duration::from_secs(20)).await.unwrap_or_else(|e| panic!("{e:#}"));
+        Cluster { dir, kit, tls }
+    }
+
+    /// The proxies on the links ([`Cluster::start_proxied`]).
+    pub fn proxies(&self) -> &Proxies {
+        &self.kit.proxies
     }
 
     /// A new member slot (the next id, fresh ports) that starts with
     /// `--join` (the founding members' peer addresses). Add it with `baton
     /// member add`, then [`Cluster::start_member`].
     pub fn new_member(&mut self) -> u64 {
-        let id = self.members.len() as u64 + 1;
-        let mut ports: Vec<u16> = Vec::new();
-        while ports.len() < 3 {
-            let p = free_port();
-            let port = format!(":{p}");
-            let taken = |m: &Member| [&m.client_addr, &m.peer_addr, &m.http_addr].iter().any(|a| a.ends_with(&port));
-            if !ports.contains(&p) && !self.members.iter().any(taken) {
-                ports.push(p);
-            }
-        }
-        let (client, peer, http) = (ports[0], ports[1], ports[2]);
-        self.members.push(Member {
-            id,
-            client_addr: format!("127.0.0.1:{client}"),
-            peer_addr: format!("127.0.0.1:{peer}"),
-            http_addr: format!("127.0.0.1:{http}"),
-            data_dir: self.dir.path().join(format!("member-{id}")),
-            log: self.dir.path().join(format!("member-{id}.log")),
-            joins: true,
-            child: None,
-        });
-        id
+        self.kit.new_member().expect("new member")
     }
 
     /// `GET path` on member `id`'s HTTP port: (status code, body); None if
     /// it does not answer within 2 s.
     pub async fn http_get(&self, id: u64, path: &str) -> Option<(u16, String)> {
-        http_get(&self.member(id).http_addr, path).await
-    }
-
-    fn member(&self, id: u64) -> &Member {
-        &self.members[(id - 1) as usize]
+        let addr = self.kit.member(id).spec.http_addr.expect("http addr");
+        http_get(&addr.to_string(), path).await
     }
 
     /// Starts (or restarts, with the same data dir) member `id`.
     pub fn start_member(&mut self, id: u64) {
-        let bin = batond_bin();
-        let peers = self.peers_arg.clone();
-        let mut extra = self.extra.clone();
-        if let Some(t) = &self.tls {
-            extra.extend(t.ca.member_args(id).expect("member certificate"));
-        }
-        let m = &mut self.members[(id - 1) as usize];
-        assert!(m.child.is_none(), "member {id} already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&m.log).expect("log file");
-        let child = Command::new(bin)
-            .arg(format!("--id={id}"))
-            .arg(format!("--data-dir={}", m.data_dir.display()))
-            .arg(format!("--client-addr={}", m.client_addr))
-            .arg(format!("--peer-addr={}", m.peer_addr))
-            .arg(format!("--http-addr={}", m.http_addr))
-            .arg(if m.joins { format!("--join={peers}") } else { format!("--peers={peers}") })
-            .args(extra)
-            .env("RUST_LOG", std::env::var("BATON_TEST_LOG").unwrap_or_else(|_| "info,raft=info".into()))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn batond");
-        m.child = Some(child);
+        assert!(!self.kit.is_running(id), "member {id} already running");
+        self.kit.start_member(id).expect("start member");
     }
 
     /// SIGTERM member `id` (a clean stop) and reap it; SIGKILL after 10 s.
     pub fn stop(&mut self, id: u64) {
-        let m = &mut self.members[(id - 1) as usize];
-        if let Some(mut c) = m.child.take() {
-            // SAFETY: signalling a child we spawned and have not reaped.
-            unsafe {
-                libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
-            }
-            for _ in 0..200 {
-                if matches!(c.try_wait(), Ok(Some(_))) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kit.stop(id);
     }
 
     /// SIGKILL member `id` (kill -9) and reap it.
     pub fn kill(&mut self, id: u64) {
-        let m = &mut self.members[(id - 1) as usize];
-        if let Some(mut c) = m.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kit.kill(id);
     }
 
     /// SIGSTOP / SIGCONT member `id`.
-    pub fn pause(&self, id: u64, stop: bool) {
-        if let Some(c) = &self.member(id).child {
-            let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
-            // SAFETY: signalling a child we spawned and have not reaped.
-            unsafe {
-                libc::kill(c.id() as libc::pid_t, sig);
-            }
+    pub fn pause(&mut self, id: u64, stop: bool) {
+        match stop {
+            true => self.kit.pause(id),
+            false => self.kit.resume(id),
         }
     }
 
     pub fn is_running(&self, id: u64) -> bool {
-        self.member(id).child.is_some()
+        self.kit.is_running(id)
     }
 
     /// Member `id`'s exit code once its process has exited (reaped then).
     pub fn exit_code(&mut self, id: u64) -> Option<i32> {
-        let m = &mut self.members[(id - 1) as usize];
-        let status = m.child.as_mut()?.try_wait().ok()??;
-        m.child = None;
-        Some(status.code().unwrap_or(-1))
+        self.kit.poll_exit(id)
     }
 
     /// Waits up to `timeout` for member `id` to exit; its exit code.
@@ -331,12 +197,12 @@ impl Cluster {
 
     /// Member `id`'s data dir.
     pub fn data_dir(&self, id: u64) -> PathBuf {
-        self.member(id).data_dir.clone()
+        self.kit.member(id).spec.data_dir.clone()
     }
 
     /// Member `id`'s peer address.
     pub fn peer_addr(&self, id: u64) -> String {
-        self.member(id).peer_addr.clone()
+        self.kit.member(id).spec.peer_addr.to_string()
     }
 
     /// The client configuration for this cluster (its TLS included).
@@ -349,13 +215,13 @@ impl Cluster {
     }
 
     pub fn endpoint(&self, id: u64) -> String {
-        self.member(id).client_addr.clone()
+        self.kit.member(id).spec.client_addr.to_string()
     }
 
     /// All endpoints, starting with member `first`'s (the client tries them
     /// in order, so it connects to `first` while it is up).
     pub fn endpoints_from(&self, first: u64) -> Vec<String> {
-        let mut v: Vec<String> = self.members.iter().map(|m| m.client_addr.clone()).collect();
+        let mut v = self.kit.endpoints();
         v.rotate_left((first - 1) as usize);
         v
     }
@@ -365,59 +231,18 @@ impl Cluster {
     }
 
     pub async fn status(&self, id: u64) -> Option<MemberStatus> {
-        let tls = self.tls.as_ref().map(|t| &t.client);
-        member_status_with(&self.endpoint(id), Duration::from_millis(500), tls).await.ok()
+        self.kit.status(id, STATUS_TIMEOUT).await.ok().map(MemberStatus::from)
     }
 
     /// Waits until the running members agree on one leader; returns its id.
     pub async fn wait_leader(&self, timeout: Duration) -> u64 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut leaders = Vec::new();
-            let mut running = 0;
-            for m in &self.members {
-                if m.child.is_none() {
-                    continue;
-                }
-                running += 1;
-                if let Some(s) = self.status(m.id).await {
-                    if s.role == "leader" {
-                        leaders.push(s.id);
-                    }
-                }
-            }
-            if leaders.len() == 1 && running > 0 {
-                // The leader's followers must know it too.
-                let l = leaders[0];
-                let mut agree = 0;
-                for m in self.members.iter().filter(|m| m.child.is_some()) {
-                    if self.status(m.id).await.is_some_and(|s| s.leader_id == l) {
-                        agree += 1;
-                    }
-                }
-                if agree * 2 > self.members.len() {
-                    return l;
-                }
-            }
-            if Instant::now() >= deadline {
-                panic!("no leader within {timeout:?}\n{}", self.log_tails(15));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.kit.wait_leader(timeout).await.unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// Waits until member `id` has applied at least `index`.
     pub async fn wait_applied(&self, id: u64, index: u64, timeout: Duration) -> MemberStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.status(id).await {
-                if s.applied_index >= index {
-                    return s;
-                }
-            }
-            assert!(Instant::now() < deadline, "member {id} did not apply {index} within {timeout:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("member {id} applies {index}");
+        eventually(timeout, &what, || async { self.status(id).await.filter(|s| s.applied_index >= index) }).await
     }
 
     pub async fn client(&self) -> Client {
@@ -430,44 +255,19 @@ impl Cluster {
 
     /// The last `n` lines of every member's log (for failure messages).
     pub fn log_tails(&self, n: usize) -> String {
-        let mut out = String::new();
-        for m in &self.members {
-            let log = self.log(m.id);
-            let lines: Vec<&str> = log.lines().collect();
-            out.push_str(&format!("--- member {} ({}):\n", m.id, m.client_addr));
-            for l in &lines[lines.len().saturating_sub(n)..] {
-                out.push_str(l);
-                out.push('\n');
-            }
-        }
-        out
+        self.kit.log_tails(n)
     }
 
     /// The log of member `id` (for assertions and failure messages).
     pub fn log(&self, id: u64) -> String {
-        std::fs::read_to_string(&self.member(id).log).unwrap_or_default()
+        self.kit.log(id)
     }
 
     /// Keeps the data dir for inspection when the env says so.
     pub fn keep(self) -> PathBuf {
-        let p = self.dir.path().to_path_buf();
-        std::mem::forget(self);
-        p
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for m in &mut self.members {
-            if let Some(mut c) = m.child.take() {
-                // SAFETY: resume a possibly stopped child so SIGKILL is reaped fast.
-                unsafe {
-                    libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
-                }
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
+        let Cluster { dir, kit, tls } = self;
+        drop((kit, tls));
+        dir.keep()
     }
 }
 

@@ -79,7 +79,7 @@ async fn c10_errors_match_by_kind_and_watchers_are_bounded_streams() {
 
 #[tokio::test]
 async fn c20_namespace_txn_and_connection_edges() {
-    let c = Cluster::start(3, &[]).await;
+    let mut c = Cluster::start(3, &[]).await;
     let root = c.client().await;
     root.create("/tenant", "", CreateOptions::persistent()).await.expect("create the namespace node");
 

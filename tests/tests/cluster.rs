@@ -311,7 +311,7 @@ async fn t90_bad_input_gets_typed_errors_and_the_cluster_stays_up() {
 
     // Garbage on a peer port: the member drops the connection, stays up.
     let leader = c.wait_leader(SECS(5)).await;
-    let mut s = tokio::net::TcpStream::connect(&c.members[(leader - 1) as usize].peer_addr).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(c.peer_addr(leader)).await.unwrap();
     s.write_all(b"\x00\x00\x00\x05hello garbage garbage").await.unwrap();
     let mut buf = [0u8; 16];
     let n = tokio::time::timeout(SECS(5), s.read(&mut buf)).await.expect("closed").unwrap_or(0);

@@ -15,7 +15,9 @@
 //! [`Proxies::stall_slot`] stalls one client slot; [`Proxies::heal`] opens
 //! everything.
 //!
-//! Everything listens and connects on 127.0.0.1 only.
+//! Everything listens and connects on 127.0.0.1 only. A link's listener
+//! stops when its [`Proxies`] is dropped (connections already forwarded
+//! run until either side closes).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -69,6 +71,14 @@ pub struct Link {
     pub forward: Arc<Valve>,
     /// Bytes from the target back to the dialer.
     pub backward: Arc<Valve>,
+    /// The accept loop, stopped when the link is dropped.
+    accept: tokio::task::AbortHandle,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
 }
 
 /// All links of a test run.
@@ -84,8 +94,8 @@ impl Proxies {
         let listen = listener.local_addr()?;
         let forward = Arc::new(Valve::default());
         let backward = Arc::new(Valve::default());
-        tokio::spawn(accept_loop(listener, target, forward.clone(), backward.clone()));
-        self.links.insert(id, Link { listen, target, forward, backward });
+        let accept = tokio::spawn(accept_loop(listener, target, forward.clone(), backward.clone())).abort_handle();
+        self.links.insert(id, Link { listen, target, forward, backward, accept });
         Ok(listen)
     }
 
