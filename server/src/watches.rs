@@ -120,20 +120,13 @@ impl Watches {
         let existed = sm.stat_of(&spec.path).is_some();
         let since = sm.applied();
         let list = self.by_path.entry(spec.path.clone()).or_default();
-        let before = list.len();
-        list.retain(|w| !(w.conn == conn && w.id == spec.watch_id));
-        if list.len() == before {
+        if drop_where(list, &mut self.recursive, |w| w.conn == conn && w.id == spec.watch_id) == 0 {
             *self.per_conn.entry(conn).or_default() += 1;
         }
         let kind = WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data);
         let persistent = spec.persistent || kind == WatchKind::Recursive;
+        self.recursive += (kind == WatchKind::Recursive) as usize;
         list.push(Watch { conn, id: spec.watch_id, kind, persistent, since, existed });
-        self.recount();
-    }
-
-    /// Keeps `recursive` right after any change to the table.
-    fn recount(&mut self) {
-        self.recursive = self.by_path.values().flatten().filter(|w| w.kind == WatchKind::Recursive).count();
     }
 
     /// Watches held by every connection.
@@ -158,22 +151,20 @@ impl Watches {
     pub fn remove(&mut self, conn: ConnId, watch_id: u64) {
         for list in self.by_path.values_mut() {
             let before = list.len();
-            list.retain(|w| !(w.conn == conn && w.id == watch_id));
+            drop_where(list, &mut self.recursive, |w| w.conn == conn && w.id == watch_id);
             if list.len() < before {
                 Self::forget(&mut self.per_conn, conn);
             }
         }
         self.by_path.retain(|_, l| !l.is_empty());
-        self.recount();
     }
 
     pub fn remove_conn(&mut self, conn: ConnId) {
         for list in self.by_path.values_mut() {
-            list.retain(|w| w.conn != conn);
+            drop_where(list, &mut self.recursive, |w| w.conn == conn);
         }
         self.by_path.retain(|_, l| !l.is_empty());
         self.per_conn.remove(&conn);
-        self.recount();
     }
 
     /// The watches one committed change fires (one-shots are removed).
@@ -250,6 +241,19 @@ impl Watches {
         self.by_path.retain(|_, l| !l.is_empty());
         out
     }
+}
+
+/// Removes the watches `gone` picks from `list`, keeping `recursive` (the
+/// table's count of recursive watches) right without a scan; how many went.
+/// (Firing never removes a recursive watch: they are persistent.)
+fn drop_where(list: &mut Vec<Watch>, recursive: &mut usize, gone: impl Fn(&Watch) -> bool) -> usize {
+    let before = list.len();
+    list.retain(|w| {
+        let drop = gone(w);
+        *recursive -= (drop && w.kind == WatchKind::Recursive) as usize;
+        !drop
+    });
+    before - list.len()
 }
 
 /// What a watch registered at `since` would have seen by now, as events
