@@ -10,6 +10,12 @@ use baton_kit::member::{stop_all, Join, MemberSpec, Process};
 use baton_server::certs::{Authority, CertFiles};
 use baton_server::config::{check_addr, parse_peers, Config, Limits};
 use baton_server::kv::RocksKv;
+
+/// mimalloc instead of glibc's malloc: a write allocates and frees many
+/// small buffers on several threads, and glibc's arenas cost ~10% of a
+/// member's CPU under load (docs/perf/README.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use baton_server::message::Input;
 use baton_server::node::Node;
 use baton_server::transport::{PeerAuth, PeerTls};
@@ -62,6 +68,12 @@ struct Timing {
     /// Heartbeat interval in ticks.
     #[arg(long, default_value_t = 2, env = "BATON_HEARTBEAT_TICKS")]
     heartbeat_ticks: usize,
+    /// Threads for client and peer connections (TLS, framing); the Raft
+    /// driver and the storage writer have their own thread each. Default:
+    /// half the machine's cores, at least 1 and at most 8 (on 2 cores, 1:
+    /// fewer threads switching on a small machine; docs/perf/README.md).
+    #[arg(long, env = "BATON_IO_THREADS")]
+    io_threads: Option<usize>,
     /// Applied entries between snapshots (log compaction threshold).
     #[arg(long, default_value_t = 20_000, env = "BATON_SNAPSHOT_ENTRIES")]
     snapshot_entries: u64,
@@ -114,6 +126,14 @@ struct Timing {
     server_fault: Vec<String>,
 }
 
+/// `--io-threads`, or half the cores (1 to 8).
+fn io_threads(flag: Option<usize>) -> usize {
+    match flag {
+        Some(n) => n.clamp(1, 64),
+        None => (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).clamp(1, 8),
+    }
+}
+
 impl Timing {
     fn to_args(&self) -> Vec<String> {
         vec![
@@ -136,6 +156,7 @@ impl Timing {
         ]
         .into_iter()
         .chain(self.superusers.iter().map(|s| format!("--superuser={s}")))
+        .chain(self.io_threads.map(|n| format!("--io-threads={n}")))
         .collect()
     }
 
@@ -413,7 +434,8 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let kv = RocksKv::open_with(&data_dir.join("db"), cfg.faults.lenient_storage())
         .with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(io_threads(t.io_threads)).enable_all().build()?;
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
     let (peer_listener, client_listener, http_listener) = rt.block_on(async {
         let p = tokio::net::TcpListener::bind(&peer_addr)

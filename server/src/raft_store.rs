@@ -18,7 +18,7 @@
 //! # Snapshots and compaction
 //! - Taking one: after every Ready the driver checks whether
 //!   `applied - first + 1 >= --snapshot-entries` (default 20,000:
-//!   `maybe_compact` in driver/ready.rs). If so, `StateMachine::snapshot`
+//!   `compaction_due` in driver/ready.rs). If so, `StateMachine::snapshot`
 //!   encodes the whole state, and [`RaftStore::compact`] stores it as the
 //!   raft-rs snapshot at the applied index and truncates the log up to
 //!   `applied - snapshot_entries / 4`: the last quarter stays, so a follower
@@ -68,6 +68,8 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> KvError {
 /// raft-rs storage backed by memory plus a durable [`Kv`].
 pub struct RaftStore {
     hard_state: HardState,
+    /// The in-memory hard state's commit index is newer than the stored one.
+    commit_unstaged: bool,
     conf_state: ConfState,
     /// Index and term of the last entry removed by compaction or snapshot.
     truncated: (u64, u64),
@@ -122,7 +124,15 @@ impl RaftStore {
             }
             entries.push(e);
         }
-        Ok(RaftStore { hard_state, conf_state, truncated, entries, snapshot, snapshot_wanted: Default::default() })
+        Ok(RaftStore {
+            hard_state,
+            commit_unstaged: false,
+            conf_state,
+            truncated,
+            entries,
+            snapshot,
+            snapshot_wanted: Default::default(),
+        })
     }
 
     /// True when `kv` holds no Raft state at all (a new data dir).
@@ -199,8 +209,36 @@ impl RaftStore {
     }
 
     pub fn set_hard_state(&mut self, hs: HardState, batch: &mut Batch) -> Result<(), KvError> {
+        self.commit_unstaged = false;
         batch.put(KEY_HARD_STATE, hs.write_to_bytes().map_err(|e| corrupt("hs", e))?);
         self.hard_state = hs;
+        Ok(())
+    }
+
+    /// A Ready's hard state: staged when the term or vote changed (Raft
+    /// needs those on disk before anyone hears of them); a change of the
+    /// commit index alone is kept in memory and staged with the next
+    /// checkpoint of the state ([`stage_commit`](Self::stage_commit)). A
+    /// stored commit index that lags is safe (raft-rs learns it again from
+    /// the leader); one below the stored applied index is not, hence the
+    /// checkpoint rule.
+    pub fn note_hard_state(&mut self, hs: HardState, batch: &mut Batch) -> Result<(), KvError> {
+        if hs.term != self.hard_state.term || hs.vote != self.hard_state.vote {
+            self.commit_unstaged = false;
+            return self.set_hard_state(hs, batch);
+        }
+        self.commit_unstaged |= hs.commit != self.hard_state.commit;
+        self.hard_state = hs;
+        Ok(())
+    }
+
+    /// Stages the hard state if its commit index changed since it was last
+    /// staged (with a checkpoint of the state: driver/ready.rs).
+    pub fn stage_commit(&mut self, batch: &mut Batch) -> Result<(), KvError> {
+        if std::mem::take(&mut self.commit_unstaged) {
+            let hs = self.hard_state.clone();
+            return self.set_hard_state(hs, batch);
+        }
         Ok(())
     }
 

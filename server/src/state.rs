@@ -58,7 +58,10 @@
 //!
 //! Persistence: every touched key is remembered as dirty and `flush` stages
 //! them, with the applied index, into the same batch (invariant 1 of
-//! DESIGN.md: state and applied index are written together).
+//! DESIGN.md: state and applied index are written together). The driver
+//! calls `flush` only every so often (driver/ready.rs, "the state is written
+//! in coalesced batches"): a key written many times in between is written
+//! once, and the state on disk is the state at an older applied index.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -641,6 +644,18 @@ impl StateMachine {
     }
 
     /// Stages every change since the last flush, and the applied index.
+    /// Keys changed since the last [`flush`](Self::flush).
+    pub fn dirty_keys(&self) -> usize {
+        self.dirty_nodes.len() + self.dirty_sessions.len() + self.dirty_fences.len() + self.dirty_users.len()
+    }
+
+    /// A change that must be on disk with this Ready: the whole state was
+    /// replaced (a snapshot) or the cluster record changed (it goes with
+    /// the configuration raft-rs stores).
+    pub fn must_flush(&self) -> bool {
+        self.dirty_all || self.dirty_cluster
+    }
+
     pub fn flush(&mut self, batch: &mut Batch) {
         if self.dirty_all {
             for prefix in [PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, PREFIX_USER] {

@@ -207,6 +207,8 @@ pub struct Driver {
     board: Option<crate::http::Board>,
     ticks: u64,
     backup: Option<Backup>,
+    /// When the state machine's changed keys were last staged (ready.rs).
+    state_flushed: Instant,
 }
 
 /// Reads the shared state (a poisoned lock is still read: only this
@@ -312,6 +314,7 @@ impl Driver {
             board: None,
             ticks: 0,
             backup: None,
+            state_flushed: now,
             cfg,
         };
         d.randomize_election();

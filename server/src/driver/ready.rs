@@ -9,8 +9,8 @@
 //! | 4. Hand ReadIndex results to the reads waiting for them | `Reads::on_read_states` |
 //! | 5. Apply committed entries; replies and watch events are queued here | `apply_entries` |
 //! | 6. Stage new log entries (the in-memory store has them at once) | `RaftStore::append` |
-//! | 7. Stage the hard state | `RaftStore::set_hard_state` |
-//! | 8. Stage the state machine's changes with the applied index; maybe compact | `StateMachine::flush`, `maybe_compact` |
+//! | 7. Stage the hard state if the term or vote changed (a new commit index waits for step 8) | `RaftStore::note_hard_state` |
+//! | 8. When due, stage the state machine's changed keys with the applied index and the commit index; maybe compact | `StateMachine::flush`, `RaftStore::stage_commit`, `state_flush_due`, `compaction_due` |
 //! | 9. Send forwarded proposals and ReadIndex requests at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer | `Persist::submit` |
 //! | 10. Tell raft-rs what is applied, at most `min(committed, persisted)` | `advance_applied` |
 //!
@@ -30,6 +30,22 @@
 //!   this Ready ride in the same batch (one atomic write), synced or not:
 //!   they can be rebuilt from the log (syncer.rs says why an unsynced write
 //!   is safe).
+//! - The state is written in coalesced batches. The log entries are the
+//!   record; the state's keys on disk are a checkpoint of it that saves
+//!   replaying the whole log at start. A Ready stages the changed keys
+//!   (`StateMachine::flush`) only when [`STATE_FLUSH_EVERY`] has passed
+//!   since the last time, when [`STATE_FLUSH_KEYS`] keys are waiting, and
+//!   always when it applied a configuration change or installed a snapshot
+//!   (`must_flush`: raft-rs's `ConfState` is stored as it is applied, and
+//!   the state beside it must not be older) or makes a snapshot. A key
+//!   written many times in between (a session record on every write, a
+//!   client's own key) reaches RocksDB once: the memtable inserts were the
+//!   largest cost of a write (docs/perf/). The state and the applied index
+//!   on disk stay together (one batch), so after a restart raft-rs hands
+//!   out the entries after the stored applied index again, as it does
+//!   after a lost unsynced write (syncer.rs); they are still in the log:
+//!   compaction keeps every entry after the last checkpoint because a
+//!   snapshot is made only together with one.
 //! - On a follower raft-rs files *every* message as persisted (to be sent
 //!   after the write). Forwarded proposals (`MsgPropose`) and ReadIndex
 //!   requests (`MsgReadIndex`) carry nothing this member persisted, so they
@@ -53,6 +69,11 @@
 use super::*;
 use crate::membership;
 
+/// At most this long between two writes of the state's changed keys.
+pub const STATE_FLUSH_EVERY: Duration = Duration::from_millis(1000);
+/// Or as soon as this many keys are waiting.
+pub const STATE_FLUSH_KEYS: usize = 10_000;
+
 impl Driver {
     pub(super) fn handle_ready(&mut self, now: Instant) -> anyhow::Result<()> {
         let mut rd = self.raw.ready();
@@ -74,7 +95,7 @@ impl Driver {
         // Committed entries come only once they are persisted here too.
         let committed = rd.take_committed_entries();
         crate::metrics::ready(rd.entries().len(), committed.len());
-        self.apply_entries(committed, now, &mut batch)?;
+        let conf_changed = self.apply_entries(committed, now, &mut batch)?;
         if !rd.entries().is_empty() {
             self.raw.mut_store().append(rd.entries(), &mut batch)?;
             if self.cfg.faults.ack_before_commit() {
@@ -82,10 +103,17 @@ impl Driver {
             }
         }
         if let Some(hs) = rd.hs() {
-            self.raw.mut_store().set_hard_state(hs.clone(), &mut batch)?;
+            self.raw.mut_store().note_hard_state(hs.clone(), &mut batch)?;
         }
-        self.sm_mut().flush(&mut batch);
-        self.maybe_compact(&mut batch)?;
+        let compacting = self.compaction_due();
+        if conf_changed || compacting || self.state_flush_due(now) {
+            self.sm_mut().flush(&mut batch);
+            self.raw.mut_store().stage_commit(&mut batch)?;
+            self.state_flushed = now;
+        }
+        if compacting {
+            self.compact(&mut batch)?;
+        }
         let number = rd.number();
         // On a follower raft-rs files every message as "after persisting".
         // Forwarded proposals and ReadIndex requests carry nothing this
@@ -195,7 +223,15 @@ impl Driver {
         Ok(())
     }
 
-    pub(super) fn apply_entries(&mut self, entries: Vec<Entry>, now: Instant, batch: &mut Batch) -> anyhow::Result<()> {
+    /// Applies committed entries; true if one was a configuration change
+    /// (its `ConfState` is staged in `batch`, so the state goes with it).
+    pub(super) fn apply_entries(
+        &mut self,
+        entries: Vec<Entry>,
+        now: Instant,
+        batch: &mut Batch,
+    ) -> anyhow::Result<bool> {
+        let mut conf_changed = false;
         for e in entries {
             if e.index <= self.sm().applied() {
                 continue;
@@ -203,10 +239,22 @@ impl Driver {
             match e.entry_type {
                 EntryType::EntryNormal if e.data.is_empty() => self.sm_mut().skip(e.index),
                 EntryType::EntryNormal => self.apply_command(e.index, &e.data, now),
-                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => self.apply_conf_entry(&e, batch)?,
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    self.apply_conf_entry(&e, batch)?;
+                    conf_changed = true;
+                }
             }
         }
-        Ok(())
+        Ok(conf_changed)
+    }
+
+    /// Whether this Ready stages the state machine's changed keys (rule
+    /// "the state is written in coalesced batches" above).
+    fn state_flush_due(&self, now: Instant) -> bool {
+        let sm = self.sm();
+        sm.must_flush()
+            || sm.dirty_keys() >= STATE_FLUSH_KEYS
+            || now.saturating_duration_since(self.state_flushed) >= STATE_FLUSH_EVERY
     }
 
     pub(super) fn apply_command(&mut self, index: u64, data: &[u8], now: Instant) {
@@ -312,12 +360,18 @@ impl Driver {
         Ok(())
     }
 
-    pub(super) fn maybe_compact(&mut self, batch: &mut Batch) -> anyhow::Result<()> {
+    /// Enough entries applied since the log's start to make a snapshot.
+    fn compaction_due(&self) -> bool {
         let applied = self.sm().applied();
         let first = self.raw.store().first();
-        if applied < first || applied - first + 1 < self.cfg.snapshot_entries {
-            return Ok(());
-        }
+        applied >= first && applied - first + 1 >= self.cfg.snapshot_entries
+    }
+
+    /// Snapshots the state at the applied index and drops the log up to a
+    /// tail (the state's keys are staged in the same batch, by the caller).
+    fn compact(&mut self, batch: &mut Batch) -> anyhow::Result<()> {
+        let applied = self.sm().applied();
+        let first = self.raw.store().first();
         // Keep a tail of the log so a briefly lagging follower catches up
         // from entries instead of a whole snapshot.
         let keep = self.cfg.snapshot_entries / 4;
