@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_client::{member_status_with, Client, ClientConfig, ClientTls, Error, DEFAULT_ENDPOINTS};
+use baton_client::{member_status_with, Client, ClientConfig, ClientTls, Error, Reader, DEFAULT_ENDPOINTS};
 use clap::Args;
 use futures::stream::{FuturesUnordered, StreamExt};
 
@@ -175,6 +175,11 @@ impl Conn {
         let r = f(&c).await;
         close(&c).await;
         r
+    }
+
+    /// Sessionless reads (`get`, `ls`, `stat`) with these flags.
+    pub fn reader(&self) -> anyhow::Result<Reader> {
+        Ok(Reader::new(self.config())?)
     }
 
     /// Ok as soon as one endpoint accepts a TCP connection; otherwise every

@@ -108,7 +108,9 @@ enum Cmd {
     Leader(elect::Leader),
 }
 
-/// The commands that run on one session with the default timeout.
+/// The node commands: `get`, `ls` and `stat` read without a session (no
+/// Raft write; `--stale` works without a quorum), the others run on one
+/// session with the default timeout.
 #[derive(Subcommand, Debug)]
 enum SessionCmd {
     Create(node::Create),
@@ -128,14 +130,23 @@ enum SessionCmd {
 }
 
 impl SessionCmd {
-    async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+    async fn run(self, conn: &Conn, out: Out) -> anyhow::Result<()> {
         match self {
+            SessionCmd::Get(x) => x.run(&conn.reader()?, out).await,
+            SessionCmd::Ls(x) => x.run(&conn.reader()?, out).await,
+            SessionCmd::Stat(x) => x.run(&conn.reader()?, out).await,
+            cmd => conn.session(None, async |c| cmd.run_on(c, out).await).await,
+        }
+    }
+
+    async fn run_on(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        match self {
+            SessionCmd::Get(_) | SessionCmd::Ls(_) | SessionCmd::Stat(_) => {
+                unreachable!("get, ls and stat run without a session (SessionCmd::run)")
+            }
             SessionCmd::Create(x) => x.run(c, out).await,
-            SessionCmd::Get(x) => x.run(c, out).await,
             SessionCmd::Set(x) => x.run(c, out).await,
             SessionCmd::Rm(x) => x.run(c, out).await,
-            SessionCmd::Ls(x) => x.run(c, out).await,
-            SessionCmd::Stat(x) => x.run(c, out).await,
             SessionCmd::Txn(x) => x.run(c, out).await,
             SessionCmd::Watch(x) => x.run(c, out).await,
             SessionCmd::Acl(x) => x.run(c, out).await,
@@ -269,7 +280,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     conn.reach().await?;
     let done = |r: anyhow::Result<()>| r.map(|()| EXIT_OK);
     let result = match cli.cmd {
-        Cmd::Session(cmd) => done(conn.session(None, async |c| cmd.run(c, out).await).await),
+        Cmd::Session(cmd) => done(cmd.run(&conn, out).await),
         Cmd::Status(c) => done(c.run(&conn, out).await),
         Cmd::Health(c) => done(c.run(&conn, out).await),
         Cmd::Member(c) => done(c.run(&conn, out).await),

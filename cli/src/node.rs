@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use baton_client::{Client, CreateOptions, Error, ErrorKind, Op, Stat as NodeStat};
+use baton_client::{Client, CreateOptions, Error, ErrorKind, Op, Reader, Stat as NodeStat};
 use clap::Args;
 use futures::stream::{self, StreamExt};
 use serde_json::json;
@@ -132,7 +132,7 @@ pub struct Get {
     /// The node's path.
     path: String,
     /// Serve from the member's local state, without a ReadIndex round
-    /// (faster; may lag the leader).
+    /// (faster; works without a quorum; may lag the leader).
     #[arg(long)]
     stale: bool,
     /// Write the value to FILE, exactly (no newline added; with --hex or
@@ -144,8 +144,8 @@ pub struct Get {
 }
 
 impl Get {
-    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
-        let (data, stat) = c.get_opts(&self.path, self.stale).await?;
+    pub async fn run(self, c: &Reader, out: Out) -> anyhow::Result<()> {
+        let (data, stat) = c.get(&self.path, self.stale).await?;
         if let Some(f) = &self.file {
             write_file(f, &self.enc.encode(&data))?;
             let meta = json!({"path": self.path, "file": f, "bytes": data.len(), "stat": stat_json(&stat)});
@@ -237,6 +237,33 @@ impl Rm {
     }
 }
 
+/// The reads `get`, `ls`, `stat` and `rm -r` make: without a session (a
+/// [`Reader`]: no Raft write, and `--stale` works without a quorum) or on
+/// the session `rm -r` already has.
+pub(crate) trait Look: Sync {
+    async fn children_of(&self, path: &str, stale: bool) -> baton_client::Result<(Vec<String>, NodeStat)>;
+    async fn stat_of(&self, path: &str, stale: bool) -> baton_client::Result<Option<NodeStat>>;
+}
+
+impl Look for Reader {
+    async fn children_of(&self, path: &str, stale: bool) -> baton_client::Result<(Vec<String>, NodeStat)> {
+        self.children(path, stale).await
+    }
+    async fn stat_of(&self, path: &str, stale: bool) -> baton_client::Result<Option<NodeStat>> {
+        self.exists(path, stale).await
+    }
+}
+
+impl Look for Client {
+    async fn children_of(&self, path: &str, stale: bool) -> baton_client::Result<(Vec<String>, NodeStat)> {
+        self.children_opts(path, stale).await
+    }
+    /// Linearizable whatever `stale` says (only `rm -r` reads this way).
+    async fn stat_of(&self, path: &str, _stale: bool) -> baton_client::Result<Option<NodeStat>> {
+        self.exists(path).await
+    }
+}
+
 /// One node of a walked subtree.
 pub struct Node {
     pub path: String,
@@ -248,15 +275,15 @@ pub struct Node {
 /// [`TREE_CONCURRENCY`] requests at once; nodes deleted meanwhile are left
 /// out, nodes created meanwhile may or may not be in. NO_NODE if `root`
 /// does not exist.
-pub async fn walk(c: &Client, root: &str) -> anyhow::Result<Vec<Node>> {
-    let (kids, stat) = c.children_stat(root).await?;
+pub(crate) async fn walk(c: &impl Look, root: &str, stale: bool) -> anyhow::Result<Vec<Node>> {
+    let (kids, stat) = c.children_of(root, stale).await?;
     let mut found: BTreeMap<String, (NodeStat, Vec<String>)> = BTreeMap::from([(root.to_string(), (stat, kids))]);
     let mut level = vec![root.to_string()];
     while !level.is_empty() {
         let next: Vec<String> =
             level.iter().flat_map(|p| found[p].1.iter().map(|k| child_path(p, k)).collect::<Vec<_>>()).collect();
         let listed: Vec<_> = stream::iter(next)
-            .map(|p| async move { (c.children_stat(&p).await, p) })
+            .map(|p| async move { (c.children_of(&p, stale).await, p) })
             .buffered(TREE_CONCURRENCY)
             .collect()
             .await;
@@ -289,7 +316,7 @@ pub async fn walk(c: &Client, root: &str) -> anyhow::Result<Vec<Node>> {
 pub async fn delete_tree(c: &Client, root: &str) -> anyhow::Result<usize> {
     let mut deleted = 0;
     for pass in 1..=RM_PASSES {
-        let nodes = match walk(c, root).await {
+        let nodes = match walk(c, root, false).await {
             Ok(nodes) => nodes,
             // Gone after a first pass: someone else finished the job.
             Err(e) if pass > 1 && code_of(&e) == Some(ErrorKind::NoNode) => return Ok(deleted),
@@ -348,15 +375,19 @@ pub struct Ls {
     /// With each node's version, size, children count, mtime and ephemeral owner.
     #[arg(short = 'l', long)]
     stat: bool,
+    /// Serve from the member's local state, without a ReadIndex round
+    /// (works without a quorum; may lag the leader).
+    #[arg(long)]
+    stale: bool,
 }
 
 impl Ls {
-    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+    pub async fn run(self, c: &Reader, out: Out) -> anyhow::Result<()> {
         let nodes = match (self.recursive, self.stat) {
-            (true, _) => walk(c, &self.path).await?,
-            (false, true) => children_with_stats(c, &self.path).await?,
+            (true, _) => walk(c, &self.path, self.stale).await?,
+            (false, true) => children_with_stats(c, &self.path, self.stale).await?,
             (false, false) => {
-                let kids = c.children(&self.path).await?;
+                let (kids, _) = c.children(&self.path, self.stale).await?;
                 out.emit(json!({"path": self.path, "children": kids}), kids.join("\n"));
                 return Ok(());
             }
@@ -376,18 +407,23 @@ impl Ls {
 }
 
 /// `path`'s children with their stats (children deleted meanwhile left out).
-async fn children_with_stats(c: &Client, path: &str) -> anyhow::Result<Vec<Node>> {
-    let kids = c.children(path).await?;
-    Ok(stats_of(c, path, kids).await?)
+async fn children_with_stats(c: &Reader, path: &str, stale: bool) -> anyhow::Result<Vec<Node>> {
+    let (kids, _) = c.children(path, stale).await?;
+    Ok(stats_of(c, path, kids, stale).await?)
 }
 
 /// The children `names` of `parent` with their stats, in the same order,
 /// read up to [`TREE_CONCURRENCY`] at once; the ones gone meanwhile left out.
-pub async fn stats_of(c: &Client, parent: &str, names: Vec<String>) -> baton_client::Result<Vec<Node>> {
+pub(crate) async fn stats_of(
+    c: &impl Look,
+    parent: &str,
+    names: Vec<String>,
+    stale: bool,
+) -> baton_client::Result<Vec<Node>> {
     let stats: Vec<_> = stream::iter(names)
         .map(|k| async move {
             let p = child_path(parent, &k);
-            (c.exists(&p).await, p)
+            (c.stat_of(&p, stale).await, p)
         })
         .buffered(TREE_CONCURRENCY)
         .collect()
@@ -407,11 +443,15 @@ pub async fn stats_of(c: &Client, parent: &str, names: Vec<String>) -> baton_cli
 pub struct Stat {
     /// The node's path.
     path: String,
+    /// Serve from the member's local state, without a ReadIndex round
+    /// (works without a quorum; may lag the leader).
+    #[arg(long)]
+    stale: bool,
 }
 
 impl Stat {
-    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
-        let s = c.exists(&self.path).await?.ok_or_else(|| no_node(&self.path))?;
+    pub async fn run(self, c: &Reader, out: Out) -> anyhow::Result<()> {
+        let s = c.exists(&self.path, self.stale).await?.ok_or_else(|| no_node(&self.path))?;
         out.emit(json!({"path": self.path, "stat": stat_json(&s)}), stat_text(&s));
         Ok(())
     }

@@ -116,6 +116,8 @@
 //! - [`recipes`]: locks, elections, read-write locks, semaphores, a tree
 //!   cache, a leader selector.
 //! - [`admin`]: sessionless operator calls (members, status, health).
+//! - [`reader`]: sessionless reads ([`Reader`]: what `baton get`, `ls` and
+//!   `stat` use).
 
 #![warn(missing_docs)]
 
@@ -125,6 +127,7 @@ pub mod config;
 pub mod error;
 pub mod liveness;
 pub mod namespace;
+pub mod reader;
 pub mod recipes;
 mod session;
 pub mod txn;
@@ -133,6 +136,7 @@ pub mod watcher;
 
 pub use config::{ClientConfig, ClientTls, RetryPolicy, DEFAULT_OP_TIMEOUT};
 pub use error::{Error, ErrorKind, Result};
+pub use reader::Reader;
 pub use recipes::{
     CacheEvent, CachedNode, LeaderInfo, LeaderSelector, LeaderTerm, Leadership, LockGuard, Observer, Permit, RwGuard,
     TreeCache,

@@ -140,7 +140,7 @@ use crate::{ClientConfig, ClientTls, ConnectionEvent, Error, EventType, Result, 
 
 /// The largest frame the client accepts from a server (responses carry at
 /// most 1 MiB of data plus a children list).
-const MAX_FRAME: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Actor housekeeping period (deadlines, keepalives, reconnects).
 const TICK: Duration = Duration::from_millis(20);
 /// Pause before the next keepalive after one was refused (a liveness
@@ -256,7 +256,7 @@ struct Actor {
 }
 
 /// TCP, then TLS when configured, within `timeout`.
-async fn dial(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> std::io::Result<BoxStream> {
+pub(crate) async fn dial(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> std::io::Result<BoxStream> {
     let go = async {
         let s = TcpStream::connect(endpoint).await?;
         let _ = s.set_nodelay(true);

@@ -417,3 +417,39 @@ async fn t60_watch_names_each_change_once_with_its_value() {
     let deep_paths: Vec<&str> = deep.iter().filter_map(|e| e["path"].as_str()).collect();
     assert_eq!(deep_paths, ["/w", "/w/kid", "/w/kid/deep", "/w/kid/deep", "/w", "/w/kid", "/w"]);
 }
+
+/// `get`, `ls` and `stat` read without a session: no Raft write (the
+/// applied index does not move), and with `--stale` they answer on a member
+/// cut off from the quorum, where a linearizable read is refused.
+#[tokio::test]
+async fn t70_reads_need_no_session_and_stale_reads_no_quorum() {
+    let mut c = Cluster::start(3, &[]).await;
+    let eps = endpoints(&c);
+    let client = c.client().await;
+    client.create("/r", "v1", CreateOptions::persistent()).await.unwrap();
+    client.create("/r/kid", "k", CreateOptions::persistent()).await.unwrap();
+    client.close().await.unwrap();
+    let leader = c.wait_leader(SECS(10)).await;
+    let before = c.wait_applied(leader, 0, SECS(5)).await;
+    assert_eq!(expect(baton(&eps, &["get", "/r"]), 0, "get"), "v1\n");
+    assert_eq!(expect(baton(&eps, &["ls", "/r"]), 0, "ls"), "kid\n");
+    assert!(expect(baton(&eps, &["stat", "/r"]), 0, "stat").contains("num_children = 1"));
+    expect(baton(&eps, &["ls", "-R", "-l", "/r"]), 0, "ls -R -l");
+    expect(baton(&eps, &["get", "/none"]), 4, "get of a missing node");
+    let after = c.status(leader).await.expect("leader status");
+    assert_eq!(after.sessions, before.sessions, "a read opened a session");
+    assert_eq!(after.applied_index, before.applied_index, "reads made Raft writes");
+
+    // Only member 3 left: no quorum.
+    let survivor = 3;
+    for id in [1, 2] {
+        c.kill(id);
+    }
+    let alone = c.endpoint(survivor).replace("127.0.0.1", "localhost");
+    let v = expect(baton(&alone, &["get", "--stale", "/r"]), 0, "stale get without a quorum");
+    assert_eq!(v, "v1\n");
+    expect(baton(&alone, &["ls", "--stale", "/r"]), 0, "stale ls without a quorum");
+    expect(baton(&alone, &["stat", "--stale", "/r"]), 0, "stale stat without a quorum");
+    let o = baton(&alone, &["--command-timeout", "2s", "get", "/r"]);
+    expect(o, 5, "linearizable get without a quorum");
+}
