@@ -12,7 +12,7 @@ use baton_server::config::{check_addr, parse_peers, Config, Limits};
 use baton_server::kv::RocksKv;
 
 /// mimalloc instead of glibc's malloc: a write allocates and frees many
-/// small buffers on several threads, and glibc's arenas cost ~10% of a
+/// small buffers on several threads, and glibc malloc and free were 8-10% of a
 /// member's CPU under load (docs/perf/README.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
