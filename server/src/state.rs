@@ -170,6 +170,9 @@ pub struct StateMachine {
     applied: u64,
     dirty_cluster: bool,
     dirty_nodes: HashSet<String>,
+    /// Dirty nodes that did not exist at the last `flush` (so not on disk):
+    /// one deleted again before the next needs no tombstone.
+    born: HashSet<String>,
     dirty_sessions: HashSet<u64>,
     dirty_fences: HashSet<String>,
     /// Set when the whole state was replaced (snapshot install).
@@ -198,6 +201,7 @@ impl StateMachine {
             applied: 0,
             dirty_cluster: false,
             dirty_nodes: HashSet::new(),
+            born: HashSet::new(),
             dirty_sessions: HashSet::new(),
             dirty_fences: HashSet::new(),
             dirty_all: false,
@@ -569,19 +573,29 @@ impl StateMachine {
         true
     }
 
+    /// Remembers that `path` changes, before it does (see `born`).
+    fn mark_node(&mut self, path: &str) {
+        if !self.dirty_nodes.contains(path) {
+            if !self.nodes.contains_key(path) {
+                self.born.insert(path.to_string());
+            }
+            self.dirty_nodes.insert(path.to_string());
+        }
+    }
+
     fn remove_node(&mut self, path: &str, index: u64, changes: &mut Vec<Change>) {
+        self.mark_node(path);
         self.nodes.remove(path);
         self.kids.remove(path);
-        self.dirty_nodes.insert(path.to_string());
         if let Some(parent) = parent_of(path) {
             if let Some(set) = self.kids.get_mut(parent) {
                 set.remove(base_name(path));
             }
+            self.mark_node(parent);
             if let Some(p) = self.nodes.get_mut(parent) {
                 p.stat.num_children = p.stat.num_children.saturating_sub(1);
                 p.stat.cversion += 1;
                 p.stat.pzxid = index;
-                self.dirty_nodes.insert(parent.to_string());
                 changes.push(Change::Deleted(path.to_string()));
                 changes.push(Change::ChildrenChanged(parent.to_string()));
             }
@@ -643,7 +657,6 @@ impl StateMachine {
         }
     }
 
-    /// Stages every change since the last flush, and the applied index.
     /// Keys changed since the last [`flush`](Self::flush).
     pub fn dirty_keys(&self) -> usize {
         self.dirty_nodes.len() + self.dirty_sessions.len() + self.dirty_fences.len() + self.dirty_users.len()
@@ -656,6 +669,7 @@ impl StateMachine {
         self.dirty_all || self.dirty_cluster
     }
 
+    /// Stages every change since the last flush, and the applied index.
     pub fn flush(&mut self, batch: &mut Batch) {
         if self.dirty_all {
             for prefix in [PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, PREFIX_USER] {
@@ -672,9 +686,12 @@ impl StateMachine {
             let key = node_key(&path);
             match self.nodes.get(&path) {
                 Some(n) => batch.put(key, node_record(n).encode_to_vec()),
+                // Created and deleted since the last flush: never on disk.
+                None if self.born.contains(&path) => {}
                 None => batch.delete(key),
             }
         }
+        self.born.clear();
         for id in self.dirty_sessions.drain() {
             let key = session_key(id);
             match self.sessions.get(&id) {
@@ -869,7 +886,7 @@ impl Txn<'_> {
     fn save_node(&mut self, path: &str) {
         let prev = self.sm.nodes.get(path).cloned();
         self.undo.push(Undo::Node(path.to_string(), prev));
-        self.sm.dirty_nodes.insert(path.to_string());
+        self.sm.mark_node(path);
     }
 
     fn create(&mut self, c: &CreateOp) -> Result<(String, Stat), OpError> {
@@ -1238,6 +1255,7 @@ pub fn error_response(zxid: u64, code: ErrorCode, msg: impl Into<String>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::BatchOp;
     use crate::raft_store as rs;
 
     #[test]
@@ -1260,6 +1278,57 @@ mod tests {
             })),
             ..Default::default()
         }
+    }
+
+    fn op(seq: u64, op: baton_proto::client_write::Op) -> Command {
+        Command {
+            body: Some(command::Body::Write(ClientWrite {
+                session_id: 1,
+                seq,
+                secret: Bytes::from_static(b"s"),
+                op: Some(op),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    /// What a flush stages for the node at `path`: "put", "delete" or "".
+    fn staged(batch: &Batch, path: &str) -> &'static str {
+        let key = node_key(path);
+        match batch.ops.iter().rev().find(|o| matches!(o, BatchOp::Put(k, _) | BatchOp::Delete(k) if *k == key)) {
+            Some(BatchOp::Put(..)) => "put",
+            Some(_) => "delete",
+            None => "",
+        }
+    }
+
+    #[test]
+    fn a_node_born_and_gone_between_flushes_is_never_written() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let create = |p: &str| W::Create(CreateOp { path: p.into(), ..Default::default() });
+        let delete = |p: &str| W::Delete(DeleteOp { path: p.into(), version: None });
+        sm.apply(2, &op(1, create("/old")));
+        sm.flush(&mut Batch::default());
+        sm.apply(3, &op(2, create("/brief")));
+        sm.apply(4, &op(3, delete("/brief")));
+        sm.apply(5, &op(4, delete("/old")));
+        sm.apply(6, &op(5, create("/again")));
+        sm.apply(7, &op(6, delete("/again")));
+        sm.apply(8, &op(7, create("/again")));
+        let mut b = Batch::default();
+        sm.flush(&mut b);
+        assert_eq!(staged(&b, "/brief"), "", "a node that was never on disk got a tombstone");
+        assert_eq!(staged(&b, "/old"), "delete", "a node on disk was deleted without a tombstone");
+        assert_eq!(staged(&b, "/again"), "put");
+        // The next window starts afresh: /again is on disk now.
+        sm.apply(9, &op(8, delete("/again")));
+        let mut b = Batch::default();
+        sm.flush(&mut b);
+        assert_eq!(staged(&b, "/again"), "delete");
     }
 
     #[test]
