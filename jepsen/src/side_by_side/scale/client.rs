@@ -41,14 +41,17 @@ impl Sc {
             Kind::Baton => {
                 let cfg = ClientConfig::new(endpoints.to_vec())
                     .session_timeout(ttl)
-                    .connect_timeout(Duration::from_secs(2))
+                    .connect_timeout(Duration::from_secs(5))
                     .op_timeout(Duration::from_secs(30));
                 Sc::Baton(baton_client::Client::connect_with(cfg).await?)
             }
+            // The crate pings every 3/8 of its connection timeout, which it
+            // allows up to 3/5 of the session's: the longest, 0.225 x TTL,
+            // is the nearest to Baton's TTL/3.
             Kind::Zookeeper => Sc::Zk(
                 zk::Client::connector()
                     .with_session_timeout(ttl)
-                    .with_connection_timeout(Duration::from_secs(2))
+                    .with_connection_timeout(ttl * 3 / 5)
                     .with_fail_eagerly()
                     .connect(&endpoints.join(","))
                     .await?,

@@ -218,9 +218,17 @@ impl Target for BatonScale {
 /// of this process (kill + start again on the same command line).
 pub struct ZkScale {
     script: ScriptCluster,
-    /// Each server's command line, working dir, and its process once this
-    /// side started it.
-    procs: Mutex<Vec<(Vec<String>, PathBuf, Option<Child>)>>,
+    procs: Mutex<Vec<ZkServer>>,
+}
+
+/// How to start one ZooKeeper server again.
+struct ZkServer {
+    /// Its command line, as the script started it.
+    argv: Vec<String>,
+    /// Its working dir.
+    cwd: PathBuf,
+    /// Its process once this side started it (None: the script's, or dead).
+    child: Option<Child>,
 }
 
 impl ZkScale {
@@ -238,7 +246,7 @@ impl ZkScale {
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
             let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
-            procs.push((argv, cwd, None));
+            procs.push(ZkServer { argv, cwd, child: None });
         }
         let zk = ZkScale { script, procs: Mutex::new(procs) };
         for m in 0..3 {
@@ -258,7 +266,7 @@ impl ZkScale {
         Ok(zk)
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Vec<(Vec<String>, PathBuf, Option<Child>)>) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<ZkServer>) -> T) -> T {
         f(&mut self.procs.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -276,12 +284,12 @@ impl ZkScale {
         let log_path = self.script.dir.join(format!("zk-{}.log", member + 1));
         let pid_path = self.script.dir.join(format!("zk-{}.pid", member + 1));
         self.with(|procs| {
-            let (argv, cwd, child) = &mut procs[member];
-            let (exe, args) = argv.split_first().context("empty ZooKeeper command line")?;
+            let s = &mut procs[member];
+            let (exe, args) = s.argv.split_first().context("empty ZooKeeper command line")?;
             let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
             let c = Command::new(exe)
                 .args(args)
-                .current_dir(&*cwd)
+                .current_dir(&s.cwd)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)
@@ -289,7 +297,7 @@ impl ZkScale {
                 .spawn()
                 .context("starting a ZooKeeper server")?;
             std::fs::write(&pid_path, format!("{}\n", c.id()))?;
-            *child = Some(c);
+            s.child = Some(c);
             anyhow::Ok(())
         })
     }
@@ -358,7 +366,7 @@ impl Target for ZkScale {
     }
 
     fn kill(&self, member: usize) -> anyhow::Result<()> {
-        let own = self.with(|procs| procs[member].2.take());
+        let own = self.with(|procs| procs[member].child.take());
         match own {
             Some(mut c) => {
                 let _ = c.kill();

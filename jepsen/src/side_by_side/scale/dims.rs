@@ -27,8 +27,10 @@ pub const NODE_BYTES: usize = 100;
 const BATCH: usize = 100;
 /// Sessions filling the tree at once.
 const WRITERS: usize = 16;
-/// Sessions opened at once.
+/// Sessions opened at once (per process).
 const OPEN_CONCURRENCY: usize = 128;
+/// Tries to open one session.
+const CONNECT_TRIES: u32 = 8;
 /// Longest wait for a member to serve after a (re)start.
 const SERVE_BOUND: Duration = Duration::from_secs(600);
 /// Sessions the watches dimension spreads its registrations over.
@@ -81,7 +83,9 @@ where
             let setup = &setup;
             async move {
                 let mut last = None;
-                for _ in 0..3 {
+                // Under the load of thousands of sessions opening, a
+                // connect may time out: a few more tries, backing off.
+                for attempt in 0..CONNECT_TRIES {
                     match Sc::connect(kind, &eps, ttl).await {
                         Ok(s) => {
                             let s = Arc::new(s);
@@ -90,7 +94,7 @@ where
                         }
                         Err(e) => {
                             last = Some(e);
-                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            tokio::time::sleep(Duration::from_millis(200 * (attempt as u64 + 1))).await;
                         }
                     }
                 }
@@ -136,7 +140,7 @@ fn node_path(i: u64) -> String {
 /// Nodes: fills the tree to each size (cumulative) with one follower down,
 /// then measures memory, disk, the snapshot, the lagging follower's catch-up
 /// and a restart of it.
-pub async fn nodes(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+pub async fn nodes(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let kind = t.kind();
     let eps = t.endpoints();
     let writers = open_sessions(kind, &eps, WRITERS, o.ttl, Duration::from_secs(60), |_, _| async { Ok(()) }).await?;
@@ -145,7 +149,6 @@ pub async fn nodes(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
     let mut sizes = o.nodes.clone();
     sizes.sort_unstable();
     let mut written = 0u64;
-    let mut rows = Vec::new();
     for size in sizes.into_iter().filter(|s| *s > 0) {
         let leader = t.leader().await?;
         let lagger = (leader + 1) % 3;
@@ -195,7 +198,7 @@ pub async fn nodes(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
         let write_s = start.elapsed().as_secs_f64();
         written = size;
         r.figures.insert("write_s".into(), write_s);
-        r.figures.insert("writes_per_sec".into(), (size as f64 - written_before(&rows)) / write_s.max(1e-9));
+        r.figures.insert("writes_per_sec".into(), (size as f64 - written_before(rows)) / write_s.max(1e-9));
         let last = node_path(size - 1);
         snapshot(t, &mut r).await?;
         // The lagging follower comes back.
@@ -219,7 +222,7 @@ pub async fn nodes(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
             w.close().await;
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 fn written_before(rows: &[Row]) -> f64 {
@@ -275,27 +278,35 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
 /// Sessions: `n` live sessions, each with an ephemeral node, keeping
 /// alive for `o.interval`: CPU and RSS per member; then a sample of
 /// sessions in a child process is killed -9 and each ephemeral's removal
-/// is timed against the session timeout.
-pub async fn sessions(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+/// is timed against the session timeout. The live sessions are held by
+/// child processes of at most [`SESSIONS_PER_PROCESS`] each (a process's
+/// open-file limit here is 20,000).
+pub async fn sessions(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let kind = t.kind();
     let eps = t.endpoints();
-    let mut rows = Vec::new();
+    let watcher = Sc::connect(kind, &eps, o.ttl).await?;
     for &n in &o.sessions {
         let mut r = row(kind, Dim::Sessions, n);
-        let dir = format!("/scale/s{n}");
-        {
-            let s = Sc::connect(kind, &eps, o.ttl).await?;
-            s.ensure(&dir).await?;
-            s.close().await;
-        }
-        eprintln!("  [{}] sessions {n}: opening", kind.name());
+        let procs = (n as usize).div_ceil(SESSIONS_PER_PROCESS).max(1);
+        eprintln!("  [{}] sessions {n}: opening them in {procs} process(es)", kind.name());
         let start = Instant::now();
-        let dir2 = dir.clone();
-        let live = open_sessions(kind, &eps, n as usize, o.ttl, o.step_bound, |i, s| {
-            let path = format!("{dir2}/{i}");
-            async move { s.create_ephemeral(&path).await }
-        })
-        .await?;
+        let spawned = futures::future::join_all((0..procs).map(|j| {
+            let count = n as usize / procs + usize::from(j < n as usize % procs);
+            spawn_sessions(t, o, format!("/scale/s{n}/p{j}"), count)
+        }))
+        .await;
+        let mut holders = Vec::new();
+        let mut failed = None;
+        for h in spawned {
+            match h {
+                Ok(h) => holders.push(h),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            release(holders).await;
+            return Err(e.context(format!("opening {n} sessions")));
+        }
         r.figures.insert("open_s".into(), start.elapsed().as_secs_f64());
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (c0, t0) = (t.cpu(), Instant::now());
@@ -306,7 +317,7 @@ pub async fn sessions(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
         r.figures.insert("cpu_pct_max".into(), pct.iter().copied().fold(0.0, f64::max));
         put_rss(&mut r, t, "");
         let sample = o.expiry_sample.min(n as usize).max(1);
-        match expiry(t, o, &live[0], &format!("/scale/x{n}"), sample).await {
+        match expiry(t, o, &watcher, &format!("/scale/x{n}"), sample).await {
             Ok(late) => {
                 r.figures.insert("expired".into(), late.len() as f64);
                 let mut h = hist();
@@ -328,18 +339,22 @@ pub async fn sessions(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
             Err(e) => r.notes.push(format!("expiry not measured: {e:#}")),
         }
         eprintln!("  [{}] sessions {n}: {}", kind.name(), brief(&r));
-        close_all(live).await;
+        release(holders).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         rows.push(r);
     }
-    Ok(rows)
+    watcher.close().await;
+    Ok(())
 }
 
+/// Live sessions one `scale-sessions` child holds at most.
+const SESSIONS_PER_PROCESS: usize = 15_000;
+
 /// Starts `baton-jepsen scale-sessions` with `count` sessions whose
-/// ephemerals live under `dir`, kills it -9 once they exist, and returns
-/// each ephemeral's removal time after the kill minus the session timeout
-/// (ms; negative: removed before a whole timeout had passed since the kill).
-async fn expiry(t: &Scaled, o: &ScaleOpts, watcher: &Sc, dir: &str, count: usize) -> anyhow::Result<Vec<f64>> {
+/// ephemerals live under `dir`; returns once it says they all exist. It
+/// closes them and exits when its stdin closes ([`release`]), or dies with
+/// them on kill -9.
+async fn spawn_sessions(t: &Scaled, o: &ScaleOpts, dir: String, count: usize) -> anyhow::Result<tokio::process::Child> {
     let exe = std::env::current_exe()?;
     let mut child = tokio::process::Command::new(exe)
         .arg("scale-sessions")
@@ -348,7 +363,7 @@ async fn expiry(t: &Scaled, o: &ScaleOpts, watcher: &Sc, dir: &str, count: usize
         .arg(format!("--dir={dir}"))
         .arg(format!("--count={count}"))
         .arg(format!("--ttl-ms={}", o.ttl.as_millis()))
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -356,7 +371,7 @@ async fn expiry(t: &Scaled, o: &ScaleOpts, watcher: &Sc, dir: &str, count: usize
         .context("starting scale-sessions")?;
     let stdout = child.stdout.take().context("child stdout")?;
     let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(120), async {
+    let ready = tokio::time::timeout(o.step_bound, async {
         while let Ok(Some(l)) = lines.next_line().await {
             if l.trim() == "ready" {
                 return true;
@@ -368,8 +383,29 @@ async fn expiry(t: &Scaled, o: &ScaleOpts, watcher: &Sc, dir: &str, count: usize
     .unwrap_or(false);
     if !ready {
         let _ = child.kill().await;
-        anyhow::bail!("the session child never said ready");
+        anyhow::bail!("a scale-sessions child ({count} sessions under {dir}) never said ready");
     }
+    Ok(child)
+}
+
+/// Closes the children's stdin (they close their sessions and exit);
+/// kills any still there after 120 s.
+async fn release(children: Vec<tokio::process::Child>) {
+    let waits = children.into_iter().map(|mut c| async move {
+        drop(c.stdin.take());
+        if tokio::time::timeout(Duration::from_secs(120), c.wait()).await.is_err() {
+            let _ = c.kill().await;
+        }
+    });
+    futures::future::join_all(waits).await;
+}
+
+/// A `scale-sessions` child of `count` sessions under `dir`, killed -9
+/// once they exist; returns each ephemeral's removal time after the kill
+/// minus the session timeout (ms; negative: removed before a whole timeout
+/// had passed since the kill).
+async fn expiry(t: &Scaled, o: &ScaleOpts, watcher: &Sc, dir: &str, count: usize) -> anyhow::Result<Vec<f64>> {
+    let mut child = spawn_sessions(t, o, dir.to_string(), count).await?;
     let mut left: std::collections::BTreeSet<String> = watcher.children(dir).await?.into_iter().collect();
     let expected = left.len();
     let killed = Instant::now();
@@ -395,7 +431,8 @@ async fn expiry(t: &Scaled, o: &ScaleOpts, watcher: &Sc, dir: &str, count: usize
 }
 
 /// `scale-sessions` (a child of the sessions dimension): `count` sessions,
-/// each with an ephemeral `dir/<i>`, then waits to be killed.
+/// each with an ephemeral `dir/<i>`; says `ready`, then holds them until
+/// its stdin closes (then closes them) or it is killed.
 pub async fn dying_sessions(
     kind: Kind,
     endpoints: Vec<String>,
@@ -403,13 +440,14 @@ pub async fn dying_sessions(
     count: usize,
     ttl: Duration,
 ) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
     {
         let s = Sc::connect(kind, &endpoints, ttl).await?;
         s.ensure(dir).await?;
         s.close().await;
     }
     let dir = dir.to_string();
-    let live = open_sessions(kind, &endpoints, count, ttl, Duration::from_secs(120), |i, s| {
+    let live = open_sessions(kind, &endpoints, count, ttl, Duration::from_secs(900), |i, s| {
         let path = format!("{dir}/{i}");
         async move { s.create_ephemeral(&path).await }
     })
@@ -417,18 +455,18 @@ pub async fn dying_sessions(
     println!("ready");
     use std::io::Write as _;
     std::io::stdout().flush()?;
-    tokio::time::sleep(Duration::from_secs(3600)).await;
-    drop(live);
+    let mut sink = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3600), tokio::io::stdin().read_to_end(&mut sink)).await;
+    close_all(live).await;
     Ok(())
 }
 
 /// Watches: `n` one-shot exists-watches on missing nodes, spread over
 /// [`WATCH_SESSIONS`] sessions: the time to register them and the members'
 /// RSS with them in place.
-pub async fn watches(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+pub async fn watches(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let kind = t.kind();
     let eps = t.endpoints();
-    let mut rows = Vec::new();
     for &n in &o.watches {
         let mut r = row(kind, Dim::Watches, n);
         let per = Arc::new(Mutex::new(Vec::<Fired>::new()));
@@ -469,15 +507,14 @@ pub async fn watches(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
         close_all(live).await;
         rows.push(r);
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// Fan-out: `n` sessions each with an exists-watch on one node, one write
 /// to it, and the time until every watcher has its event.
-pub async fn fanout(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+pub async fn fanout(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let kind = t.kind();
     let eps = t.endpoints();
-    let mut rows = Vec::new();
     for &n in &o.watchers {
         let mut r = row(kind, Dim::Fanout, n);
         let path = format!("/scale/fan{n}");
@@ -526,7 +563,7 @@ pub async fn fanout(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
         close_all(live).await;
         rows.push(r);
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// Waiter wake-ups in this process so far (every lock client of the run
@@ -552,16 +589,15 @@ struct LockShared {
 /// Lock queues: `n` clients on one lock, each taking it, releasing at
 /// once and queueing again. Handoff = the holder's release began → the
 /// next holder's `lock` returned. Herd: wake-ups per release.
-pub async fn locks(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+pub async fn locks(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     match t {
-        Scaled::Baton(b) => locks_on(b.clone(), o).await,
-        Scaled::Zk(z) => locks_on(z.clone(), o).await,
+        Scaled::Baton(b) => locks_on(b.clone(), o, rows).await,
+        Scaled::Zk(z) => locks_on(z.clone(), o, rows).await,
     }
 }
 
-async fn locks_on<T: Target>(target: Arc<T>, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+async fn locks_on<T: Target>(target: Arc<T>, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let kind = target.kind();
-    let mut rows = Vec::new();
     for &n in &o.waiters {
         let mut r = row(kind, Dim::Locks, n);
         let name = format!("scale-{n}-{:08x}", rand::random::<u32>());
@@ -645,21 +681,20 @@ async fn locks_on<T: Target>(target: Arc<T>, o: &ScaleOpts) -> anyhow::Result<Ve
         eprintln!("  [{}] locks {n} waiters: {}", kind.name(), brief(&r));
         rows.push(r);
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// Clients: bench.rs's loop for `write` and `lock-independent` with each
 /// client count, `o.runs` runs each.
-pub async fn clients(t: &Scaled, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+pub async fn clients(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     match t {
-        Scaled::Baton(b) => clients_on(b.clone(), o).await,
-        Scaled::Zk(z) => clients_on(z.clone(), o).await,
+        Scaled::Baton(b) => clients_on(b.clone(), o, rows).await,
+        Scaled::Zk(z) => clients_on(z.clone(), o, rows).await,
     }
 }
 
-async fn clients_on<T: Target>(target: Arc<T>, o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
+async fn clients_on<T: Target>(target: Arc<T>, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let kind = target.kind();
-    let mut rows = Vec::new();
     for &n in &o.clients {
         let mut r = row(kind, Dim::Clients, n);
         for (w, key) in [(BenchWorkload::Write, "write"), (BenchWorkload::LockIndependent, "lock")] {
@@ -690,7 +725,7 @@ async fn clients_on<T: Target>(target: Arc<T>, o: &ScaleOpts) -> anyhow::Result<
         eprintln!("  [{}] clients {n}: {}", kind.name(), brief(&r));
         rows.push(r);
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// One line of a row's figures for the progress output.

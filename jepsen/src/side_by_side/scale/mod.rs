@@ -230,25 +230,26 @@ fn finish(t: cluster::Scaled, dir: &Path) {
     }
 }
 
-/// One dimension's rows; a failure is a row with no figures and a note.
+/// One dimension's rows, up to the size that failed if one did; the
+/// failure is then a row with no figures and a note.
 async fn one_dim(t: &cluster::Scaled, dim: Dim, o: &ScaleOpts) -> Vec<Row> {
     let kind = t.kind();
     eprintln!("[{}] {}", kind.name(), dim.name());
-    let rows = match dim {
-        Dim::Nodes => dims::nodes(t, o).await,
-        Dim::Sessions => dims::sessions(t, o).await,
-        Dim::Watches => dims::watches(t, o).await,
-        Dim::Fanout => dims::fanout(t, o).await,
-        Dim::Locks => dims::locks(t, o).await,
-        Dim::Clients => dims::clients(t, o).await,
+    let mut rows = Vec::new();
+    let r = match dim {
+        Dim::Nodes => dims::nodes(t, o, &mut rows).await,
+        Dim::Sessions => dims::sessions(t, o, &mut rows).await,
+        Dim::Watches => dims::watches(t, o, &mut rows).await,
+        Dim::Fanout => dims::fanout(t, o, &mut rows).await,
+        Dim::Locks => dims::locks(t, o, &mut rows).await,
+        Dim::Clients => dims::clients(t, o, &mut rows).await,
     };
-    match rows {
-        Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("[{}] {} failed: {e:#}", kind.name(), dim.name());
-            vec![Row { target: kind, dim, size: 0, figures: BTreeMap::new(), notes: vec![format!("failed: {e:#}")] }]
-        }
+    if let Err(e) = r {
+        eprintln!("[{}] {} failed: {e:#}", kind.name(), dim.name());
+        let note = format!("failed after {} size(s): {e:#}", rows.len());
+        rows.push(Row { target: kind, dim, size: 0, figures: BTreeMap::new(), notes: vec![note] });
     }
+    rows
 }
 
 pub fn write_outputs(all: &[Row], out: &Path) -> anyhow::Result<()> {
