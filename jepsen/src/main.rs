@@ -155,8 +155,9 @@ struct ScaleArgs {
     /// Tree sizes (nodes of 100 bytes), filled cumulatively.
     #[arg(long, default_value = "10000,100000,1000000")]
     nodes: String,
-    /// Live sessions, each with an ephemeral node.
-    #[arg(long, default_value = "1000,10000,50000")]
+    /// Live sessions, each with an ephemeral node (50,000 takes each
+    /// member past the 20,000 open files a process may have here).
+    #[arg(long, default_value = "1000,10000,25000")]
     sessions: String,
     /// One-shot watches registered (over 100 sessions).
     #[arg(long, default_value = "10000,100000")]
@@ -189,7 +190,7 @@ struct ScaleArgs {
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Longest one fill or open step may take (s).
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = 300)]
     step_bound: u64,
     /// One cluster per target for all dimensions (quicker; the smoke), not
     /// a fresh one per dimension.

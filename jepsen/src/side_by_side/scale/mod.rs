@@ -291,7 +291,7 @@ fn columns(d: Dim) -> &'static [(&'static str, &'static str)] {
             ("disk max MB", "disk_mb_max"),
             ("snapshot MB", "snapshot_mb"),
             ("snapshot s", "snapshot_s"),
-            ("auto snapshot mean s", "raft_snapshot_mean_s"),
+            ("Baton auto snapshot mean s", "raft_snapshot_mean_s"),
             ("catch-up s", "catchup_s"),
             ("restart s", "restart_s"),
         ],
