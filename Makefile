@@ -94,11 +94,12 @@ scale-smoke: build peer-deps
 	done; \
 	grep -q '"wakeups_per_release"' $$out/scale.json && test -s $$out/scale.md; rm -rf $$out
 
-# The full scale run (release build, ~25 min; docs/scaling.md has the last
-# results): 10k-1M nodes, 1k-50k sessions, 100k watches, 10k watchers,
-# 1-1000 lock waiters, 1-512 clients, Baton and ZooKeeper.
+# The full scale run (release build, ~15 min; docs/scaling.md has the last
+# results): 10k-1M nodes, 1k-25k sessions, 10k-100k watches, 1k-10k
+# watchers, 1-1000 lock waiters, 1-512 clients, Baton and ZooKeeper.
 scale: release peer-deps
-	$(CARGO) run --release -q -p baton-jepsen -- scale --out jepsen/store/scale-$$(date +%s)
+	$(CARGO) run --release -q -p baton-jepsen -- scale --runs 2 --duration 3 --lock-window 3 --interval 5 \
+	  --out jepsen/store/scale-$$(date +%s)
 
 # Each workload ~30 s under a random mix of faults (kill, pause, partition,
 # leader-targeted), and the lock workload once more with TLS on both ports;
