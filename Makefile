@@ -78,7 +78,7 @@ compare: release peer-deps
 	$(CARGO) run --release -q -p baton-jepsen -- compare --out jepsen/store/compare-$$(date +%s)
 
 # Every scale dimension at small sizes on Baton and ZooKeeper, one cluster
-# each (debug build, ~1.5 min): fails if the command fails (a herd in a
+# each (debug build, ~2 min): fails if the command fails (a herd in a
 # lock queue fails it) or scale.json lacks a dimension's rows.
 scale-smoke: build peer-deps
 	@set -o pipefail; out=$$(mktemp -d /tmp/baton-scale-smoke.XXXXXX); \
