@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare bench clean
+.PHONY: deps peer-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -38,13 +38,14 @@ advisories:
 # The whole suite: lint, the advisory check, unit and golden tests, real
 # 3-member clusters, the harness's fault-catching tests, the peers' adapters
 # and etcd's lock safety test, the simulator, 20 s of each fuzz target, a
-# short Jepsen run of every workload, and a short compare.
+# short Jepsen run of every workload, a short compare and a short scale.
 test: lint advisories build check-docs check-readme peer-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) sim
 	$(MAKE) fuzz-smoke FUZZ_SECS=20
 	$(MAKE) jepsen-smoke
 	$(MAKE) compare-smoke
+	$(MAKE) scale-smoke
 
 # The deterministic simulator: the session scripts (findings S1-S7, L1, each
 # with a planted-bug twin) and BATON_SIM_SEEDS random fault schedules
@@ -75,6 +76,30 @@ compare-smoke: build peer-deps
 # the last results.
 compare: release peer-deps
 	$(CARGO) run --release -q -p baton-jepsen -- compare --out jepsen/store/compare-$$(date +%s)
+
+# Every scale dimension at small sizes on Baton and ZooKeeper, one cluster
+# each (debug build, ~2 min): fails if the command fails (a herd in a
+# lock queue fails it) or scale.json lacks a dimension's rows.
+scale-smoke: build peer-deps
+	@set -o pipefail; out=$$(mktemp -d /tmp/baton-scale-smoke.XXXXXX); \
+	timeout 300 $(CARGO) run -q -p baton-jepsen -- scale --targets baton,zookeeper --shared-cluster \
+	  --nodes 1000,3000 --sessions 50 --watches 500 --watchers 50 --waiters 1,5,20 --clients 1,8 \
+	  --session-timeout 4000 --interval 1 --expiry-sample 5 --lock-window 2 --duration 1 --runs 1 \
+	  --out $$out 2>&1 | grep -v WARN | tail -n 60 \
+	  || { echo "scale smoke failed; see $$out"; exit 1; }; \
+	for d in nodes sessions watches fanout locks clients; do \
+	  rows=$$(grep -c "\"dim\": \"$$d\"" $$out/scale.json); \
+	  [ "$$rows" -ge 2 ] || { echo "scale smoke: $$rows $$d rows in scale.json, expected 2 or more"; exit 1; }; \
+	  test -s $$out/scale-$$d.png || { echo "scale smoke: no scale-$$d.png"; exit 1; }; \
+	done; \
+	grep -q '"wakeups_per_release"' $$out/scale.json && test -s $$out/scale.md; rm -rf $$out
+
+# The full scale run (release build, ~15 min; docs/scaling.md has the last
+# results): 10k-1M nodes, 1k-25k sessions, 10k-100k watches, 1k-10k
+# watchers, 1-1000 lock waiters, 1-512 clients, Baton and ZooKeeper.
+scale: release peer-deps
+	$(CARGO) run --release -q -p baton-jepsen -- scale --runs 2 --duration 3 --lock-window 3 --interval 5 \
+	  --out jepsen/store/scale-$$(date +%s)
 
 # Each workload ~30 s under a random mix of faults (kill, pause, partition,
 # leader-targeted), and the lock workload once more with TLS on both ports;

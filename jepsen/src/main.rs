@@ -1,5 +1,5 @@
 //! `baton-jepsen`: the harness's command line. One function per
-//! subcommand ([`test`], [`bench`], [`compare`], [`hold`]), each returning
+//! subcommand ([`test`], [`bench`], [`compare`], [`scale`], [`hold`]), each returning
 //! the process's exit code; Ctrl-C stops a run and tears its clusters down.
 
 use std::future::Future;
@@ -13,6 +13,7 @@ use baton_jepsen::runner::{run_test, TestOpts};
 use baton_jepsen::side_by_side::bench::{BenchWorkload, Summary};
 use baton_jepsen::side_by_side::compare::{self, CompareOpts};
 use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
+use baton_jepsen::side_by_side::scale::{self, Dim, ScaleOpts};
 use baton_jepsen::side_by_side::targets::{self, Kind};
 use baton_jepsen::workloads::Workload;
 use clap::{Args, Parser, Subcommand};
@@ -33,9 +34,17 @@ enum Cmd {
     /// Every workload on every target, one cluster at a time: compare.md,
     /// compare.json, compare.png.
     Compare(CompareArgs),
+    /// How far one 3-member cluster goes, one dimension at a time (nodes,
+    /// sessions, watches, fan-out, lock queue, clients): scale.md,
+    /// scale.json, scale-<dim>.png (docs/scaling.md).
+    Scale(ScaleArgs),
     /// (Used by the failover workload.) Hold a lock until killed.
     #[command(hide = true)]
     Hold(HoldArgs),
+    /// (Used by scale's sessions dimension.) Open sessions with an
+    /// ephemeral node each, say `ready`, wait to be killed.
+    #[command(hide = true)]
+    ScaleSessions(ScaleSessionsArgs),
 }
 
 #[derive(Args)]
@@ -135,6 +144,81 @@ struct CompareArgs {
 }
 
 #[derive(Args)]
+struct ScaleArgs {
+    /// Comma-separated: baton, zookeeper.
+    #[arg(long, default_value = "baton,zookeeper")]
+    targets: String,
+    /// Comma-separated subset of nodes, sessions, watches, fanout, locks,
+    /// clients (default all).
+    #[arg(long)]
+    dims: Option<String>,
+    /// Tree sizes (nodes of 100 bytes), filled cumulatively.
+    #[arg(long, default_value = "10000,100000,1000000")]
+    nodes: String,
+    /// Live sessions, each with an ephemeral node (50,000 takes each
+    /// member past the 20,000 open files a process may have here).
+    #[arg(long, default_value = "1000,10000,25000")]
+    sessions: String,
+    /// One-shot watches registered (over 100 sessions).
+    #[arg(long, default_value = "10000,100000")]
+    watches: String,
+    /// Sessions watching one node that is written once.
+    #[arg(long, default_value = "1000,10000")]
+    watchers: String,
+    /// Clients queued on one lock.
+    #[arg(long, default_value = "1,10,100,1000")]
+    waiters: String,
+    /// Concurrent clients for write and lock-independent.
+    #[arg(long, default_value = "1,8,64,512")]
+    clients: String,
+    /// Session timeout of every session (ms).
+    #[arg(long, default_value_t = 10_000)]
+    session_timeout: u64,
+    /// Seconds of keepalives over which the members' CPU is measured.
+    #[arg(long, default_value_t = 10)]
+    interval: u64,
+    /// Dead sessions per size whose ephemerals' removal is timed.
+    #[arg(long, default_value_t = 50)]
+    expiry_sample: usize,
+    /// Measured seconds per lock-queue size.
+    #[arg(long, default_value_t = 5)]
+    lock_window: u64,
+    /// Measured seconds per clients run.
+    #[arg(long, default_value_t = 5)]
+    duration: u64,
+    /// Runs per clients size (the spread).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Longest one fill or open step may take (s).
+    #[arg(long, default_value_t = 300)]
+    step_bound: u64,
+    /// One cluster per target for all dimensions (quicker; the smoke), not
+    /// a fresh one per dimension.
+    #[arg(long)]
+    shared_cluster: bool,
+    /// Output folder (default jepsen/store/scale-<ts>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run nothing: draw DIR's PNGs and scale.md again from DIR/scale.json.
+    #[arg(long, value_name = "DIR")]
+    replot: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ScaleSessionsArgs {
+    #[arg(long, value_enum)]
+    target: Kind,
+    #[arg(long)]
+    endpoints: String,
+    #[arg(long)]
+    dir: String,
+    #[arg(long)]
+    count: usize,
+    #[arg(long, default_value_t = 10_000)]
+    ttl_ms: u64,
+}
+
+#[derive(Args)]
 struct HoldArgs {
     #[arg(long, value_enum)]
     target: Kind,
@@ -164,7 +248,9 @@ fn main() {
             Cmd::Test(a) => test(a).await,
             Cmd::Bench(a) => bench(a).await,
             Cmd::Compare(a) => compare(a).await,
+            Cmd::Scale(a) => scale(a).await,
             Cmd::Hold(a) => hold(a).await,
+            Cmd::ScaleSessions(a) => scale_sessions(a).await,
         }
     });
     rt.shutdown_timeout(Duration::from_secs(2));
@@ -347,6 +433,76 @@ async fn compare(a: CompareArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("baton-jepsen: compare failed: {e:#}");
+            2
+        }
+    }
+}
+
+/// `scale`: prints scale.md. Exit code 0, or 2 if it failed (a herd in a
+/// lock queue, a dimension that failed, a harness error).
+async fn scale(a: ScaleArgs) -> i32 {
+    if let Some(dir) = &a.replot {
+        return match scale::replot(dir) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("baton-jepsen: {e:#}");
+                2
+            }
+        };
+    }
+    let sizes = |s: &str| list(s, |p| p.trim().parse::<u64>().map_err(|e| anyhow::anyhow!("bad size {p:?}: {e}")));
+    let parsed = (|| {
+        let dims = match &a.dims {
+            Some(d) => list(d, Dim::parse)?,
+            None => Dim::ALL.to_vec(),
+        };
+        let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("jepsen/store/scale-{}", stamp())));
+        anyhow::Ok(ScaleOpts {
+            targets: list(&a.targets, Kind::parse)?,
+            dims,
+            nodes: sizes(&a.nodes)?,
+            sessions: sizes(&a.sessions)?,
+            watches: sizes(&a.watches)?,
+            watchers: sizes(&a.watchers)?,
+            waiters: sizes(&a.waiters)?,
+            clients: sizes(&a.clients)?,
+            ttl: Duration::from_millis(a.session_timeout),
+            interval: Duration::from_secs(a.interval),
+            expiry_sample: a.expiry_sample,
+            lock_window: Duration::from_secs(a.lock_window),
+            duration: Duration::from_secs(a.duration),
+            runs: a.runs,
+            step_bound: Duration::from_secs(a.step_bound),
+            shared_cluster: a.shared_cluster,
+            out,
+        })
+    })();
+    let o = match parsed {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("baton-jepsen: {e:#}");
+            return 2;
+        }
+    };
+    let r = interruptible(scale::run(&o)).await;
+    println!("{}", std::fs::read_to_string(o.out.join("scale.md")).unwrap_or_default());
+    println!("results in {}", o.out.display());
+    match r {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("baton-jepsen: scale failed: {e:#}");
+            2
+        }
+    }
+}
+
+/// `scale-sessions` (a child of scale's sessions dimension).
+async fn scale_sessions(a: ScaleSessionsArgs) -> i32 {
+    let eps = baton_client::parse_endpoints(&a.endpoints);
+    match scale::dying_sessions(a.target, eps, &a.dir, a.count, Duration::from_millis(a.ttl_ms)).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("baton-jepsen scale-sessions: {e:#}");
             2
         }
     }

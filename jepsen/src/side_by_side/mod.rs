@@ -12,8 +12,12 @@
 //!   workload on one target).
 //! - [`peer_lock`]: the lock-safety test against etcd (`baton-jepsen test
 //!   --target etcd --workload lock`).
+//! - [`scale`]: `baton-jepsen scale`, how far one cluster goes, one
+//!   dimension (nodes, sessions, watches, fan-out, lock queue, clients) at
+//!   a time (scale.json, scale.md, scale-<dim>.png).
 
 pub mod bench;
 pub mod compare;
 pub mod peer_lock;
+pub mod scale;
 pub mod targets;

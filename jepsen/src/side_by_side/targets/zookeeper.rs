@@ -17,6 +17,15 @@ use super::{Kind, OpError, OpResult, ScriptCluster, Target, TargetClient};
 
 const ROOT: &str = "/cmp";
 
+/// Waiter wake-ups in this process: an exists-watch on the predecessor
+/// fired (`scale` checks that a release wakes one waiter, not a herd).
+static WAKEUPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Lock waiters woken so far in this process.
+pub fn wakeups() -> u64 {
+    WAKEUPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub struct ZkTarget {
     cluster: ScriptCluster,
 }
@@ -150,6 +159,7 @@ impl TargetClient for ZkClient {
                 Ok((None, _)) => continue,
                 Ok((Some(_), w)) => {
                     w.changed().await;
+                    WAKEUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(Error::SessionExpired) => return Err(OpError::SessionLost("session expired".into())),
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
