@@ -137,13 +137,15 @@ pub fn lock_changes(sm: &crate::state::StateMachine, changes: &[crate::state::Ch
         if node.contains('/') {
             continue;
         }
-        let Ok((queue, _)) = sm.children(&format!("{LOCKS}{name}")) else { continue };
-        let seq = |n: &str| n.len().checked_sub(10).and_then(|i| n[i..].parse::<u64>().ok());
-        if created && queue.len() == 1 {
+        // Borrowed names, no copy of the queue: this runs on the driver
+        // thread for every create and delete in a lock's queue.
+        let dir = format!("{LOCKS}{name}");
+        let seq = |n: &str| n.len().checked_sub(10).and_then(|i| n.get(i..)).and_then(|d| d.parse::<u64>().ok());
+        if created && sm.child_names(&dir).take(2).count() == 1 {
             counter!("baton_lock_grants_total", "kind" => "free").increment(1);
         } else if !created {
             let gone = seq(node);
-            let head = queue.iter().filter_map(|n| seq(n)).min();
+            let head = sm.child_names(&dir).filter_map(seq).min();
             if let (Some(g), Some(h)) = (gone, head) {
                 if g < h {
                     counter!("baton_lock_grants_total", "kind" => "handoff").increment(1);

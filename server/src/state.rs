@@ -270,6 +270,11 @@ impl StateMachine {
         Ok(self.nodes.get(path).map(full_stat))
     }
 
+    /// The names of `path`'s children, borrowed (none if it has none).
+    pub fn child_names<'a>(&'a self, path: &str) -> impl Iterator<Item = &'a str> + 'a {
+        self.kids.get(path).into_iter().flat_map(|k| k.iter().map(String::as_str))
+    }
+
     pub fn children(&self, path: &str) -> Result<(Vec<String>, Stat), OpError> {
         let n = self.lookup(path)?;
         let kids = self.kids.get(path).map(|k| k.iter().cloned().collect()).unwrap_or_default();
