@@ -456,6 +456,10 @@ pub struct Summary {
     pub takeover_ms: Option<f64>,
     #[serde(default)]
     pub per_run: Vec<RunFigures>,
+    /// Runs that failed, with their error: left out of the figures, and
+    /// reported beside them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
@@ -485,11 +489,16 @@ pub fn summarize(target: Kind, workload: BenchWorkload, clients: usize, runs: Ve
         p50_ms: col(|r| r.p50_ms),
         p99_ms: col(|r| r.p99_ms),
         runs: runs.len(),
-        ops_per_sec_min: runs.iter().map(|r| r.ops_per_sec).fold(f64::INFINITY, f64::min),
+        ops_per_sec_min: if runs.is_empty() {
+            0.0
+        } else {
+            runs.iter().map(|r| r.ops_per_sec).fold(f64::INFINITY, f64::min)
+        },
         ops_per_sec_max: runs.iter().map(|r| r.ops_per_sec).fold(0.0, f64::max),
         gap_ms: opt(|r| r.gap_ms),
         takeover_ms: opt(|r| r.takeover_ms),
         per_run: runs,
+        failed: Vec::new(),
     }
 }
 

@@ -73,6 +73,13 @@ pub struct ZkClient {
     client: Client,
     /// This session's id in hex: the lock nodes' name prefix.
     sid: String,
+    /// A lock folder where this session may have left a node behind: a
+    /// `lock` that failed after its create was sent (the answer lost in a
+    /// failover), or an `unlock` that gave up. The node would sit in the
+    /// queue for as long as the session lives and block every waiter after
+    /// it, so the next `lock` removes this session's nodes there first
+    /// (Curator's "protected" mode does the same).
+    suspect: std::sync::Mutex<Option<String>>,
 }
 
 /// A held ZooKeeper lock: the lock node's path and czxid.
@@ -90,7 +97,7 @@ impl ZkClient {
         let client = Client::connector().with_session_timeout(ttl).connect(&endpoints.join(",")).await?;
         ensure_path(&client, ROOT).await?;
         let sid = format!("{:x}", client.session_id().0);
-        Ok(ZkClient { client, sid })
+        Ok(ZkClient { client, sid, suspect: std::sync::Mutex::new(None) })
     }
 
     /// Creates this session's node in `dir`; returns (path, czxid). On a
@@ -115,8 +122,32 @@ impl ZkClient {
         Err(OpError::Failed("could not create the lock node".into()))
     }
 
+    fn set_suspect(&self, dir: Option<&str>) {
+        *self.suspect.lock().unwrap_or_else(|p| p.into_inner()) = dir.map(str::to_string);
+    }
+
+    /// Deletes this session's lock nodes in the suspect folder, if any
+    /// (this client holds no lock while it queues for one).
+    async fn clean_suspect(&self) -> OpResult<()> {
+        let Some(dir) = self.suspect.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Ok(());
+        };
+        while let Some((path, _)) = self.find_own(&dir).await? {
+            match self.client.delete(&path, None).await {
+                Ok(()) | Err(Error::NoNode) => {}
+                Err(e) => return Err(op_err(e, true)),
+            }
+        }
+        self.set_suspect(None);
+        Ok(())
+    }
+
     async fn find_own(&self, dir: &str) -> OpResult<Option<(String, i64)>> {
-        let kids = self.client.list_children(dir).await.map_err(|e| op_err(e, false))?;
+        let kids = match self.client.list_children(dir).await {
+            Ok(k) => k,
+            Err(Error::NoNode) => return Ok(None),
+            Err(e) => return Err(op_err(e, false)),
+        };
         let own = format!("{}-lock-", self.sid);
         for k in kids.iter().filter(|k| k.starts_with(&own)) {
             let path = format!("{dir}/{k}");
@@ -126,20 +157,17 @@ impl ZkClient {
         }
         Ok(None)
     }
-}
 
-impl TargetClient for ZkClient {
-    type Lock = ZkLock;
-
-    async fn lock(&self, name: &str) -> OpResult<ZkLock> {
-        let dir = format!("{ROOT}/locks/{name}");
-        let (path, czxid) = self.enqueue(&dir).await?;
+    /// Queues for the lock in `dir`: this session's node, then an
+    /// exists-watch on the node just ahead until it is the lowest.
+    async fn queue(&self, dir: &str) -> OpResult<ZkLock> {
+        let (path, czxid) = self.enqueue(dir).await?;
         let mine = path.rsplit('/').next().unwrap_or_default().to_string();
         // Once the node exists it is never abandoned while the session
         // lives: a connection loss is retried (the client reconnects),
         // otherwise a node left behind would block every waiter after it.
         loop {
-            let mut kids = match self.client.list_children(&dir).await {
+            let mut kids = match self.client.list_children(dir).await {
                 Ok(k) => k,
                 Err(Error::SessionExpired) => return Err(OpError::SessionLost("session expired".into())),
                 Err(_) => {
@@ -166,6 +194,21 @@ impl TargetClient for ZkClient {
             }
         }
     }
+}
+
+impl TargetClient for ZkClient {
+    type Lock = ZkLock;
+
+    async fn lock(&self, name: &str) -> OpResult<ZkLock> {
+        let dir = format!("{ROOT}/locks/{name}");
+        self.clean_suspect().await?;
+        self.set_suspect(Some(&dir));
+        let r = self.queue(&dir).await;
+        if matches!(r, Ok(_) | Err(OpError::SessionLost(_))) {
+            self.set_suspect(None);
+        }
+        r
+    }
 
     async fn unlock(&self, held: ZkLock) -> OpResult<()> {
         // Retried through connection losses for the same reason.
@@ -178,6 +221,8 @@ impl TargetClient for ZkClient {
                 Err(e) => return Err(op_err(e, true)),
             }
         }
+        let dir = held.path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
+        self.set_suspect(Some(dir));
         Err(OpError::Indeterminate("could not delete the lock node".into()))
     }
 
