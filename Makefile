@@ -124,7 +124,7 @@ jepsen-smoke: build
 FUZZ_SECS ?= 30
 fuzz-smoke:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	@for t in client_frame peer_frame apply; do \
+	@for t in client_frame peer_frame apply zk_frame; do \
 	  mkdir -p fuzz/corpus/$$t fuzz/seeds/$$t; \
 	  echo "fuzz-smoke: $$t ($(FUZZ_SECS) s)"; \
 	  $(CARGO) +nightly fuzz run -a $$t fuzz/corpus/$$t fuzz/seeds/$$t -- \
