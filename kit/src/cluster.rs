@@ -90,6 +90,8 @@ pub struct ClusterSpec {
     pub http: bool,
     pub tls: Option<Tls>,
     pub links: Links,
+    /// Open the ZooKeeper port (`--zk-addr`) on a free port per member.
+    pub zk: bool,
 }
 
 impl ClusterSpec {
@@ -104,6 +106,7 @@ impl ClusterSpec {
             http: false,
             tls: None,
             links: Links::Direct,
+            zk: false,
         }
     }
 }
@@ -328,6 +331,13 @@ impl Cluster {
         out
     }
 
+    /// The members' ZooKeeper ports (with [`ClusterSpec::zk`]), member 1
+    /// first.
+    pub fn zk_endpoints(&self) -> Vec<String> {
+        let flag = |m: &Member| m.spec.extra.iter().find_map(|a| a.strip_prefix("--zk-addr=").map(str::to_string));
+        self.members.iter().filter_map(flag).collect()
+    }
+
     /// Direct client endpoints, member 1 first.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(|m| m.spec.client_addr.to_string()).collect()
@@ -354,7 +364,13 @@ fn member_spec(
             Some(t) => (t.member_args)(id)?,
             None => Vec::new(),
         },
-        extra: c.extra.clone(),
+        extra: {
+            let mut e = c.extra.clone();
+            if c.zk {
+                e.push(format!("--zk-addr=127.0.0.1:{}", crate::free_port()));
+            }
+            e
+        },
         env: c.env.clone(),
     })
 }

@@ -589,6 +589,11 @@ pub enum Request {
     },
     WhoAmI,
     CloseSession,
+    /// An opcode ZooKeeper defines that this port does not serve
+    /// (`reconfig`, `deleteContainer`, `sasl`): its body is not read.
+    Unsupported {
+        op: i32,
+    },
 }
 
 /// Most operations a `multi` may carry (ZooKeeper has no limit but the
@@ -671,6 +676,7 @@ impl Request {
             ADD_WATCH => Request::AddWatch { path: r.string("addWatch.path")?, mode: r.int("addWatch.mode")? },
             WHO_AM_I => Request::WhoAmI,
             CLOSE_SESSION => Request::CloseSession,
+            RECONFIG | DELETE_CONTAINER | SASL => Request::Unsupported { op },
             other => return Err(JuteError::UnknownOp(other)),
         })
     }
@@ -679,7 +685,10 @@ impl Request {
     pub fn op(&self) -> i32 {
         use op::*;
         match self {
-            Request::Create { op, .. } | Request::GetChildren { op, .. } | Request::SetWatches { op, .. } => *op,
+            Request::Create { op, .. }
+            | Request::GetChildren { op, .. }
+            | Request::SetWatches { op, .. }
+            | Request::Unsupported { op } => *op,
             Request::Delete { .. } => DELETE,
             Request::Exists { .. } => EXISTS,
             Request::GetData { .. } => GET_DATA,
@@ -765,7 +774,7 @@ impl Request {
             Request::AddWatch { path, mode } => {
                 w.string(path).int(*mode);
             }
-            Request::Ping | Request::WhoAmI | Request::CloseSession => {}
+            Request::Ping | Request::WhoAmI | Request::CloseSession | Request::Unsupported { .. } => {}
         }
     }
 }
@@ -850,6 +859,8 @@ pub enum Response {
     Multi(Vec<OpResult>),
     /// `whoAmI`: (scheme, id) pairs.
     WhoAmI(Vec<(String, String)>),
+    /// `addWatch`: an `ErrorResponse` (the code again, 0).
+    Code(i32),
 }
 
 impl Response {
@@ -889,7 +900,7 @@ impl Response {
                 w.strings(children);
                 stat.write(w);
             }
-            Response::Number(n) => {
+            Response::Number(n) | Response::Code(n) => {
                 w.int(*n);
             }
             Response::Multi(results) => {
@@ -977,6 +988,7 @@ impl Response {
                 Response::Multi(results)
             }
             WHO_AM_I => Response::WhoAmI(r.vector("whoAmI", 8, |r| Ok((r.string("id.scheme")?, r.string("id.id")?)))?),
+            ADD_WATCH => Response::Code(r.int("reply.err")?),
             _ => Response::Empty,
         })
     }
@@ -1087,6 +1099,7 @@ mod tests {
             Request::AddWatch { path: s("/a"), mode: watch_mode::PERSISTENT_RECURSIVE },
             Request::WhoAmI,
             Request::CloseSession,
+            Request::Unsupported { op: op::RECONFIG },
         ];
         for (i, req) in all.into_iter().enumerate() {
             let bytes = req.encode(i as i32);
@@ -1149,6 +1162,7 @@ mod tests {
                 ]),
             ),
             (op::WHO_AM_I, Response::WhoAmI(vec![("ip".into(), "127.0.0.1".into())])),
+            (op::ADD_WATCH, Response::Code(0)),
         ];
         for (op, body) in cases {
             let h = ReplyHeader { xid: 9, zxid: 100, err: 0 };

@@ -43,3 +43,4 @@ pub mod state;
 pub mod syncer;
 pub mod transport;
 pub mod watches;
+pub mod zk;

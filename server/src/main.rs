@@ -205,6 +205,18 @@ struct MemberArgs {
     /// not given; docs/operations.md).
     #[arg(long, env = "BATON_HTTP_ADDR")]
     http_addr: Option<String>,
+    /// Also speak ZooKeeper's protocol (jute, 3.6-3.8 clients) here, on the
+    /// same state (off when not given; docs/zookeeper.md).
+    #[arg(long, env = "BATON_ZK_ADDR")]
+    zk_addr: Option<String>,
+    /// Serve every read on the ZooKeeper port through ReadIndex
+    /// (linearizable) instead of ZooKeeper's member-local reads.
+    #[arg(long, env = "BATON_ZK_LINEARIZABLE_READS")]
+    zk_linearizable_reads: bool,
+    /// Four-letter words the ZooKeeper port answers, comma-separated (`*`:
+    /// all of ruok, isro, srvr, stat, mntr, conf, envi, cons).
+    #[arg(long, default_value = "srvr", env = "BATON_ZK_4LW_WHITELIST")]
+    zk_4lw_whitelist: String,
     #[command(flatten)]
     tls: TlsArgs,
     #[command(flatten)]
@@ -330,6 +342,9 @@ struct ClusterArgs {
     /// <data-dir>/tls (clients need a certificate too; printed at start).
     #[arg(long)]
     tls: bool,
+    /// Also open a ZooKeeper port per member, base+301.. (docs/zookeeper.md).
+    #[arg(long)]
+    zk: bool,
     #[command(flatten)]
     timing: Timing,
 }
@@ -437,7 +452,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(io_threads(t.io_threads)).enable_all().build()?;
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
-    let (peer_listener, client_listener, http_listener) = rt.block_on(async {
+    let (peer_listener, client_listener, http_listener, zk_listener) = rt.block_on(async {
         let p = tokio::net::TcpListener::bind(&peer_addr)
             .await
             .with_context(|| format!("binding peer address {peer_addr}"))?;
@@ -450,7 +465,15 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             ),
             None => None,
         };
-        anyhow::Ok((p, c, h))
+        let z = match &a.zk_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding ZooKeeper address {addr}"))?,
+            ),
+            None => None,
+        };
+        anyhow::Ok((p, c, h, z))
     })?;
     if let (Ok(c), Ok(p)) = (client_listener.local_addr(), peer_listener.local_addr()) {
         warn_plaintext("client", c, client_tls.is_some());
@@ -478,6 +501,14 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let fast_reads = !cfg.faults.any();
     let (state, lcfg) = (node.shared_state(), cfg.clone());
     let sig = shutdown.signal();
+    if let Some(l) = zk_listener {
+        let zk = baton_server::zk::ZkSettings {
+            linearizable_reads: a.zk_linearizable_reads,
+            words: a.zk_4lw_whitelist.split(',').map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect(),
+        };
+        let (state, zcfg) = (node.shared_state(), cfg.clone());
+        rt.spawn(baton_server::zk::serve(l, in_tx.clone(), zcfg, zk, state, shutdown.signal()));
+    }
     rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls, sig));
     let stop = in_tx.clone();
     rt.spawn(async move {
@@ -530,7 +561,13 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
             http_addr: Some(port(i, 200)),
             join: Join::Peers(peers.clone()),
             tls_args: tls.get(i as usize - 1).cloned().unwrap_or_default(),
-            extra: c.timing.to_args(),
+            extra: {
+                let mut e = c.timing.to_args();
+                if c.zk {
+                    e.push(format!("--zk-addr={}", port(i, 300)));
+                }
+                e
+            },
             env: Vec::new(),
         })
         .collect();
@@ -549,6 +586,10 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
         );
     }
     println!("endpoints: {}", endpoints.join(","));
+    if c.zk {
+        let zk: Vec<String> = specs.iter().map(|m| port(m.id, 300).to_string()).collect();
+        println!("zookeeper: {}", zk.join(","));
+    }
     if let Some(files) = client_tls {
         println!(
             "tls: --cacert {} --cert {} --key {}",

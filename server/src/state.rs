@@ -248,6 +248,20 @@ impl StateMachine {
 
     /// Checks a session's secret (constant-time enough for our purpose: the
     /// secret is random and compared whole).
+    /// The lowest write sequence number session `id` can use that meets
+    /// neither a cached reply nor the floor (the ZooKeeper port numbers its
+    /// writes from here: ZooKeeper clients have no sequence numbers).
+    pub fn session_next_seq(&self, id: u64) -> Option<u64> {
+        let s = self.sessions.get(&id)?;
+        let cached = s.replies.last_key_value().map_or(0, |(seq, _)| seq + 1);
+        Some(s.acked_below.max(cached).max(1))
+    }
+
+    /// Session `id`'s ephemeral nodes (ZooKeeper's `getEphemerals`).
+    pub fn session_ephemerals(&self, id: u64) -> Vec<String> {
+        self.sessions.get(&id).map(|s| s.ephemerals.iter().cloned().collect()).unwrap_or_default()
+    }
+
     pub fn check_session(&self, id: u64, secret: &[u8]) -> Result<u32, OpError> {
         match self.sessions.get(&id) {
             None => err(ErrorCode::SessionExpired, format!("session {id:#x} does not exist (expired or closed)")),

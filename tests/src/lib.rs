@@ -95,6 +95,17 @@ impl Cluster {
         Self::start_with(n, extra, false, Links::Direct).await
     }
 
+    /// [`Cluster::start`] with the ZooKeeper port open on every member
+    /// ([`Cluster::zk_endpoints`]).
+    pub async fn start_zk(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_spec(n, extra, false, Links::Direct, true).await
+    }
+
+    /// The members' ZooKeeper ports, member 1 first.
+    pub fn zk_endpoints(&self) -> Vec<String> {
+        self.kit.zk_endpoints()
+    }
+
     /// [`Cluster::start`] with TLS on both ports (mutual TLS for peers and
     /// for clients); [`Cluster::client`] and `status` use it.
     pub async fn start_tls(n: u64, extra: &[&str]) -> Cluster {
@@ -108,6 +119,10 @@ impl Cluster {
     }
 
     async fn start_with(n: u64, extra: &[&str], tls: bool, links: Links) -> Cluster {
+        Self::start_spec(n, extra, tls, links, false).await
+    }
+
+    async fn start_spec(n: u64, extra: &[&str], tls: bool, links: Links, zk: bool) -> Cluster {
         let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
         let (tls, kit_tls) = match tls {
             true => {
@@ -123,6 +138,7 @@ impl Cluster {
             http: true,
             tls: kit_tls,
             links,
+            zk,
             ..ClusterSpec::new(n, dir.path(), batond_bin())
         };
         let kit = baton_kit::Cluster::start(spec, Duration::from_secs(20)).await.unwrap_or_else(|e| panic!("{e:#}"));

@@ -1,0 +1,852 @@
+//! One ZooKeeper connection: the handshake, then requests translated to
+//! Baton's and replies translated back, in request order (mod.rs says
+//! why each rule holds).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use baton_proto::jute::{
+    self, err, op, xid, ConnectRequest, ConnectResponse, OpResult, ReplyHeader, Request, Response,
+};
+use baton_proto::{
+    op as bop, request, response, server_frame, Acl, AddWatchReq, AttachReq, CheckOp, CloseSessionReq, CreateOp,
+    CreateSessionReq, DeleteOp, ErrorCode, KeepaliveReq, MultiOp, ReadReq, SetAclOp, SetOp, Stat, WatchKind, WatchSpec,
+    WhoAmIReq,
+};
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::debug;
+
+use super::{words, ZkSettings, SEQ_GAP};
+use crate::config::Config;
+use crate::driver::{read, SharedState};
+use crate::message::{ConnTx, Input};
+use crate::shutdown::Signal;
+
+/// Time a client has to send its connect request (or a four-letter word).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// ZooKeeper's protocol version in connect replies.
+const PROTOCOL_VERSION: i32 = 0;
+
+type Wr = FramedWrite<tokio::net::tcp::OwnedWriteHalf, tokio_util::codec::LengthDelimitedCodec>;
+
+pub(super) async fn handle(
+    mut stream: TcpStream,
+    input: Sender<Input>,
+    cfg: &Config,
+    zk: &ZkSettings,
+    state: SharedState,
+    signal: Signal,
+) {
+    // The first 4 bytes: a four-letter word, or the connect frame's length.
+    let mut head = [0u8; 4];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut head)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    if head.iter().all(u8::is_ascii_lowercase) {
+        let word = String::from_utf8_lossy(&head).to_string();
+        words::answer(stream, &word, &input, cfg, zk, &state).await;
+        return;
+    }
+    let len = i32::from_be_bytes(head);
+    if len <= 0 || len as usize > cfg.max_frame {
+        debug!(len, "zookeeper: bad connect frame length; closing");
+        return;
+    }
+    let mut frame = vec![0u8; len as usize];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut frame)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    let connect = match ConnectRequest::decode(&frame) {
+        Ok(c) => c,
+        Err(e) => {
+            debug!("zookeeper: undecodable connect request ({e}); closing");
+            return;
+        }
+    };
+    let conn = super::next_conn();
+    let (tx, rx) = ConnTx::new(cfg.limits.max_queued_bytes);
+    if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
+        return;
+    }
+    let (rd, wr) = stream.into_split();
+    let mut g = Gateway {
+        conn,
+        input,
+        state,
+        rx,
+        w: FramedWrite::new(wr, baton_proto::codec(usize::MAX)),
+        linearizable: zk.linearizable_reads,
+        session: 0,
+        secret: Vec::new(),
+        next_id: 1,
+        next_seq: 1,
+        writes: std::collections::BTreeSet::new(),
+        queue: VecDeque::new(),
+        by_id: HashMap::new(),
+        pings: HashMap::new(),
+        watches: HashMap::new(),
+        next_watch: 1,
+        closing: false,
+    };
+    if g.connect(&connect, cfg).await {
+        let frames = FramedRead::new(rd, baton_proto::codec(cfg.max_frame));
+        g.run(frames, cfg.limits.max_inflight, signal).await;
+    }
+    let _ = g.input.send(Input::ConnClosed { conn });
+}
+
+/// One ZooKeeper request waiting for its Baton responses.
+struct Zreq {
+    xid: i32,
+    op: i32,
+    what: What,
+    /// Baton responses still to come.
+    want: usize,
+    got: Vec<baton_proto::Response>,
+    /// Sequence numbers of its writes (forgotten once answered).
+    seqs: Vec<u64>,
+    /// The reply, once built.
+    reply: Option<Vec<u8>>,
+}
+
+/// What a request needs to build its reply.
+enum What {
+    /// Answered from `got[0]` by opcode.
+    Plain {
+        path: String,
+    },
+    /// A read that registered watch `watch` (dropped again if the read failed).
+    Watched {
+        watch: Option<u64>,
+    },
+    /// The opcodes of the multi's operations.
+    Multi {
+        ops: Vec<i32>,
+    },
+    MultiRead {
+        ops: Vec<i32>,
+    },
+    Close,
+    /// Already answered (`reply` is set).
+    Done,
+}
+
+struct Gateway {
+    conn: u64,
+    input: Sender<Input>,
+    state: SharedState,
+    rx: UnboundedReceiver<baton_proto::ServerFrame>,
+    w: Wr,
+    linearizable: bool,
+    session: u64,
+    secret: Vec<u8>,
+    next_id: u64,
+    next_seq: u64,
+    /// Sequence numbers of this connection's writes without a reply.
+    writes: std::collections::BTreeSet<u64>,
+    /// Requests in the order they came, by serial (= the first Baton id).
+    queue: VecDeque<u64>,
+    /// Baton id -> the serial of the request it belongs to.
+    by_id: HashMap<u64, u64>,
+    /// Keepalives sent for pings: Baton id -> nothing more to know.
+    pings: HashMap<u64, ()>,
+    /// Watch id -> persistent (a one-shot watch is forgotten when it fires).
+    watches: HashMap<u64, bool>,
+    next_watch: u64,
+    closing: bool,
+}
+
+/// Requests keyed by serial live in this map beside the queue.
+type Zreqs = HashMap<u64, Zreq>;
+
+impl Gateway {
+    fn id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn send(&self, req: baton_proto::Request) -> bool {
+        self.input.send(Input::Client { conn: self.conn, req }).is_ok()
+    }
+
+    /// Waits for the response to Baton request `id` (the handshake's; no
+    /// event can come before it).
+    async fn response_to(&mut self, id: u64, limit: Duration) -> Option<baton_proto::Response> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let f = tokio::time::timeout_at(deadline, self.rx.recv()).await.ok()??;
+            if let Some(server_frame::Frame::Response(r)) = f.frame {
+                if r.id == id {
+                    return Some(r);
+                }
+            }
+        }
+    }
+
+    /// The handshake: a new session or a resumed one. False: close.
+    async fn connect(&mut self, c: &ConnectRequest, cfg: &Config) -> bool {
+        let limit = Duration::from_millis(cfg.request_timeout_ms.max(1000) * 2);
+        let id = self.id();
+        if c.session_id == 0 {
+            let timeout_ms = c.timeout_ms.max(0) as u32;
+            let body = request::Body::CreateSession(CreateSessionReq { timeout_ms });
+            if !self.send(baton_proto::Request { id, body: Some(body), ..Default::default() }) {
+                return false;
+            }
+            let Some(r) = self.response_to(id, limit).await else { return false };
+            let Some(response::Body::CreateSession(s)) = r.body else {
+                debug!(error = r.error, "zookeeper: session not created: {}", r.message);
+                return false;
+            };
+            self.session = s.session_id;
+            self.secret = s.secret.to_vec();
+            self.next_seq = 1;
+            return self.connected(s.timeout_ms as i32).await;
+        }
+        let sid = c.session_id as u64;
+        let attach = AttachReq {
+            session_id: sid,
+            secret: c.passwd.clone().into(),
+            last_zxid: c.last_zxid_seen.max(0) as u64,
+            watches: vec![],
+        };
+        if !self.send(baton_proto::Request { id, body: Some(request::Body::Attach(attach)), ..Default::default() }) {
+            return false;
+        }
+        let Some(r) = self.response_to(id, limit).await else { return false };
+        match ErrorCode::try_from(r.error) {
+            Ok(ErrorCode::Ok) => {
+                let (timeout, next) = {
+                    let sm = read(&self.state);
+                    (sm.session_timeout(sid), sm.session_next_seq(sid))
+                };
+                let (Some(timeout), Some(next)) = (timeout, next) else { return self.expired().await };
+                self.session = sid;
+                self.secret = c.passwd.clone();
+                self.next_seq = next + SEQ_GAP;
+                self.connected(timeout as i32).await
+            }
+            Ok(ErrorCode::SessionExpired) | Ok(ErrorCode::SessionMoved) => self.expired().await,
+            _ => {
+                debug!(error = r.error, "zookeeper: session {sid:#x} not resumed here: {}", r.message);
+                false
+            }
+        }
+    }
+
+    async fn connected(&mut self, timeout_ms: i32) -> bool {
+        let resp = ConnectResponse {
+            protocol_version: PROTOCOL_VERSION,
+            timeout_ms,
+            session_id: self.session as i64,
+            passwd: self.secret.clone(),
+            read_only: false,
+        };
+        self.w.send(bytes::Bytes::from(resp.encode())).await.is_ok()
+    }
+
+    /// ZooKeeper's answer to a session it will not resume.
+    async fn expired(&mut self) -> bool {
+        let resp = ConnectResponse {
+            protocol_version: PROTOCOL_VERSION,
+            timeout_ms: 0,
+            session_id: 0,
+            passwd: vec![0; 16],
+            read_only: false,
+        };
+        let _ = self.w.send(bytes::Bytes::from(resp.encode())).await;
+        false
+    }
+
+    async fn run(
+        &mut self,
+        mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, tokio_util::codec::LengthDelimitedCodec>,
+        max_inflight: usize,
+        mut signal: Signal,
+    ) {
+        let mut reqs: Zreqs = HashMap::new();
+        loop {
+            let room = self.queue.len() < max_inflight && !self.closing;
+            tokio::select! {
+                f = frames.next(), if room => {
+                    let Some(Ok(frame)) = f else { return };
+                    crate::metrics::client_bytes(frame.len(), 0);
+                    let Ok((x, o, req)) = Request::decode(&frame) else {
+                        debug!("zookeeper: undecodable request; closing");
+                        return;
+                    };
+                    if !self.request(&mut reqs, x, o, req) {
+                        return;
+                    }
+                }
+                f = self.rx.recv() => {
+                    let Some(f) = f else { return };
+                    // A ping's answer or a notification goes out at once.
+                    let now = match f.frame {
+                        Some(server_frame::Frame::Response(r)) => self.response(&mut reqs, r),
+                        Some(server_frame::Frame::Event(e)) => self.event(e),
+                        None => None,
+                    };
+                    if let Some(frame) = now {
+                        if !self.write_now(frame).await {
+                            return;
+                        }
+                    }
+                }
+                _ = signal.wait() => return,
+            }
+            if !self.flush(&mut reqs).await || (self.closing && self.queue.is_empty()) {
+                return;
+            }
+        }
+    }
+
+    /// Writes the replies that are due, in request order. False: close.
+    async fn flush(&mut self, reqs: &mut Zreqs) -> bool {
+        while let Some(serial) = self.queue.front().copied() {
+            let Some(reply) = reqs.get_mut(&serial).and_then(|z| z.reply.take()) else { break };
+            self.queue.pop_front();
+            let close = reqs.remove(&serial).is_some_and(|z| matches!(z.what, What::Close));
+            crate::metrics::client_bytes(0, reply.len());
+            if self.w.feed(bytes::Bytes::from(reply)).await.is_err() {
+                return false;
+            }
+            if close {
+                let _ = SinkExt::<bytes::Bytes>::flush(&mut self.w).await;
+                return false;
+            }
+        }
+        SinkExt::<bytes::Bytes>::flush(&mut self.w).await.is_ok()
+    }
+
+    async fn write_now(&mut self, frame: Vec<u8>) -> bool {
+        self.w.send(bytes::Bytes::from(frame)).await.is_ok()
+    }
+
+    fn applied(&self) -> i64 {
+        read(&self.state).applied() as i64
+    }
+
+    /// Queues a request that needs no Baton request: its reply is ready.
+    fn answer(&mut self, reqs: &mut Zreqs, x: i32, o: i32, header_err: i32, body: Response) {
+        let serial = self.id();
+        let reply = Response::encode(ReplyHeader { xid: x, zxid: self.applied(), err: header_err }, &body);
+        reqs.insert(
+            serial,
+            Zreq { xid: x, op: o, what: What::Done, want: 0, got: vec![], seqs: vec![], reply: Some(reply) },
+        );
+        self.queue.push_back(serial);
+    }
+
+    /// Sends `bodies` for ZooKeeper request `x` (writes get sequence
+    /// numbers). False: the driver is gone.
+    fn forward(&mut self, reqs: &mut Zreqs, x: i32, o: i32, what: What, bodies: Vec<(request::Body, bool)>) -> bool {
+        let serial = self.next_id;
+        let want = bodies.len();
+        let mut seqs = Vec::new();
+        for (body, is_write) in bodies {
+            let id = self.id();
+            let mut req = baton_proto::Request { id, body: Some(body), ..Default::default() };
+            if is_write {
+                req.seq = self.next_seq;
+                self.next_seq += 1;
+                self.writes.insert(req.seq);
+                seqs.push(req.seq);
+                // Everything below this connection's oldest unanswered
+                // write is done with: no ZooKeeper client retries one.
+                req.acked_below = self.writes.first().copied().unwrap_or(req.seq);
+            }
+            self.by_id.insert(id, serial);
+            if !self.send(req) {
+                return false;
+            }
+        }
+        reqs.insert(serial, Zreq { xid: x, op: o, what, want, got: Vec::with_capacity(want), seqs, reply: None });
+        self.queue.push_back(serial);
+        true
+    }
+
+    fn read_req(&mut self, path: String, kind: Option<WatchKind>) -> (ReadReq, Option<u64>) {
+        let watch = kind.map(|k| {
+            let id = self.next_watch;
+            self.next_watch += 1;
+            self.watches.insert(id, false);
+            WatchSpec { watch_id: id, path: path.clone(), kind: k as i32, persistent: false, existed: false }
+        });
+        let id = watch.as_ref().map(|w| w.watch_id);
+        (ReadReq { path, stale: !self.linearizable, watch }, id)
+    }
+
+    /// Translates one request. False: close the connection.
+    fn request(&mut self, reqs: &mut Zreqs, x: i32, o: i32, req: Request) -> bool {
+        use request::Body as B;
+        match req {
+            Request::Ping => {
+                let id = self.id();
+                self.pings.insert(id, ());
+                let body = B::Keepalive(KeepaliveReq {});
+                self.send(baton_proto::Request { id, body: Some(body), ..Default::default() })
+            }
+            Request::Create { op: o2, c } => {
+                if c.flags > jute::create_mode::EPHEMERAL_SEQUENTIAL || c.flags < 0 || c.ttl_ms.is_some() {
+                    self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
+                    return true;
+                }
+                let Some(acl) = acl_in(&c.acl) else {
+                    self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
+                    return true;
+                };
+                let create = CreateOp {
+                    path: c.path.clone(),
+                    data: c.data.into(),
+                    ephemeral: c.flags & jute::create_mode::EPHEMERAL != 0,
+                    sequential: c.flags & jute::create_mode::PERSISTENT_SEQUENTIAL != 0,
+                    parents: false,
+                    acl,
+                };
+                let _ = o2; // create, create2: the reply's shape is the opcode's
+                self.forward(reqs, x, o, What::Plain { path: c.path }, vec![(B::Create(create), true)])
+            }
+            Request::Delete { path, version } => {
+                let d = DeleteOp { path: path.clone(), version: version_of(version) };
+                self.forward(reqs, x, o, What::Plain { path }, vec![(B::Delete(d), true)])
+            }
+            Request::SetData { path, data, version } => {
+                let s = SetOp { path: path.clone(), data: data.into(), version: version_of(version) };
+                self.forward(reqs, x, o, What::Plain { path }, vec![(B::Set(s), true)])
+            }
+            Request::SetAcl { path, acl, version } => {
+                let Some(acl) = acl_in(&acl) else {
+                    self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
+                    return true;
+                };
+                let a = SetAclOp { path: path.clone(), acl, version: version_of(version) };
+                self.forward(reqs, x, o, What::Plain { path }, vec![(B::SetAcl(a), true)])
+            }
+            Request::Exists { path, watch } => {
+                let (r, w) = self.read_req(path, watch.then_some(WatchKind::Exists));
+                self.forward(reqs, x, o, What::Watched { watch: w }, vec![(B::Exists(r), false)])
+            }
+            Request::GetData { path, watch } => {
+                let (r, w) = self.read_req(path, watch.then_some(WatchKind::Data));
+                self.forward(reqs, x, o, What::Watched { watch: w }, vec![(B::Get(r), false)])
+            }
+            Request::GetChildren { path, watch, .. } => {
+                let (r, w) = self.read_req(path, watch.then_some(WatchKind::Children));
+                self.forward(reqs, x, o, What::Watched { watch: w }, vec![(B::Children(r), false)])
+            }
+            Request::GetAcl { path } => {
+                let (r, _) = self.read_req(path, None);
+                self.forward(reqs, x, o, What::Watched { watch: None }, vec![(B::GetAcl(r), false)])
+            }
+            Request::Sync { path } => {
+                // Any read through ReadIndex: once it is answered, this
+                // member has applied everything committed before the sync.
+                let r = ReadReq { path: path.clone(), stale: false, watch: None };
+                self.forward(reqs, x, o, What::Plain { path }, vec![(B::Exists(r), false)])
+            }
+            Request::Check { .. } => {
+                // Only inside a multi in ZooKeeper's client API.
+                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
+                true
+            }
+            Request::Multi(ops) => {
+                let kinds: Vec<i32> = ops.iter().map(Request::op).collect();
+                let mut out = Vec::with_capacity(kinds.len());
+                for r in ops {
+                    match multi_op(r) {
+                        Ok(op) => out.push(op),
+                        Err(code) => {
+                            self.answer(reqs, x, o, code, Response::Empty);
+                            return true;
+                        }
+                    }
+                }
+                self.forward(reqs, x, o, What::Multi { ops: kinds }, vec![(B::Multi(MultiOp { ops: out }), true)])
+            }
+            Request::MultiRead(ops) => {
+                let kinds: Vec<i32> = ops.iter().map(Request::op).collect();
+                let mut bodies = Vec::with_capacity(ops.len());
+                for r in ops {
+                    let (path, children) = match r {
+                        Request::GetData { path, .. } => (path, false),
+                        Request::GetChildren { path, .. } => (path, true),
+                        _ => {
+                            self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
+                            return true;
+                        }
+                    };
+                    let (rr, _) = self.read_req(path, None);
+                    bodies.push((if children { B::Children(rr) } else { B::Get(rr) }, false));
+                }
+                if bodies.is_empty() {
+                    self.answer(reqs, x, o, err::OK, Response::Multi(vec![]));
+                    return true;
+                }
+                self.forward(reqs, x, o, What::MultiRead { ops: kinds }, bodies)
+            }
+            Request::AddWatch { path, mode } => {
+                let kinds: &[WatchKind] = match mode {
+                    jute::watch_mode::PERSISTENT => &[WatchKind::Exists, WatchKind::Children],
+                    jute::watch_mode::PERSISTENT_RECURSIVE => &[WatchKind::Recursive],
+                    _ => {
+                        self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
+                        return true;
+                    }
+                };
+                let mut bodies = Vec::new();
+                for k in kinds {
+                    let id = self.next_watch;
+                    self.next_watch += 1;
+                    self.watches.insert(id, true);
+                    let spec = WatchSpec {
+                        watch_id: id,
+                        path: path.clone(),
+                        kind: *k as i32,
+                        persistent: true,
+                        existed: false,
+                    };
+                    bodies.push((B::AddWatch(AddWatchReq { watch: Some(spec) }), false));
+                }
+                self.forward(reqs, x, o, What::Plain { path }, bodies)
+            }
+            Request::SetWatches { relative_zxid, data, exist, child, persistent, persistent_recursive, .. } => {
+                // A reconnect's watches: re-registered by an attach, which
+                // fires at once what each missed since `relative_zxid`.
+                let mut specs = Vec::new();
+                let lists: [(&Vec<String>, WatchKind, bool); 5] = [
+                    (&data, WatchKind::Data, false),
+                    (&exist, WatchKind::Exists, false),
+                    (&child, WatchKind::Children, false),
+                    (&persistent, WatchKind::Exists, true),
+                    (&persistent_recursive, WatchKind::Recursive, true),
+                ];
+                for (paths, kind, persistent) in lists {
+                    for p in paths {
+                        let mut kinds = vec![kind];
+                        if persistent && kind == WatchKind::Exists {
+                            kinds.push(WatchKind::Children);
+                        }
+                        for k in kinds {
+                            let id = self.next_watch;
+                            self.next_watch += 1;
+                            self.watches.insert(id, persistent);
+                            // Only an exist watch was set on a missing node
+                            // (a persistent one is re-added quietly, as
+                            // ZooKeeper does; what changed since shows).
+                            let existed = k != WatchKind::Exists || persistent;
+                            specs.push(WatchSpec {
+                                watch_id: id,
+                                path: p.clone(),
+                                kind: k as i32,
+                                persistent,
+                                existed,
+                            });
+                        }
+                    }
+                }
+                let attach = AttachReq {
+                    session_id: self.session,
+                    secret: self.secret.clone().into(),
+                    last_zxid: relative_zxid.max(0) as u64,
+                    watches: specs,
+                };
+                self.forward(reqs, x, o, What::Plain { path: String::new() }, vec![(B::Attach(attach), false)])
+            }
+            Request::WhoAmI => {
+                self.forward(reqs, x, o, What::Plain { path: String::new() }, vec![(B::Whoami(WhoAmIReq {}), false)])
+            }
+            Request::CloseSession => {
+                self.closing = true;
+                self.forward(reqs, x, o, What::Close, vec![(B::CloseSession(CloseSessionReq {}), true)])
+            }
+            Request::Auth { .. } => {
+                // Digest authentication is not served on this port yet: the
+                // client is told (AUTH_FAILED ends its session, as a wrong
+                // password would) rather than left believing it is someone.
+                // Its xid is -4, which clients handle outside the order.
+                self.answer(reqs, xid::AUTH, o, err::AUTH_FAILED, Response::Empty);
+                self.closing = true;
+                true
+            }
+            Request::Unsupported { .. } => {
+                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
+                true
+            }
+            Request::GetEphemerals { prefix } => {
+                // Served from this member's state, as ZooKeeper does.
+                let mut list = read(&self.state).session_ephemerals(self.session);
+                list.retain(|p| p.starts_with(&prefix));
+                self.answer(reqs, x, o, err::OK, Response::Children(list));
+                true
+            }
+            Request::GetAllChildrenNumber { path } => {
+                let n = {
+                    let sm = read(&self.state);
+                    sm.exists(&path).ok().flatten().map(|_| sm.descendants(&path).len())
+                };
+                match n {
+                    Some(n) => self.answer(reqs, x, o, err::OK, Response::Number(n.min(i32::MAX as usize) as i32)),
+                    None => self.answer(reqs, x, o, err::NO_NODE, Response::Empty),
+                }
+                true
+            }
+            Request::CheckWatches { .. } | Request::RemoveWatches { .. } => {
+                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
+                true
+            }
+        }
+    }
+
+    /// A Baton response. Returns a frame to write at once (a ping's
+    /// answer, outside the order).
+    fn response(&mut self, reqs: &mut Zreqs, r: baton_proto::Response) -> Option<Vec<u8>> {
+        if self.pings.remove(&r.id).is_some() {
+            if r.error == ErrorCode::Ok as i32 {
+                let h = ReplyHeader { xid: xid::PING, zxid: r.zxid as i64, err: err::OK };
+                return Some(Response::encode(h, &Response::Empty));
+            }
+            if r.error == ErrorCode::SessionExpired as i32 {
+                // The client learns it at its next connect.
+                self.closing = true;
+            }
+            return None;
+        }
+        let serial = self.by_id.remove(&r.id)?;
+        let z = reqs.get_mut(&serial)?;
+        z.got.push(r);
+        if z.got.len() < z.want {
+            return None;
+        }
+        for s in &z.seqs {
+            self.writes.remove(s);
+        }
+        z.reply = Some(build(z, &mut self.watches));
+        None
+    }
+
+    /// A Baton watch event as a ZooKeeper notification (None: not one of
+    /// this connection's watches any more).
+    fn event(&mut self, e: baton_proto::WatchEvent) -> Option<Vec<u8>> {
+        let persistent = self.watches.get(&e.watch_id).copied()?;
+        if !persistent {
+            self.watches.remove(&e.watch_id);
+        }
+        let kind = match baton_proto::EventType::try_from(e.r#type) {
+            Ok(baton_proto::EventType::NodeCreated) => jute::event::NODE_CREATED,
+            Ok(baton_proto::EventType::NodeDeleted) => jute::event::NODE_DELETED,
+            Ok(baton_proto::EventType::NodeDataChanged) => jute::event::NODE_DATA_CHANGED,
+            Ok(baton_proto::EventType::NodeChildrenChanged) => jute::event::NODE_CHILDREN_CHANGED,
+            _ => return None,
+        };
+        Some(jute::notification(e.zxid as i64, kind, &e.path))
+    }
+}
+
+/// ZooKeeper's version -1 is "any version".
+fn version_of(v: i32) -> Option<i32> {
+    (v != -1).then_some(v)
+}
+
+/// A ZooKeeper ACL as Baton's: `world:anyone` as is, other schemes as
+/// `scheme:id` (the identity model is Baton's, docs/security.md). None
+/// when empty (ZooKeeper refuses an empty ACL: INVALID_ACL).
+fn acl_in(acl: &[jute::Acl]) -> Option<Vec<Acl>> {
+    if acl.is_empty() {
+        return None;
+    }
+    Some(acl.iter().map(|a| Acl { perms: a.perms.max(0) as u32, id: format!("{}:{}", a.scheme, a.id) }).collect())
+}
+
+fn acl_out(acl: &[Acl]) -> Vec<jute::Acl> {
+    acl.iter()
+        .map(|a| {
+            let (scheme, id) = a.id.split_once(':').unwrap_or((a.id.as_str(), ""));
+            jute::Acl { perms: a.perms as i32, scheme: scheme.to_string(), id: id.to_string() }
+        })
+        .collect()
+}
+
+/// One op of a ZooKeeper `multi` as Baton's; Err: the reply's error code.
+fn multi_op(r: Request) -> Result<baton_proto::Op, i32> {
+    let op = match r {
+        Request::Create { c, .. } => {
+            if c.flags > jute::create_mode::EPHEMERAL_SEQUENTIAL || c.flags < 0 || c.ttl_ms.is_some() {
+                return Err(err::UNIMPLEMENTED);
+            }
+            let acl = acl_in(&c.acl).ok_or(err::INVALID_ACL)?;
+            bop::Op::Create(CreateOp {
+                path: c.path,
+                data: c.data.into(),
+                ephemeral: c.flags & jute::create_mode::EPHEMERAL != 0,
+                sequential: c.flags & jute::create_mode::PERSISTENT_SEQUENTIAL != 0,
+                parents: false,
+                acl,
+            })
+        }
+        Request::Delete { path, version } => bop::Op::Delete(DeleteOp { path, version: version_of(version) }),
+        Request::SetData { path, data, version } => {
+            bop::Op::Set(SetOp { path, data: data.into(), version: version_of(version) })
+        }
+        Request::Check { path, version } => bop::Op::Check(CheckOp { path, version: version_of(version) }),
+        _ => return Err(err::BAD_ARGUMENTS),
+    };
+    Ok(baton_proto::Op { op: Some(op) })
+}
+
+/// Baton's error codes as ZooKeeper's. Ambiguous ones (the write may have
+/// happened) are CONNECTION_LOSS, which ZooKeeper's clients treat as "may
+/// have happened" too.
+pub(crate) fn zk_err(code: i32) -> i32 {
+    use ErrorCode as E;
+    match E::try_from(code) {
+        Ok(E::Ok) => err::OK,
+        Ok(E::NoNode) => err::NO_NODE,
+        Ok(E::NodeExists) => err::NODE_EXISTS,
+        Ok(E::BadVersion) => err::BAD_VERSION,
+        Ok(E::NotEmpty) => err::NOT_EMPTY,
+        Ok(E::NoChildrenForEphemerals) => err::NO_CHILDREN_FOR_EPHEMERALS,
+        Ok(E::SessionExpired) => err::SESSION_EXPIRED,
+        Ok(E::InvalidPath) | Ok(E::TooLarge) | Ok(E::BadRequest) => err::BAD_ARGUMENTS,
+        Ok(E::SessionMoved) => err::SESSION_MOVED,
+        Ok(E::NoAuth) => err::NO_AUTH,
+        Ok(E::Busy) => err::THROTTLED_OP,
+        Ok(E::NoLeader) | Ok(E::ShuttingDown) | Ok(E::NotLeader) => err::CONNECTION_LOSS,
+        Ok(E::Timeout) | Ok(E::LeaderChanged) => err::CONNECTION_LOSS,
+        Ok(E::StaleSequence) | Ok(E::FenceRejected) | Ok(E::Internal) | Err(_) => err::SYSTEM_ERROR,
+    }
+}
+
+fn stat_out(s: Option<&Stat>) -> jute::Stat {
+    let Some(s) = s else { return jute::Stat::default() };
+    jute::Stat {
+        czxid: s.czxid as i64,
+        mzxid: s.mzxid as i64,
+        ctime: s.ctime,
+        mtime: s.mtime,
+        version: s.version,
+        cversion: s.cversion,
+        aversion: s.aversion,
+        ephemeral_owner: s.ephemeral_owner as i64,
+        data_length: s.data_length as i32,
+        num_children: s.num_children as i32,
+        pzxid: s.pzxid as i64,
+    }
+}
+
+/// The reply to `z` from its Baton responses.
+fn build(z: &mut Zreq, watches: &mut HashMap<u64, bool>) -> Vec<u8> {
+    let zxid = z.got.iter().map(|r| r.zxid).max().unwrap_or(0) as i64;
+    let header = |e: i32| ReplyHeader { xid: z.xid, zxid, err: e };
+    let first = z.got.first().cloned().unwrap_or_default();
+    let code = zk_err(first.error);
+    match &z.what {
+        What::MultiRead { ops } => {
+            let results = ops
+                .iter()
+                .zip(&z.got)
+                .map(|(o, r)| match (&r.body, zk_err(r.error)) {
+                    (Some(response::Body::Get(g)), err::OK) if *o == op::GET_DATA => {
+                        OpResult::GetData { data: g.data.to_vec(), stat: stat_out(g.stat.as_ref()) }
+                    }
+                    (Some(response::Body::Children(c)), err::OK) if *o == op::GET_CHILDREN => {
+                        OpResult::GetChildren { children: c.children.clone() }
+                    }
+                    (_, e) => OpResult::Error { err: if e == err::OK { err::SYSTEM_ERROR } else { e } },
+                })
+                .collect();
+            return Response::encode(header(err::OK), &Response::Multi(results));
+        }
+        What::Multi { ops } => {
+            let results: Vec<OpResult> = match &first.body {
+                Some(response::Body::Multi(m)) if code == err::OK => ops
+                    .iter()
+                    .zip(&m.results)
+                    .map(|(o, r)| {
+                        let (path, stat) = (r.path.clone(), stat_out(r.stat.as_ref()));
+                        match *o {
+                            op::CREATE => OpResult::Create { path },
+                            op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => OpResult::Create2 { path, stat },
+                            op::SET_DATA => OpResult::SetData { stat },
+                            op::DELETE => OpResult::Delete,
+                            _ => OpResult::Check,
+                        }
+                    })
+                    .collect(),
+                Some(response::Body::Multi(m)) => {
+                    // ZooKeeper's failed multi: OK before the failed op, its
+                    // error, RUNTIME_INCONSISTENCY after.
+                    let failed = m.results.len().saturating_sub(1);
+                    (0..ops.len())
+                        .map(|i| OpResult::Error {
+                            err: match i.cmp(&failed) {
+                                std::cmp::Ordering::Less => err::OK,
+                                std::cmp::Ordering::Equal => code,
+                                std::cmp::Ordering::Greater => err::RUNTIME_INCONSISTENCY,
+                            },
+                        })
+                        .collect()
+                }
+                _ => return Response::encode(header(code), &Response::Empty),
+            };
+            return Response::encode(header(err::OK), &Response::Multi(results));
+        }
+        _ => {}
+    }
+    if code != err::OK {
+        if let What::Watched { watch: Some(w) } = z.what {
+            // A failed get or children registers no watch; exists does
+            // (on a missing node: it fires on create).
+            if z.op != op::EXISTS {
+                watches.remove(&w);
+            }
+        }
+        return Response::encode(header(code), &Response::Empty);
+    }
+    let body = match (z.op, &first.body) {
+        (op::CREATE, Some(response::Body::Create(c))) => Response::Path(c.path.clone()),
+        (op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL, Some(response::Body::Create(c))) => {
+            Response::PathStat(c.path.clone(), stat_out(c.stat.as_ref()))
+        }
+        (op::EXISTS, Some(response::Body::Exists(e))) => match &e.stat {
+            Some(s) => Response::Stat(stat_out(Some(s))),
+            None => return Response::encode(header(err::NO_NODE), &Response::Empty),
+        },
+        (op::SYNC, _) => match &z.what {
+            What::Plain { path } => Response::Path(path.clone()),
+            _ => Response::Empty,
+        },
+        (op::GET_DATA, Some(response::Body::Get(g))) => {
+            Response::GetData { data: g.data.to_vec(), stat: stat_out(g.stat.as_ref()) }
+        }
+        (op::SET_DATA | op::SET_ACL, Some(response::Body::Set(s))) => Response::Stat(stat_out(s.stat.as_ref())),
+        (op::GET_CHILDREN, Some(response::Body::Children(c))) => Response::Children(c.children.clone()),
+        (op::GET_CHILDREN2, Some(response::Body::Children(c))) => {
+            Response::Children2 { children: c.children.clone(), stat: stat_out(c.stat.as_ref()) }
+        }
+        (op::GET_ACL, Some(response::Body::Acl(a))) => {
+            Response::GetAcl { acl: acl_out(&a.acl), stat: stat_out(a.stat.as_ref()) }
+        }
+        (op::ADD_WATCH, _) => Response::Code(err::OK),
+        (op::WHO_AM_I, Some(response::Body::Names(n))) => Response::WhoAmI(
+            n.names
+                .iter()
+                .map(|id| {
+                    let (s, i) = id.split_once(':').unwrap_or((id.as_str(), ""));
+                    (s.to_string(), i.to_string())
+                })
+                .collect(),
+        ),
+        _ => Response::Empty,
+    };
+    Response::encode(header(err::OK), &body)
+}

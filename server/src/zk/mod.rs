@@ -1,0 +1,145 @@
+//! The ZooKeeper-compatible port (`--zk-addr`): existing ZooKeeper clients
+//! (the Java client, Curator, kazoo, `zookeeper-client`) against Baton's
+//! state machine, with no Baton code on their side.
+//!
+//! # How it works
+//! A ZooKeeper connection is, to the driver, a client connection like any
+//! other (`Input::ConnOpened`, a [`ConnTx`], `Input::Client`): this module
+//! is a translator that runs in the connection's task. It decodes jute
+//! frames ([`baton_proto::jute`]), sends the matching Baton requests, and
+//! turns the driver's responses and watch events back into jute. One state
+//! machine serves both ports: a node, session, ephemeral or watch made
+//! through one is the same through the other.
+//!
+//! Rules (each is what a ZooKeeper client relies on):
+//! - **Replies in request order.** ZooKeeper's clients match a reply to
+//!   the oldest outstanding request and drop the connection on a mismatch;
+//!   the driver answers local reads before earlier writes. Replies are held
+//!   until every earlier request's reply is out. Pings (xid -2), auth
+//!   replies (-4) and notifications (-1) are outside that order, as in
+//!   ZooKeeper.
+//! - **A watch event before the reply that reflects its change.** The
+//!   driver queues an entry's events before its replies on the connection
+//!   (watches.rs); events are written at once and replies only ever wait,
+//!   so that order holds.
+//! - **Sessions are Baton sessions.** A connect with session id 0 is
+//!   `create_session` (timeout negotiated within `--min/max-session-ms`);
+//!   with an id and password it is `attach` (the password is the session's
+//!   secret), served once this member has applied a ReadIndex and the
+//!   client's `lastZxidSeen`. An unknown session or a wrong password is
+//!   answered as ZooKeeper does (timeout 0, session id 0), which the client
+//!   reports as an expired session. A member that cannot reach a leader
+//!   closes the connection without an answer, and the client tries the
+//!   next server. Pings are keepalives (sessions.rs: a member vouches for a
+//!   session only through the leader); a ping that is not vouched for gets
+//!   no reply, so the client's own timeout sees the trouble.
+//! - **Writes** carry a sequence number the member draws: from 1 for a new
+//!   session, and for a resumed one from the session's next free number
+//!   ([`crate::state::StateMachine::session_next_seq`]) plus [`SEQ_GAP`],
+//!   past anything an earlier connection may still have in flight.
+//!   ZooKeeper clients never retry a write, so the exactly-once window
+//!   only ever holds this connection's outstanding writes.
+//! - **Reads** are ZooKeeper's by default: served from this member's state
+//!   (`sync` first makes the next read see everything committed before
+//!   it). `--zk-linearizable-reads` sends every read through ReadIndex.
+//! - **zxid** is Baton's log index (64 bits; the epoch half a ZooKeeper
+//!   client might read is 0 until the log passes 2^32 entries). Stat
+//!   fields map one to one; `czxid` is the fencing token.
+//!
+//! Bad input: a first frame that is not a connect request, a frame over
+//! `--max-frame` or with a negative length, or a request that does not
+//! decode closes the connection (ZooKeeper does the same); an opcode this
+//! port does not serve is answered `UNIMPLEMENTED` (-6). Nothing reaches
+//! the state machine from any of them. docs/zookeeper.md lists every
+//! opcode and four-letter word with its status.
+
+mod conn;
+mod words;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use crate::config::Config;
+use crate::driver::SharedState;
+use crate::message::Input;
+use crate::shutdown::Signal;
+
+/// How far past a resumed session's next free sequence number a new
+/// connection starts (more than any connection's `--max-inflight`).
+pub const SEQ_GAP: u64 = 1 << 20;
+
+/// Settings of the ZooKeeper port.
+#[derive(Debug, Clone)]
+pub struct ZkSettings {
+    /// Every read through ReadIndex (`--zk-linearizable-reads`).
+    pub linearizable_reads: bool,
+    /// The four-letter words this port answers (`--zk-4lw-whitelist`;
+    /// `*` is all of them).
+    pub words: Vec<String>,
+}
+
+impl Default for ZkSettings {
+    fn default() -> Self {
+        // ZooKeeper 3.5+'s default whitelist.
+        ZkSettings { linearizable_reads: false, words: vec!["srvr".into()] }
+    }
+}
+
+impl ZkSettings {
+    pub fn allows(&self, word: &str) -> bool {
+        self.words.iter().any(|w| w == "*" || w == word)
+    }
+}
+
+/// Connection ids of this port, apart from the native listener's
+/// (the driver only needs them to be unique).
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1 << 62);
+
+pub(crate) fn next_conn() -> u64 {
+    NEXT_CONN.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Accepts ZooKeeper clients until shutdown. At most
+/// `--max-connections` at once, as on the native port.
+pub async fn serve(
+    listener: TcpListener,
+    input: Sender<Input>,
+    cfg: Config,
+    zk: ZkSettings,
+    state: SharedState,
+    mut signal: Signal,
+) {
+    let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
+    let cfg = Arc::new(cfg);
+    let zk = Arc::new(zk);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = signal.wait() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                debug!("zookeeper accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = open.clone().try_acquire_owned() else {
+            warn!(%peer, "{} connections are open on the ZooKeeper port: refusing one more", cfg.limits.max_connections);
+            continue;
+        };
+        let (input, cfg, zk, state, signal) = (input.clone(), cfg.clone(), zk.clone(), state.clone(), signal.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let _ = stream.set_nodelay(true);
+            conn::handle(stream, input, &cfg, &zk, state, signal).await;
+            debug!(%peer, "zookeeper client disconnected");
+        });
+    }
+}

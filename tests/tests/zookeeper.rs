@@ -1,0 +1,341 @@
+//! The ZooKeeper port (server/src/zk/) with clients nobody here wrote:
+//! Rust's `zookeeper-client` crate, and Debian's `zkCli.sh` (the Java
+//! client; installed by `make peer-deps`, which `make test` runs first).
+//!
+//! t10: every operation the crate offers that the port serves, with its
+//! errors, sequential names, stats, watches (one-shot, persistent,
+//! recursive) and multis; nodes made through one port read through the
+//! other.
+//! t20: a ZooKeeper session resumes on another member after its member is
+//! killed -9, keeps its ephemeral node, and still gets its watch.
+//! t30: zkCli.sh's scripted session, its output asserted.
+//! t40: bad input (garbage, oversized and truncated frames, an unknown
+//! opcode after the handshake) closes that connection only; the member
+//! keeps serving, and four-letter words follow the whitelist.
+
+use std::time::Duration;
+
+use baton_tests::Cluster;
+use zookeeper_client as zk;
+
+fn anyone() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+async fn connect(endpoints: &[String]) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(6))
+        .connect(&endpoints.join(","))
+        .await
+        .expect("zookeeper-client connects to the ZooKeeper port")
+}
+
+async fn next_event(w: &mut zk::PersistentWatcher) -> zk::WatchedEvent {
+    tokio::time::timeout(Duration::from_secs(10), w.changed()).await.expect("event within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    assert_eq!(eps.len(), 3);
+    let a = connect(&eps[..1]).await;
+    let b = connect(&eps[1..2]).await;
+
+    // create, get, set with versions, exists, children.
+    let (stat, _) = a.create("/app", b"v0", &anyone()).await.expect("create");
+    assert_eq!(stat.version, 0);
+    assert!(stat.czxid > 0, "czxid is the log index that created the node");
+    assert_eq!(a.create("/app", b"x", &anyone()).await.unwrap_err(), zk::Error::NodeExists);
+    assert_eq!(a.create("/no/parent", b"", &anyone()).await.unwrap_err(), zk::Error::NoNode);
+    let stat = a.set_data("/app", b"v1", Some(0)).await.expect("set at version 0");
+    assert_eq!(stat.version, 1);
+    assert_eq!(a.set_data("/app", b"v2", Some(0)).await.unwrap_err(), zk::Error::BadVersion);
+    // b reads through member 2 after a sync (ZooKeeper's read-your-writes
+    // across sessions).
+    b.sync("/app").await.expect("sync");
+    let (data, s) = b.get_data("/app").await.expect("get");
+    assert_eq!((data.as_slice(), s.version, s.czxid), (&b"v1"[..], 1, stat.czxid));
+    assert!(b.check_stat("/nothing").await.expect("exists").is_none());
+
+    // Ephemeral sequential: ZooKeeper's 10-digit suffix, owner = session.
+    let eph = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (s1, q1) = a.create("/app/lock-", b"", &eph).await.expect("sequential");
+    let (_, q2) = a.create("/app/lock-", b"", &eph).await.expect("sequential");
+    assert!(q2.into_i64() > q1.into_i64());
+    assert_eq!(s1.ephemeral_owner, a.session_id().0);
+    let mut kids = b.list_children("/app").await.expect("children");
+    kids.sort();
+    assert_eq!(kids, vec![format!("lock-{q1}"), format!("lock-{q2}")]);
+    assert_eq!(kids[0].len(), "lock-".len() + 10);
+    let (kids2, parent) = b.get_children("/app").await.expect("children2");
+    assert_eq!((kids2.len(), parent.num_children), (2, 2));
+    assert_eq!(a.count_descendants_number("/app").await.expect("all children number"), 2);
+    assert_eq!(a.list_ephemerals("/app").await.expect("ephemerals").len(), 2);
+    assert_eq!(a.delete("/app", None).await.unwrap_err(), zk::Error::NotEmpty);
+
+    // A one-shot data watch: the event comes, then the setter's reply.
+    let (_, _, w) = b.get_and_watch_data("/app").await.expect("get + watch");
+    a.set_data("/app", b"v2", None).await.expect("set");
+    let e = tokio::time::timeout(Duration::from_secs(10), w.changed()).await.expect("data watch fired");
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeDataChanged, "/app"));
+    // An exists watch on a missing node fires on its create.
+    let (none, w) = b.check_and_watch_stat("/later").await.expect("exists + watch");
+    assert!(none.is_none());
+    a.create("/later", b"", &anyone()).await.expect("create");
+    let e = tokio::time::timeout(Duration::from_secs(10), w.changed()).await.expect("exists watch fired");
+    assert_eq!(e.event_type, zk::EventType::NodeCreated);
+    // A children watch.
+    let (_, w) = b.list_and_watch_children("/app").await.expect("children + watch");
+    a.create("/app/c", b"", &anyone()).await.expect("create child");
+    let e = tokio::time::timeout(Duration::from_secs(10), w.changed()).await.expect("children watch fired");
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeChildrenChanged, "/app"));
+
+    // Persistent recursive: every change below, each naming its node.
+    let mut rec = b.watch("/app", zk::AddWatchMode::PersistentRecursive).await.expect("addWatch");
+    a.create("/app/c/d", b"", &anyone()).await.expect("create");
+    a.set_data("/app/c/d", b"x", None).await.expect("set");
+    a.delete("/app/c/d", None).await.expect("delete");
+    let got: Vec<(zk::EventType, String)> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let e = next_event(&mut rec).await;
+            v.push((e.event_type, e.path));
+        }
+        v
+    };
+    assert_eq!(
+        got,
+        vec![
+            (zk::EventType::NodeCreated, "/app/c/d".to_string()),
+            (zk::EventType::NodeDataChanged, "/app/c/d".to_string()),
+            (zk::EventType::NodeDeleted, "/app/c/d".to_string()),
+        ]
+    );
+
+    // Multi: all or nothing, with ZooKeeper's per-op results.
+    let mut m = a.new_multi_writer();
+    m.add_create("/m1", b"1", &anyone()).expect("op");
+    m.add_check_version("/app", 2).expect("op");
+    m.add_set_data("/later", b"y", None).expect("op");
+    let r = m.commit().await.expect("multi");
+    assert_eq!(r.len(), 3);
+    let mut m = a.new_multi_writer();
+    m.add_create("/m2", b"2", &anyone()).expect("op");
+    m.add_check_version("/app", 99).expect("op");
+    match m.commit().await {
+        Err(zk::MultiWriteError::OperationFailed { index: 1, source: zk::Error::BadVersion }) => {}
+        other => panic!("a failed check fails the multi at index 1 with BadVersion: {other:?}"),
+    }
+    assert!(a.check_stat("/m2").await.expect("exists").is_none(), "nothing of a failed multi applied");
+    let mut r = a.new_multi_reader();
+    r.add_get_data("/m1").expect("op");
+    r.add_get_children("/app").expect("op");
+    r.add_get_data("/absent").expect("op");
+    let res = r.commit().await.expect("multiRead");
+    assert!(matches!(&res[0], zk::MultiReadResult::Data { data, .. } if data == b"1"));
+    assert!(matches!(&res[1], zk::MultiReadResult::Children { children } if children.len() == 3));
+    assert!(matches!(&res[2], zk::MultiReadResult::Error { err: zk::Error::NoNode }));
+
+    // One state machine: what ZooKeeper made, Baton's client reads.
+    let native = c.client().await;
+    let (data, stat) = native.get("/m1").await.expect("native get");
+    assert_eq!(&data[..], b"1");
+    assert!(stat.czxid > 0);
+    let _ = native.close().await;
+
+    // Closing a's session removes its ephemerals.
+    drop(a);
+    baton_tests::eventually(Duration::from_secs(10), "a's ephemerals gone", || async {
+        let k = b.list_children("/app").await.ok()?;
+        (k.len() == 1).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t20_a_session_resumes_on_another_member_with_its_id_and_password() {
+    let mut c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let a = connect(&eps[..1]).await;
+    let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    a.create("/mine", b"held", &eph).await.expect("ephemeral");
+    let sid = a.session_id();
+    let info = a.session().clone();
+    c.kill(1);
+    c.wait_leader(Duration::from_secs(20)).await;
+    // The same session through member 2: its id and password resume it.
+    let a2 = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(6))
+        .with_session(info.clone())
+        .connect(&eps[1])
+        .await
+        .expect("the session resumes on member 2");
+    assert_eq!(a2.session_id(), sid);
+    let stat = a2.check_stat("/mine").await.expect("exists").expect("the ephemeral outlived its member");
+    assert_eq!(stat.ephemeral_owner, sid.0);
+    // Writes go on (sequence numbers past the old connection's).
+    a2.create("/mine2", b"", &eph).await.expect("create after the resume");
+    a2.set_data("/mine", b"again", None).await.expect("set after the resume");
+    drop(a);
+    drop(a2);
+    // Once closed, the session is gone for everyone: a resume is refused
+    // as ZooKeeper refuses one (the client reports it expired).
+    let b = connect(&eps[1..]).await;
+    baton_tests::eventually(Duration::from_secs(15), "the closed session's ephemerals gone", || async {
+        b.check_stat("/mine").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let again = zk::Client::connector().with_session(info).connect(&eps[2]).await;
+    assert!(matches!(again, Err(zk::Error::SessionExpired)), "{:?}", again.map(|c| c.session_id()));
+}
+
+const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
+
+/// Runs zkCli.sh against `server` with `script` on stdin; its output,
+/// without the JVM's log lines.
+fn zkcli(server: &str, script: &str) -> String {
+    use std::io::Write;
+    assert!(
+        std::path::Path::new(ZKCLI).exists(),
+        "{ZKCLI} is missing: `make peer-deps` installs Debian's zookeeper (make test runs it first)"
+    );
+    let mut child = std::process::Command::new(ZKCLI)
+        .args(["-server", server])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("zkCli.sh starts");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("script");
+    // Bounded: zkCli exits at `quit`; a hang is killed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("zkCli.sh did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines().filter(|l| !l.starts_with("20") && !l.trim_start().starts_with("at ")).collect::<Vec<_>>().join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t30_zkcli_scripted_session() {
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let script = "\
+create /zk30 hello
+create -e -s /zk30/lock- x
+ls -s /zk30
+get -w /zk30
+set /zk30 world
+set -v 0 /zk30 stale
+get -s /zk30
+addWatch -m PERSISTENT_RECURSIVE /zk30
+create /zk30/r one
+delete /zk30/none
+sync /zk30
+getAllChildrenNumber /zk30
+quit
+";
+    let server = eps[2].clone();
+    let out = tokio::task::spawn_blocking(move || zkcli(&server, script)).await.expect("zkCli");
+    let has = |s: &str| assert!(out.contains(s), "zkCli output lacks {s:?}:\n{out}");
+    has("Created /zk30\n");
+    let seq = out.lines().find_map(|l| l.strip_prefix("Created /zk30/lock-")).unwrap_or_else(|| panic!("{out}"));
+    assert!(seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()), "a 10-digit suffix: {seq:?}");
+    has(&format!("[lock-{seq}]"));
+    has("numChildren = 1");
+    has("WatchedEvent state:SyncConnected type:NodeDataChanged path:/zk30");
+    has("version No is not valid : /zk30");
+    has("dataVersion = 1");
+    has("WatchedEvent state:SyncConnected type:NodeCreated path:/zk30/r");
+    has("Node does not exist: /zk30/none");
+    has("Sync is OK");
+    assert!(out.lines().any(|l| l.trim() == "2"), "getAllChildrenNumber: 2\n{out}");
+    assert!(!out.contains("ConnectionLoss"), "the session never lost its connection:\n{out}");
+    // What zkCli wrote, Baton's own client reads.
+    let native = c.client().await;
+    let (data, _) = native.get("/zk30").await.expect("native get");
+    assert_eq!(&data[..], b"world");
+    let _ = native.close().await;
+}
+
+/// Sends `bytes` on a fresh connection to `addr` and reads until the
+/// member closes it (bounded: a connection still open after 5 s fails).
+async fn send_and_read_to_close(addr: &str, bytes: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = s.write_all(bytes).await;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+        .await
+        .expect("the member closed the connection")
+        .ok();
+    out
+}
+
+fn connect_frame() -> Vec<u8> {
+    let c = baton_proto::jute::ConnectRequest {
+        protocol_version: 0,
+        last_zxid_seen: 0,
+        timeout_ms: 6000,
+        session_id: 0,
+        passwd: vec![0; 16],
+        read_only: false,
+    };
+    framed(&c.encode())
+}
+
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t40_bad_input_closes_one_connection_and_four_letter_words_follow_the_whitelist() {
+    let c = Cluster::start_zk(3, &["--zk-4lw-whitelist=srvr,ruok"]).await;
+    let eps = c.zk_endpoints();
+    let a = connect(&eps[..1]).await;
+    a.create("/kept", b"safe", &anyone()).await.expect("create");
+    let ep = &eps[0];
+
+    // Garbage as the first frame (a negative length), an oversized one, a
+    // connect request cut short: closed, nothing answered.
+    assert!(send_and_read_to_close(ep, &[0xde, 0xad, 0xbe, 0xef, 1, 2, 3]).await.is_empty());
+    assert!(send_and_read_to_close(ep, &(200u32 << 20).to_be_bytes()).await.is_empty());
+    assert!(send_and_read_to_close(ep, &framed(&[0, 0, 0, 0, 0, 0])).await.is_empty());
+    // After the handshake: an unknown opcode, a truncated create, garbage.
+    for bad in [
+        framed(&[0, 0, 0, 1, 0, 0, 2, 0x2b]),
+        framed(&[0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 9, b'/', b'x']),
+        framed(&[0xff; 40]),
+    ] {
+        let mut bytes = connect_frame();
+        bytes.extend_from_slice(&bad);
+        let got = send_and_read_to_close(ep, &bytes).await;
+        // The connect reply (a 4-byte length, then 4+4+8+4+16+1 bytes) and nothing after it.
+        assert_eq!(got.len(), 4 + 37, "only the connect reply before the close: {got:?}");
+    }
+
+    // Four-letter words: whitelisted ones answer, the others are refused
+    // with ZooKeeper's text, an unknown word is just closed.
+    let srvr = String::from_utf8(send_and_read_to_close(ep, b"srvr").await).expect("text");
+    assert!(srvr.contains("Zookeeper version: 3.8.0-baton") && srvr.contains("Mode: "), "{srvr}");
+    assert_eq!(send_and_read_to_close(ep, b"ruok").await, b"imok");
+    let mntr = String::from_utf8(send_and_read_to_close(ep, b"mntr").await).expect("text");
+    assert_eq!(mntr, "mntr is not executed because it is not in the whitelist.\n");
+    assert!(send_and_read_to_close(ep, b"zzzz").await.is_empty());
+
+    // The member kept serving, and the session that was open meanwhile too.
+    let (data, _) = a.get_data("/kept").await.expect("the old session still works");
+    assert_eq!(data, b"safe");
+    let b = connect(&eps[..1]).await;
+    b.create("/after", b"", &anyone()).await.expect("a new session works");
+    let st = c.status(1).await.expect("member 1 answers its status");
+    assert!(st.applied_index > 0);
+}
