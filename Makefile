@@ -61,15 +61,17 @@ sim:
 jepsen-faults-long: build
 	$(CARGO) test -p baton-jepsen --test faults -- --ignored --test-threads=1 --nocapture
 
-# Every compare workload for a few seconds on all three targets, to keep
-# the adapters working (debug build: the figures mean nothing).
+# Every compare workload for a few seconds on every target (Baton, etcd,
+# ZooKeeper, and Baton through its ZooKeeper port), to keep the adapters
+# working (debug build: the figures mean nothing). A failed run fails it.
 compare-smoke: build peer-deps
 	@set -o pipefail; out=$$(mktemp -d /tmp/baton-compare-smoke.XXXXXX); \
-	$(CARGO) run -q -p baton-jepsen -- compare --targets baton,etcd,zookeeper \
-	  --duration 2 --warmup 0 --run-warmup 1 --runs 1 --out $$out 2>&1 | grep -v WARN | tail -n 30 \
+	$(CARGO) run -q -p baton-jepsen -- compare --targets baton,etcd,zookeeper,baton-zk \
+	  --duration 2 --warmup 0 --run-warmup 1 --runs 1 --out $$out 2>&1 | grep -v WARN | tail -n 40 \
 	  || { echo "compare smoke failed; see $$out"; exit 1; }; \
 	rows=$$(grep -c '"workload"' $$out/compare.json); \
-	[ "$$rows" -eq 18 ] || { echo "compare smoke: $$rows rows in compare.json, expected 18"; exit 1; }; \
+	[ "$$rows" -eq 24 ] || { echo "compare smoke: $$rows rows in compare.json, expected 24"; exit 1; }; \
+	! grep -q '"failed"' $$out/compare.json || { echo "compare smoke: a run failed; see $$out/compare.md"; exit 1; }; \
 	test -s $$out/compare.png && test -s $$out/compare.md; rm -rf $$out
 
 # The full side-by-side (release build, ~20 min): docs/comparison.md has

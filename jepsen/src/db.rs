@@ -68,6 +68,8 @@ pub struct DbOpts {
     /// TLS on both ports, with a throwaway CA in `<dir>/tls` (clients use
     /// [`Db::client_tls`]).
     pub tls: bool,
+    /// Open every member's ZooKeeper port (`--zk-addr`, [`Db::zk_endpoints`]).
+    pub zk: bool,
 }
 
 pub struct Db {
@@ -124,6 +126,7 @@ impl Db {
             env: vec![("RUST_LOG".into(), "info,raft=warn".into())],
             tls: kit_tls,
             links: if o.direct { Links::Direct } else { Links::Proxied { slots: o.slots } },
+            zk: o.zk,
             ..ClusterSpec::new(o.nodes, &o.dir, &o.bin)
         };
         let cluster =
@@ -301,6 +304,11 @@ impl Db {
     /// setup and final reads.
     pub fn direct_endpoints(&self) -> Vec<String> {
         self.cluster.endpoints().into_iter().take(self.nodes as usize).collect()
+    }
+
+    /// The founding members' ZooKeeper ports (with [`DbOpts::zk`]).
+    pub fn zk_endpoints(&self) -> Vec<String> {
+        self.cluster.zk_endpoints().into_iter().take(self.nodes as usize).collect()
     }
 
     /// Kills every member (also done on drop).

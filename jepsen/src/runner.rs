@@ -75,6 +75,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         direct: false,
         session_ms: Some(o.session_timeout.as_millis() as u64),
         tls: o.tls,
+        zk: false,
     })
     .await?;
     let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();

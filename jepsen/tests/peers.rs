@@ -59,6 +59,7 @@ async fn contract(kind: Kind) {
         AnyTarget::Baton(x) => adapter_contract(x.clone()).await,
         AnyTarget::Etcd(x) => adapter_contract(x.clone()).await,
         AnyTarget::Zookeeper(x) => adapter_contract(x.clone()).await,
+        AnyTarget::BatonZk(x) => adapter_contract(x.clone()).await,
     }
     t.stop();
 }
@@ -76,6 +77,12 @@ async fn t20_etcd_adapter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t30_zookeeper_adapter() {
     contract(Kind::Zookeeper).await;
+}
+
+/// The ZooKeeper adapter, unchanged, against Baton's ZooKeeper port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t35_baton_zk_adapter() {
+    contract(Kind::BatonZk).await;
 }
 
 /// Jepsen's etcd 3.4.3 finding, reproduced: a holder frozen past its lease

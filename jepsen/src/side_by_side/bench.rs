@@ -406,6 +406,7 @@ pub enum AnyTarget {
     Baton(Arc<super::targets::baton::BatonTarget>),
     Etcd(Arc<super::targets::etcd::EtcdTarget>),
     Zookeeper(Arc<super::targets::zookeeper::ZkTarget>),
+    BatonZk(Arc<super::targets::baton_zk::BatonZkTarget>),
 }
 
 impl AnyTarget {
@@ -416,6 +417,7 @@ impl AnyTarget {
             Kind::Baton => AnyTarget::Baton(Arc::new(super::targets::baton::BatonTarget::start(dir, baton_tls).await?)),
             Kind::Etcd => AnyTarget::Etcd(Arc::new(super::targets::etcd::EtcdTarget::start(dir).await?)),
             Kind::Zookeeper => AnyTarget::Zookeeper(Arc::new(super::targets::zookeeper::ZkTarget::start(dir).await?)),
+            Kind::BatonZk => AnyTarget::BatonZk(Arc::new(super::targets::baton_zk::BatonZkTarget::start(dir).await?)),
         })
     }
 
@@ -424,6 +426,7 @@ impl AnyTarget {
             AnyTarget::Baton(t) => run_once(t.clone(), o).await,
             AnyTarget::Etcd(t) => run_once(t.clone(), o).await,
             AnyTarget::Zookeeper(t) => run_once(t.clone(), o).await,
+            AnyTarget::BatonZk(t) => run_once(t.clone(), o).await,
         }
     }
 
@@ -432,6 +435,7 @@ impl AnyTarget {
             AnyTarget::Baton(t) => t.stop(),
             AnyTarget::Etcd(t) => t.stop(),
             AnyTarget::Zookeeper(t) => t.stop(),
+            AnyTarget::BatonZk(t) => t.stop(),
         }
     }
 }

@@ -282,7 +282,8 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
             let _ = writeln!(md, "{}", f.replace('|', "/"));
         }
     }
-    let peers: Vec<Kind> = o.targets.iter().copied().filter(|k| *k != Kind::Baton).collect();
+    // baton-zk is Baton itself (through its ZooKeeper port): not a peer.
+    let peers: Vec<Kind> = o.targets.iter().copied().filter(|k| !matches!(k, Kind::Baton | Kind::BatonZk)).collect();
     if !peers.is_empty() && o.targets.contains(&Kind::Baton) {
         let _ = writeln!(md, "\n## Baton's ratio to each peer\n");
         let _ = writeln!(
@@ -339,7 +340,39 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
             let _ = writeln!(md, " {text} | {met} |");
         }
     }
+    if o.targets.contains(&Kind::BatonZk) {
+        zk_port_cost(&mut md, all);
+    }
     md
+}
+
+/// What the ZooKeeper port costs: baton-zk next to Baton's own client and
+/// next to real ZooKeeper (the same client code on both).
+fn zk_port_cost(md: &mut String, all: &[Summary]) {
+    let _ = writeln!(md, "\n## The ZooKeeper port\n");
+    let _ = writeln!(
+        md,
+        "baton-zk: Baton's members through their ZooKeeper port, driven by the ZooKeeper target's client and \
+         recipe. Above 1 = baton-zk faster.\n"
+    );
+    let _ = writeln!(md, "| workload | baton-zk ops/s | p99 ms | vs baton | vs zookeeper |");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    let ratio = |z: &Summary, k: Kind, w: BenchWorkload| match find(all, k, w) {
+        Some(s) if s.ops_per_sec > 0.0 => format!("{:.2}x", z.ops_per_sec / s.ops_per_sec),
+        _ => "-".into(),
+    };
+    for w in BenchWorkload::ALL {
+        let Some(z) = find(all, Kind::BatonZk, w) else { continue };
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.2} | {} | {} |",
+            w.name(),
+            z.ops_per_sec,
+            z.p99_ms,
+            ratio(z, Kind::Baton, w),
+            ratio(z, Kind::Zookeeper, w)
+        );
+    }
 }
 
 fn color(k: Kind) -> RGBColor {
@@ -347,6 +380,7 @@ fn color(k: Kind) -> RGBColor {
         Kind::Baton => RGBColor(0x1f, 0x77, 0xb4),
         Kind::Etcd => RGBColor(0x2c, 0xa0, 0x2c),
         Kind::Zookeeper => RGBColor(0xff, 0x7f, 0x0e),
+        Kind::BatonZk => RGBColor(0x9e, 0xc5, 0xe8),
     }
 }
 
@@ -527,9 +561,11 @@ mod tests {
             one(Kind::Baton, BenchWorkload::Failover, 300.0, 40.0, Some(150.0)),
             one(Kind::Etcd, BenchWorkload::Failover, 40.0, 1000.0, Some(3000.0)),
             one(Kind::Zookeeper, BenchWorkload::Failover, 200.0, 100.0, Some(500.0)),
+            one(Kind::BatonZk, BenchWorkload::Write, 5000.0, 20.0, None),
         ];
         let dir = tempfile::tempdir().expect("tempdir");
-        let o = opts(dir.path());
+        let mut o = opts(dir.path());
+        o.targets.push(Kind::BatonZk);
         let md = markdown(&all, &o);
         // Contended: 600 vs the better peer's 300 = 2x, goal met.
         assert!(
@@ -544,12 +580,17 @@ mod tests {
         // Failover: 150 ms vs ZooKeeper's 500 ms gap: at most half, met.
         assert!(md.contains("| failover |") && md.contains("gap <= 0.5x the better peer | yes |"), "{md}");
         assert!(md.contains("| failover | 16 | baton | 300 | 300-300 | 20.00 | 40.00 | 150 | 5000 |"), "{md}");
+        // baton-zk is not a peer (the ratios above are to etcd and ZooKeeper
+        // only); its own table compares it with Baton and ZooKeeper.
+        assert!(!md.contains("vs baton-zk"), "{md}");
+        assert!(md.contains("| write | 5000 | 20.00 | 0.50x | 0.71x |"), "{md}");
         write_outputs(&all, dir.path(), &o).expect("outputs");
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("compare.json")).expect("json"))
                 .expect("parse");
         let rows = json.as_array().expect("array");
-        assert_eq!(rows.len(), 9);
+        assert_eq!(rows.len(), 10);
+        assert!(rows.iter().any(|r| r["target"] == "baton-zk"));
         for key in ["target", "workload", "ops_per_sec", "p50_ms", "p99_ms", "runs"] {
             assert!(rows.iter().all(|r| r.get(key).is_some()), "missing {key}");
         }

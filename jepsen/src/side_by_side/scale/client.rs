@@ -56,7 +56,7 @@ impl Sc {
                     .connect(&endpoints.join(","))
                     .await?,
             ),
-            Kind::Etcd => anyhow::bail!("scale does not run etcd"),
+            Kind::Etcd | Kind::BatonZk => anyhow::bail!("scale runs baton and zookeeper"),
         })
     }
 

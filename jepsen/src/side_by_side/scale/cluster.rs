@@ -421,6 +421,7 @@ impl Scaled {
             Kind::Baton => Scaled::Baton(std::sync::Arc::new(BatonScale::start(dir).await?)),
             Kind::Zookeeper => Scaled::Zk(std::sync::Arc::new(ZkScale::start(dir).await?)),
             Kind::Etcd => anyhow::bail!("scale does not run etcd (docs/scaling.md says why)"),
+            Kind::BatonZk => anyhow::bail!("scale does not run baton-zk"),
         })
     }
 

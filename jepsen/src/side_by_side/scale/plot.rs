@@ -101,6 +101,7 @@ fn color(k: Kind) -> RGBColor {
     match k {
         Kind::Baton => RGBColor(0x1f, 0x77, 0xb4),
         Kind::Etcd => RGBColor(0x2c, 0xa0, 0x2c),
+        Kind::BatonZk => RGBColor(0x9e, 0xc5, 0xe8),
         Kind::Zookeeper => RGBColor(0xff, 0x7f, 0x0e),
     }
 }

@@ -36,6 +36,12 @@ pub fn tls_from_env() -> anyhow::Result<Option<ClientTls>> {
 
 impl BatonTarget {
     pub async fn start(dir: &Path, tls: bool) -> anyhow::Result<BatonTarget> {
+        Self::start_with(dir, tls, false).await
+    }
+
+    /// With `zk`, every member also opens its ZooKeeper port
+    /// ([`BatonTarget::zk_endpoints`]).
+    pub async fn start_with(dir: &Path, tls: bool, zk: bool) -> anyhow::Result<BatonTarget> {
         let db = Db::start(DbOpts {
             nodes: 3,
             slots: 0,
@@ -45,6 +51,7 @@ impl BatonTarget {
             direct: true,
             session_ms: None,
             tls,
+            zk,
         })
         .await?;
         let endpoints = db.direct_endpoints();
@@ -59,6 +66,11 @@ impl BatonTarget {
         let _ = setup.close().await;
         let tls_dir = tls.as_ref().map(|_| dir.join("tls"));
         Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir })
+    }
+
+    /// The members' ZooKeeper ports (empty unless started with `zk`).
+    pub fn zk_endpoints(&self) -> Vec<String> {
+        self.with_db(|db| db.zk_endpoints())
     }
 
     fn with_db<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {

@@ -12,6 +12,9 @@
 //!   client's lease; token = the lock key's create revision.
 //! - ZooKeeper: the documented recipe (ephemeral sequential node under the
 //!   lock's folder, exists-watch on the predecessor); token = czxid.
+//! - baton-zk: Baton's members through their ZooKeeper port, driven by the
+//!   ZooKeeper target's client and recipe (what the compatibility layer
+//!   costs, next to real ZooKeeper).
 //!
 //! Reads are linearizable on every target: Baton's default (ReadIndex),
 //! etcd's default range (quorum read), ZooKeeper `sync` + `getData`.
@@ -24,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub mod baton;
+pub mod baton_zk;
 pub mod etcd;
 pub mod zookeeper;
 
@@ -36,6 +40,10 @@ pub enum Kind {
     Baton,
     Etcd,
     Zookeeper,
+    /// Baton through its ZooKeeper port.
+    #[value(name = "baton-zk")]
+    #[serde(rename = "baton-zk")]
+    BatonZk,
 }
 
 impl Kind {
@@ -44,6 +52,7 @@ impl Kind {
             Kind::Baton => "baton",
             Kind::Etcd => "etcd",
             Kind::Zookeeper => "zookeeper",
+            Kind::BatonZk => "baton-zk",
         }
     }
 
@@ -52,7 +61,8 @@ impl Kind {
             "baton" => Ok(Kind::Baton),
             "etcd" => Ok(Kind::Etcd),
             "zookeeper" | "zk" => Ok(Kind::Zookeeper),
-            other => anyhow::bail!("unknown target {other:?} (baton, etcd, zookeeper)"),
+            "baton-zk" => Ok(Kind::BatonZk),
+            other => anyhow::bail!("unknown target {other:?} (baton, etcd, zookeeper, baton-zk)"),
         }
     }
 }
@@ -149,7 +159,7 @@ pub async fn hold(kind: Kind, endpoints: Vec<String>, name: &str, ttl: Duration)
             run(baton::BatonClient::connect_to(endpoints, 0, ttl, baton::tls_from_env()?).await?, name).await
         }
         Kind::Etcd => run(etcd::EtcdClient::connect_to(endpoints, 0, ttl).await?, name).await,
-        Kind::Zookeeper => run(zookeeper::ZkClient::connect_to(endpoints, 0, ttl).await?, name).await,
+        Kind::Zookeeper | Kind::BatonZk => run(zookeeper::ZkClient::connect_to(endpoints, 0, ttl).await?, name).await,
     }
 }
 
