@@ -153,6 +153,33 @@ async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
     .await;
 }
 
+/// ZooKeeper's FIFO client order: a read sent right behind a write (no
+/// wait for the write's answer) sees it, as it would on ZooKeeper. The
+/// port serves a read from the member's state at once, so it must not
+/// send one while a write of the same connection is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t15_a_read_pipelined_behind_a_write_sees_it() {
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    // Through a follower (one more hop for the write): the race is wider.
+    let leader = c.wait_leader(Duration::from_secs(10)).await;
+    let member = if leader == 1 { 2 } else { 1 };
+    let a = connect(&eps[member as usize - 1..member as usize]).await;
+    let (created, got, stat) =
+        tokio::join!(a.create("/fifo", b"0", &anyone()), a.get_data("/fifo"), a.check_stat("/fifo"));
+    created.expect("create");
+    assert_eq!(got.expect("the read behind the create finds the node").0, b"0");
+    assert!(stat.expect("exists").is_some());
+    for i in 1..=20u32 {
+        let v = i.to_string();
+        let (set, got, kids) =
+            tokio::join!(a.set_data("/fifo", v.as_bytes(), None), a.get_data("/fifo"), a.list_children("/"));
+        assert_eq!(set.expect("set").version, i as i32);
+        assert_eq!(got.expect("get").0, v.as_bytes(), "round {i}: the read did not see the write sent before it");
+        assert!(kids.expect("children").contains(&"fifo".to_string()));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t20_a_session_resumes_on_another_member_with_its_id_and_password() {
     let mut c = Cluster::start_zk(3, &[]).await;

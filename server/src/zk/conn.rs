@@ -95,6 +95,9 @@ pub(super) async fn handle(
         watches: HashMap::new(),
         next_watch: 1,
         closing: false,
+        outstanding: 0,
+        class: Class::Local,
+        waiting: VecDeque::new(),
     };
     if g.connect(&connect, cfg).await {
         let frames = FramedRead::new(rd, baton_proto::codec(cfg.max_frame));
@@ -162,6 +165,46 @@ struct Gateway {
     watches: HashMap<u64, bool>,
     next_watch: u64,
     closing: bool,
+    /// Requests sent to the driver and not answered yet, all of `class`.
+    outstanding: usize,
+    class: Class,
+    /// Requests held back until those of another class are answered, in
+    /// the order they came (mod.rs: "one session's requests in order").
+    waiting: VecDeque<(i32, i32, Request)>,
+}
+
+/// How a request reaches the state; only requests of one class are in
+/// flight at a time, so the driver answers them in the order they came.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Class {
+    /// Served from this member's state at once (by the driver or here).
+    Local,
+    /// After a ReadIndex round.
+    Linear,
+    /// Through the log.
+    Write,
+}
+
+fn class_of(req: &Request, linearizable: bool) -> Class {
+    match req {
+        Request::Create { .. }
+        | Request::Delete { .. }
+        | Request::SetData { .. }
+        | Request::SetAcl { .. }
+        | Request::Multi(_)
+        | Request::CloseSession => Class::Write,
+        Request::Sync { .. } | Request::SetWatches { .. } => Class::Linear,
+        Request::Exists { .. }
+        | Request::GetData { .. }
+        | Request::GetChildren { .. }
+        | Request::GetAcl { .. }
+        | Request::MultiRead(_)
+            if linearizable =>
+        {
+            Class::Linear
+        }
+        _ => Class::Local,
+    }
 }
 
 /// Requests keyed by serial live in this map beside the queue.
@@ -275,7 +318,7 @@ impl Gateway {
     ) {
         let mut reqs: Zreqs = HashMap::new();
         loop {
-            let room = self.queue.len() < max_inflight && !self.closing;
+            let room = self.queue.len() + self.waiting.len() < max_inflight && !self.closing;
             tokio::select! {
                 f = frames.next(), if room => {
                     let Some(Ok(frame)) = f else { return };
@@ -292,7 +335,13 @@ impl Gateway {
                     let Some(f) = f else { return };
                     // A ping's answer or a notification goes out at once.
                     let now = match f.frame {
-                        Some(server_frame::Frame::Response(r)) => self.response(&mut reqs, r),
+                        Some(server_frame::Frame::Response(r)) => {
+                            let now = self.response(&mut reqs, r);
+                            if !self.release_waiting(&mut reqs) {
+                                return;
+                            }
+                            now
+                        }
                         Some(server_frame::Frame::Event(e)) => self.event(e),
                         None => None,
                     };
@@ -372,6 +421,7 @@ impl Gateway {
         }
         reqs.insert(serial, Zreq { xid: x, op: o, what, want, got: Vec::with_capacity(want), seqs, reply: None });
         self.queue.push_back(serial);
+        self.outstanding += 1;
         true
     }
 
@@ -386,8 +436,40 @@ impl Gateway {
         (ReadReq { path, stale: !self.linearizable, watch }, id)
     }
 
-    /// Translates one request. False: close the connection.
+    /// Takes one request: sent now, or held behind requests of another
+    /// class. False: close the connection.
     fn request(&mut self, reqs: &mut Zreqs, x: i32, o: i32, req: Request) -> bool {
+        if matches!(req, Request::Ping) {
+            // Outside the order, as in ZooKeeper.
+            return self.dispatch(reqs, x, o, req);
+        }
+        let c = class_of(&req, self.linearizable);
+        if !self.waiting.is_empty() || (self.outstanding > 0 && self.class != c) {
+            self.waiting.push_back((x, o, req));
+            return true;
+        }
+        self.class = c;
+        self.dispatch(reqs, x, o, req)
+    }
+
+    /// Sends what waited, once what held it back is answered.
+    fn release_waiting(&mut self, reqs: &mut Zreqs) -> bool {
+        while let Some((_, _, req)) = self.waiting.front() {
+            let c = class_of(req, self.linearizable);
+            if self.outstanding > 0 && self.class != c {
+                return true;
+            }
+            let Some((x, o, req)) = self.waiting.pop_front() else { return true };
+            self.class = c;
+            if !self.dispatch(reqs, x, o, req) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Translates one request. False: close the connection.
+    fn dispatch(&mut self, reqs: &mut Zreqs, x: i32, o: i32, req: Request) -> bool {
         use request::Body as B;
         match req {
             Request::Ping => {
@@ -631,6 +713,7 @@ impl Gateway {
             self.writes.remove(s);
         }
         z.reply = Some(build(z, &mut self.watches));
+        self.outstanding = self.outstanding.saturating_sub(1);
         None
     }
 

@@ -18,10 +18,19 @@
 //!   until every earlier request's reply is out. Pings (xid -2), auth
 //!   replies (-4) and notifications (-1) are outside that order, as in
 //!   ZooKeeper.
-//! - **A watch event before the reply that reflects its change.** The
-//!   driver queues an entry's events before its replies on the connection
-//!   (watches.rs); events are written at once and replies only ever wait,
-//!   so that order holds.
+//! - **One session's requests in order** (ZooKeeper's FIFO client order:
+//!   a read sent right behind a write sees it). The driver serves a local
+//!   read at once and a write only once it commits, so requests are
+//!   classed (local reads, ReadIndex reads, writes) and only one class is
+//!   in flight at a time: a request of another class waits, with every
+//!   request after it, until those are answered. Requests of one class
+//!   are answered in the order they came.
+//! - **A watch event after the reply that set its watch, and before the
+//!   reply that reflects its change.** The driver queues an entry's events
+//!   before its replies on the connection (watches.rs), in log order.
+//!   Events are written as they come: with one class in flight, no reply
+//!   that set a watch is ever held behind an earlier request, so an event
+//!   cannot overtake it.
 //! - **Sessions are Baton sessions.** A connect with session id 0 is
 //!   `create_session` (timeout negotiated within `--min/max-session-ms`);
 //!   with an id and password it is `attach` (the password is the session's
