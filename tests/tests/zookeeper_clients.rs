@@ -221,7 +221,13 @@ async fn t60_curator_recipes_through_a_leader_kill() {
     let texts: Vec<String> = outs.iter().map(Output::text).collect();
     assert_eq!(codes, vec![Some(0); 5], "a Curator process failed (or hung past 100 s):\n{}", texts.join("\n---\n"));
     let main = &texts[4];
-    for line in ["latch+cache: ready before the kill", "cache: ", "latch: 3 candidates led in turn", "MAIN OK"] {
+    for line in [
+        "latch+cache: ready before the kill",
+        "cache: ",
+        "watches: one-shot",
+        "latch: 3 candidates led in turn",
+        "MAIN OK",
+    ] {
         assert!(main.contains(line), "no {line:?} line:\n{main}");
     }
     // Each worker's increments, summed: what the counter holds.

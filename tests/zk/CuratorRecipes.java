@@ -17,7 +17,9 @@
 // main: LeaderLatch with 3 candidates (exactly one leads; a closed
 //   leader's latch hands over) and a CuratorCache on /curator/cache that
 //   sees changes made before and after the kill, on a client that starts
-//   on the leader.
+//   on the leader; on that client also one-shot watches set before the
+//   kill fire after it (the Java client re-sets them with setWatches),
+//   and its session survives (SUSPENDED, RECONNECTED, never LOST).
 //
 // Any failure prints "FAIL: ..." and exits 1; every wait is bounded.
 
@@ -188,6 +190,17 @@ public class CuratorRecipes {
         CuratorFramework w = client(connect);
         w.setData().forPath(CACHE, "before".getBytes(StandardCharsets.UTF_8));
         waitFor("the cache sees 'before'", () -> "before".equals(seen.get(CACHE)), 15000);
+        // Plain one-shot watches on the cache's client: Curator leaves them
+        // to the ZooKeeper client, which re-sets them after a reconnect
+        // (setWatches). Its connection states: suspended, then reconnected.
+        List<String> fired = java.util.Collections.synchronizedList(new ArrayList<>());
+        List<String> states = java.util.Collections.synchronizedList(new ArrayList<>());
+        cz.getConnectionStateListenable().addListener((c, st) -> states.add(st.toString()));
+        cz.create().orSetData().forPath("/curator/oneshot", "0".getBytes(StandardCharsets.UTF_8));
+        cz.getData().usingWatcher((org.apache.zookeeper.Watcher) e -> fired.add(e.getType() + " " + e.getPath()))
+            .forPath("/curator/oneshot");
+        if (cz.checkExists().usingWatcher((org.apache.zookeeper.Watcher) e -> fired.add(e.getType() + " " + e.getPath()))
+            .forPath("/curator/later") != null) fail("/curator/later exists before it is made");
         say("latch+cache: ready before the kill");
 
         waitFor("the leader's kill (" + flag + ")", () -> Files.exists(flag), Math.max(1000, deadline - System.currentTimeMillis()));
@@ -200,6 +213,13 @@ public class CuratorRecipes {
         ChildData top = cache.get(CACHE).orElse(null);
         if (top == null || !str(top.getData()).equals("after-kill")) fail("the cache's node after the kill: " + top);
         say("cache: " + events.size() + " events, last " + events.get(events.size() - 1));
+        w.setData().forPath("/curator/oneshot", "1".getBytes(StandardCharsets.UTF_8));
+        w.create().forPath("/curator/later");
+        waitFor("one-shot watches set before the kill fire after it",
+            () -> fired.contains("NodeDataChanged /curator/oneshot") && fired.contains("NodeCreated /curator/later"), 20000);
+        if (!states.contains("SUSPENDED") || !states.contains("RECONNECTED") || states.contains("LOST"))
+            fail("the cache's client should lose its connection at the kill and keep its session: " + states);
+        say("watches: one-shot " + fired + ", client states " + states);
 
         // After the kill: one leader again, all agree; hand over twice.
         waitFor("exactly one LeaderLatch leader after the kill", () -> leaders(latches) == 1, 30000);

@@ -18,7 +18,9 @@ Phases:
      the counter ends at the sum of the increments each contender made.
      They keep going until the leader is dead and each has made
      AFTER_KILL more;
-  3. after the kill: the watchers saw the changes made after it, then
+  3. after the kill: the watchers saw the changes made after it (their
+     client lost its connection, was told so through its one-shot
+     watches, and kept its session), then
      Election, Barrier, Counter, Queue and Party.
 
 Every wait is bounded; the whole run has a deadline (--deadline seconds).
@@ -339,6 +341,16 @@ def main():
 
     if not wait_for("the watchers' first call", lambda: seen_data and seen_children, 10):
         return finish()
+    # Plain one-shot watches too. kazoo sends no setWatches: on a lost
+    # connection it fires them with a NONE event (and its DataWatch and
+    # ChildrenWatch read again once reconnected). Both must see the loss.
+    states = []
+    w.add_listener(lambda st: states.append(st))
+    fired = []
+    w.ensure_path(ROOT + "/oneshot")
+    w.get(ROOT + "/oneshot", watch=lambda e: fired.append((e.type, e.path)))
+    if w.exists(ROOT + "/later", watch=lambda e: fired.append((e.type, e.path))) is not None:
+        fail("%s/later exists before it is made" % ROOT)
     w.set(ROOT + "/watched", b"before")
     wait_for("DataWatch sees 'before'", lambda: seen_data[-1:] == [b"before"], 10)
     say("watchers: registered on %s" % a.leader)
@@ -352,7 +364,11 @@ def main():
     retry(setup.create, ROOT + "/watched/child-b")
     wait_for("DataWatch sees 'after-kill'", lambda: seen_data[-1:] == [b"after-kill"], 20)
     wait_for("ChildrenWatch sees both children", lambda: seen_children[-1:] == [["child-a", "child-b"]], 20)
-    say("watchers: after the kill saw data %r, children %r" % (seen_data[-1], seen_children[-1]))
+    wait_for("one-shot watches told of the lost connection", lambda: fired == [("NONE", None)] * 2, 20)
+    if "SUSPENDED" not in states or "LOST" in states or w.state != "CONNECTED":
+        fail("the watchers' client should lose its connection at the kill and keep its session: %r" % states)
+    say("watchers: after the kill saw data %r, children %r, one-shot %r; client states %r"
+        % (seen_data[-1], seen_children[-1], sorted(fired), states))
     w.stop()
     w.close()
 
