@@ -74,17 +74,66 @@ public class CuratorRecipes {
     }
 
     static CuratorFramework client(String connect) throws InterruptedException {
-        // Operations retry on connection loss (Curator's default behaviour
-        // with a retry policy); 10 s sessions outlive a leader election.
-        CuratorFramework c = CuratorFrameworkFactory.builder()
+        return client(connect, false);
+    }
+
+    /**
+     * A client whose operations retry on connection loss (Curator's
+     * default with a retry policy); 10 s sessions outlive a leader election.
+     * inOrder: the servers are tried in the order given (the Java client
+     * shuffles them otherwise), so the first one is where it starts.
+     */
+    static CuratorFramework client(String connect, boolean inOrder) throws InterruptedException {
+        CuratorFrameworkFactory.Builder b = CuratorFrameworkFactory.builder()
             .connectString(connect)
             .sessionTimeoutMs(10000)
-            .connectionTimeoutMs(15000)
-            .retryPolicy(new RetryNTimes(60, 250))
-            .build();
+            .connectionTimeoutMs(10000)
+            .retryPolicy(new RetryNTimes(60, 250));
+        if (inOrder) {
+            b.zookeeperFactory((cs, timeout, watcher, ro) ->
+                new org.apache.zookeeper.ZooKeeper(cs, timeout, watcher, ro, new InOrder(cs)));
+        }
+        CuratorFramework c = b.build();
         c.start();
         if (!c.blockUntilConnected(20, TimeUnit.SECONDS)) fail("no connection to " + connect + " within 20 s");
         return c;
+    }
+
+    /** ZooKeeper's HostProvider without the shuffle: the servers in turn. */
+    static final class InOrder implements org.apache.zookeeper.client.HostProvider {
+        private final List<java.net.InetSocketAddress> servers = new ArrayList<>();
+        private int next = 0;
+
+        InOrder(String connect) {
+            for (String hp : connect.split(",")) {
+                int colon = hp.lastIndexOf(':');
+                servers.add(new java.net.InetSocketAddress(hp.substring(0, colon), Integer.parseInt(hp.substring(colon + 1))));
+            }
+        }
+
+        public int size() {
+            return servers.size();
+        }
+
+        public java.net.InetSocketAddress next(long spinDelay) {
+            java.net.InetSocketAddress a = servers.get(next);
+            next = (next + 1) % servers.size();
+            if (next == 0 && spinDelay > 0) {
+                // Every server tried: wait a little, as ZooKeeper's own provider does.
+                try {
+                    Thread.sleep(spinDelay);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            return a;
+        }
+
+        public void onConnected() {}
+
+        public boolean updateServerList(java.util.Collection<java.net.InetSocketAddress> list, java.net.InetSocketAddress current) {
+            return false;
+        }
     }
 
     static String str(byte[] b) {
@@ -163,7 +212,7 @@ public class CuratorRecipes {
     static void mainRole(String connect, String leader, Path flag, long deadline) throws Exception {
         // The cache's client starts on the leader: its connection dies at
         // the kill and its watches come back on another member.
-        CuratorFramework cz = client(leader + "," + connect);
+        CuratorFramework cz = client(leader + "," + connect, true);
         cz.create().orSetData().creatingParentContainersIfNeeded().forPath(CACHE, "start".getBytes(StandardCharsets.UTF_8));
         Map<String, String> seen = new ConcurrentHashMap<>();
         List<String> events = java.util.Collections.synchronizedList(new ArrayList<>());
