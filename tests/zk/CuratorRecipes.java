@@ -304,12 +304,20 @@ public class CuratorRecipes {
         return -1;
     }
 
-    /** Every open latch names the one that believes it leads. */
+    /**
+     * Every open latch names the one that believes it leads (within 10 s:
+     * each reads its own member's state, which may lag a moment).
+     */
     static void agree(List<LeaderLatch> latches) throws Exception {
         String id = latches.get(leaderIndex(latches)).getId();
+        long end = System.currentTimeMillis() + 10000;
         for (LeaderLatch l : latches) {
             if (l == null) continue;
             String theirs = l.getLeader().getId();
+            while (!theirs.equals(id) && System.currentTimeMillis() < end) {
+                Thread.sleep(50);
+                theirs = l.getLeader().getId();
+            }
             if (!theirs.equals(id)) fail("latch " + l.getId() + " sees leader " + theirs + ", but " + id + " leads");
         }
     }

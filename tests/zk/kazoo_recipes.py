@@ -187,6 +187,7 @@ def lock_phase(hosts, leader_host, killed_flag, deadline):
         fail("lock contender raised " + e)
     if any(t.is_alive() for t in threads):
         fail("a lock contender is still running at the deadline")
+    retry(setup.sync, COUNTER)  # reads are a member's state: see every write first
     data, _ = retry(setup.get, COUNTER)
     value = int(data.split()[0])
     total = sum(made)
@@ -266,6 +267,7 @@ def counter_phase(hosts):
         t.start()
     for t in threads:
         t.join(30)
+    clients[0].sync(ROOT + "/counter")
     value = clients[0].Counter(ROOT + "/counter").value
     if value != 3 * per:
         fail("counter: %d after 3 x %d increments" % (value, per))
@@ -283,6 +285,7 @@ def queue_phase(zk, hosts):
     if len(q) != 10:
         fail("queue: length %d after 10 puts" % len(q))
     other = client(hosts)
+    other.sync(ROOT + "/queue")
     q2 = other.Queue(ROOT + "/queue")
     got = []
     for _ in range(10):
@@ -301,6 +304,8 @@ def party_phase(hosts):
     parties = [c.Party(ROOT + "/party", "member-%d" % i) for i, c in enumerate(clients)]
     for p in parties:
         p.join()
+    for c in clients:
+        c.sync(ROOT + "/party")
     if len(parties[0]) != 3 or sorted(parties[1]) != ["member-0", "member-1", "member-2"]:
         fail("party: %d members %r after 3 joins" % (len(parties[0]), sorted(parties[1])))
     parties[2].leave()
