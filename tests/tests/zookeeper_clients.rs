@@ -128,6 +128,13 @@ async fn t50_kazoo_recipes_through_a_leader_kill() {
     let venv = PathBuf::from(std::env::var("BATON_KAZOO_VENV").unwrap_or_else(|_| KAZOO_VENV.into()));
     let python = venv.join("bin/python");
     need(&python, "kazoo's virtualenv");
+    let kazoo = Command::new(&python).args(["-c", "import kazoo"]).output().expect("the virtualenv's python runs");
+    assert!(
+        kazoo.status.success(),
+        "kazoo does not import in {}: run `make zk-clients-deps` (make test runs it first)\n{}",
+        venv.display(),
+        String::from_utf8_lossy(&kazoo.stderr)
+    );
     let script = repo_file("zk/kazoo_recipes.py");
     let mut c = Cluster::start_zk(3, &[]).await;
     let eps = c.zk_endpoints();
@@ -173,6 +180,7 @@ async fn t50_kazoo_recipes_through_a_leader_kill() {
 async fn t60_curator_recipes_through_a_leader_kill() {
     need(Path::new(CURATOR_JAR), "Debian's libcurator-recipes-java");
     need(Path::new("/usr/bin/javac"), "default-jdk-headless");
+    need(Path::new(SLF4J_SIMPLE), "Debian's libslf4j-java");
     let classes = tempfile::Builder::new().prefix("baton-curator-").tempdir().expect("tempdir");
     let src = repo_file("zk/CuratorRecipes.java");
     let javac = Command::new("/usr/bin/javac")
