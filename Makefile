@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench clean
+.PHONY: deps peer-deps zk-clients-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -12,6 +12,11 @@ deps:
 peer-deps:
 	@./jepsen/peers/etcd.sh install
 	@./jepsen/peers/zookeeper.sh install
+
+# Curator 5 (Debian) with javac, and kazoo (PyPI, in a virtualenv under
+# /var/cache) for tests/tests/zookeeper_clients.rs (no-ops when present).
+zk-clients-deps:
+	@./scripts/zk-clients-deps.sh
 
 build: deps
 	$(CARGO) build --workspace --bins
@@ -37,9 +42,10 @@ advisories:
 
 # The whole suite: lint, the advisory check, unit and golden tests, real
 # 3-member clusters, the harness's fault-catching tests, the peers' adapters
-# and etcd's lock safety test, the simulator, 20 s of each fuzz target, a
+# and etcd's lock safety test, Curator's and kazoo's recipes on the
+# ZooKeeper port, the simulator, 20 s of each fuzz target, a
 # short Jepsen run of every workload, a short compare and a short scale.
-test: lint advisories build check-docs check-readme peer-deps
+test: lint advisories build check-docs check-readme peer-deps zk-clients-deps
 	$(CARGO) test --workspace -- --test-threads=2
 	$(MAKE) sim
 	$(MAKE) fuzz-smoke FUZZ_SECS=20

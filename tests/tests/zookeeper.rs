@@ -3,7 +3,7 @@
 //! client; installed by `make peer-deps`, which `make test` runs first).
 //!
 //! t10: every operation the crate offers that the port serves, with its
-//! errors, sequential names, stats, watches (one-shot, persistent,
+//! errors, sequential names, container nodes, stats, watches (one-shot, persistent,
 //! recursive) and multis; nodes made through one port read through the
 //! other.
 //! t20: a ZooKeeper session resumes on another member after its member is
@@ -48,6 +48,14 @@ async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
     assert!(stat.czxid > 0, "czxid is the log index that created the node");
     assert_eq!(a.create("/app", b"x", &anyone()).await.unwrap_err(), zk::Error::NodeExists);
     assert_eq!(a.create("/no/parent", b"", &anyone()).await.unwrap_err(), zk::Error::NoNode);
+    // createContainer (Curator makes its recipes' parents so): a node that
+    // takes children; Baton keeps it as a persistent node.
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let (cstat, _) = a.create("/box", b"", &container).await.expect("createContainer");
+    assert_eq!(cstat.ephemeral_owner, 0);
+    a.create("/box/lock-", b"", &zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all()))
+        .await
+        .expect("a child in a container");
     let stat = a.set_data("/app", b"v1", Some(0)).await.expect("set at version 0");
     assert_eq!(stat.version, 1);
     assert_eq!(a.set_data("/app", b"v2", Some(0)).await.unwrap_err(), zk::Error::BadVersion);

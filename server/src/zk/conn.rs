@@ -1,6 +1,7 @@
 //! One ZooKeeper connection: the handshake, then requests translated to
 //! Baton's and replies translated back, in request order (mod.rs says
-//! why each rule holds).
+//! why each rule holds). Creates of every kind go through `create_op`
+//! (a container is a persistent node here).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
@@ -478,25 +479,16 @@ impl Gateway {
                 let body = B::Keepalive(KeepaliveReq {});
                 self.send(baton_proto::Request { id, body: Some(body), ..Default::default() })
             }
-            Request::Create { op: o2, c } => {
-                if c.flags > jute::create_mode::EPHEMERAL_SEQUENTIAL || c.flags < 0 || c.ttl_ms.is_some() {
-                    self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
-                    return true;
+            Request::Create { c, .. } => {
+                // create, create2, createContainer: the reply's shape is the opcode's.
+                let path = c.path.clone();
+                match create_op(c) {
+                    Ok(create) => self.forward(reqs, x, o, What::Plain { path }, vec![(B::Create(create), true)]),
+                    Err(code) => {
+                        self.answer(reqs, x, o, code, Response::Empty);
+                        true
+                    }
                 }
-                let Some(acl) = acl_in(&c.acl) else {
-                    self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
-                    return true;
-                };
-                let create = CreateOp {
-                    path: c.path.clone(),
-                    data: c.data.into(),
-                    ephemeral: c.flags & jute::create_mode::EPHEMERAL != 0,
-                    sequential: c.flags & jute::create_mode::PERSISTENT_SEQUENTIAL != 0,
-                    parents: false,
-                    acl,
-                };
-                let _ = o2; // create, create2: the reply's shape is the opcode's
-                self.forward(reqs, x, o, What::Plain { path: c.path }, vec![(B::Create(create), true)])
             }
             Request::Delete { path, version } => {
                 let d = DeleteOp { path: path.clone(), version: version_of(version) };
@@ -759,23 +751,36 @@ fn acl_out(acl: &[Acl]) -> Vec<jute::Acl> {
         .collect()
 }
 
+/// A ZooKeeper create as Baton's; Err: the reply's error code.
+///
+/// A container node (`createContainer`, or flags `CONTAINER` inside a
+/// multi) is created as a persistent node: Curator's recipes make their
+/// parents as containers (`creatingParentContainersIfNeeded`) and only need
+/// them to exist. Baton does not reap a container once its last child goes
+/// (ZooKeeper's server does, within a minute); docs/zookeeper.md lists the
+/// difference. TTL nodes are refused (`UNIMPLEMENTED`).
+fn create_op(c: jute::Create) -> Result<CreateOp, i32> {
+    use jute::create_mode as m;
+    let container = c.flags == m::CONTAINER;
+    let plain = (m::PERSISTENT..=m::EPHEMERAL_SEQUENTIAL).contains(&c.flags);
+    if (!plain && !container) || c.ttl_ms.is_some() {
+        return Err(err::UNIMPLEMENTED);
+    }
+    let acl = acl_in(&c.acl).ok_or(err::INVALID_ACL)?;
+    Ok(CreateOp {
+        path: c.path,
+        data: c.data.into(),
+        ephemeral: !container && c.flags & m::EPHEMERAL != 0,
+        sequential: !container && c.flags & m::PERSISTENT_SEQUENTIAL != 0,
+        parents: false,
+        acl,
+    })
+}
+
 /// One op of a ZooKeeper `multi` as Baton's; Err: the reply's error code.
 fn multi_op(r: Request) -> Result<baton_proto::Op, i32> {
     let op = match r {
-        Request::Create { c, .. } => {
-            if c.flags > jute::create_mode::EPHEMERAL_SEQUENTIAL || c.flags < 0 || c.ttl_ms.is_some() {
-                return Err(err::UNIMPLEMENTED);
-            }
-            let acl = acl_in(&c.acl).ok_or(err::INVALID_ACL)?;
-            bop::Op::Create(CreateOp {
-                path: c.path,
-                data: c.data.into(),
-                ephemeral: c.flags & jute::create_mode::EPHEMERAL != 0,
-                sequential: c.flags & jute::create_mode::PERSISTENT_SEQUENTIAL != 0,
-                parents: false,
-                acl,
-            })
-        }
+        Request::Create { c, .. } => bop::Op::Create(create_op(c)?),
         Request::Delete { path, version } => bop::Op::Delete(DeleteOp { path, version: version_of(version) }),
         Request::SetData { path, data, version } => {
             bop::Op::Set(SetOp { path, data: data.into(), version: version_of(version) })

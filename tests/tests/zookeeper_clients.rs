@@ -1,0 +1,255 @@
+//! The ZooKeeper port with the two most used client libraries nobody here
+//! wrote, each running its own recipes through a leader kill -9:
+//!
+//! t50: kazoo (Python, from PyPI into the virtualenv `make zk-clients-deps`
+//! makes): tests/zk/kazoo_recipes.py runs Lock (4 sessions, a fenced
+//! counter), DataWatch and ChildrenWatch, then Election, Barrier, Counter,
+//! Queue and Party after the kill.
+//! t60: Curator 5 (Debian's, on the 3.8 Java client): tests/zk/CuratorRecipes.java,
+//! compiled here, as 4 InterProcessMutex worker processes with a fenced
+//! counter and one process with LeaderLatch (3 candidates) and CuratorCache.
+//!
+//! Both: this side waits until the lock holders' counter (read through
+//! Baton's own port) reaches a third of the way, kills the leader with
+//! SIGKILL, then creates a flag file that tells the clients it happened.
+//! The clients assert their recipes' outcomes themselves (mutual
+//! exclusion, no lost update, watchers that see changes made after the
+//! kill) and exit non-zero with a "FAIL:" line; this side asserts their
+//! exit codes and that the counter ends at the sum of the increments each
+//! holder reports.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_tests::{Cluster, Procs};
+
+/// Where `make zk-clients-deps` makes kazoo's virtualenv (override:
+/// `BATON_KAZOO_VENV`).
+const KAZOO_VENV: &str = "/var/cache/baton-kazoo-venv";
+/// Curator's jar (its manifest's Class-Path names guava, slf4j-api and
+/// ZooKeeper's jars) and a logging binding for slf4j.
+const CURATOR_JAR: &str = "/usr/share/java/curator-recipes.jar";
+const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+/// The counter value at which the leader is killed.
+const KILL_AT: u64 = 12;
+
+fn need(path: &Path, what: &str) {
+    assert!(
+        path.exists(),
+        "{} is missing ({what}): run `make zk-clients-deps` (make test runs it first)",
+        path.display()
+    );
+}
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A client process's stdout, collected by a thread (and echoed to stderr
+/// for a failing test's log).
+struct Output(Arc<Mutex<Vec<String>>>);
+
+impl Output {
+    fn capture(child: &mut Child, tag: &'static str) -> Output {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = child.stdout.take().expect("piped stdout");
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                eprintln!("[{tag}] {line}");
+                l.lock().expect("lines").push(line);
+            }
+        });
+        Output(lines)
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().expect("lines").join("\n")
+    }
+}
+
+/// The first number of the counter node's data ("value owner n"), read
+/// through Baton's own port; None while it does not exist.
+async fn counter(c: &Cluster, path: &str) -> Option<u64> {
+    let client = tokio::time::timeout(Duration::from_secs(10), c.client()).await.ok()?;
+    let got = tokio::time::timeout(Duration::from_secs(5), client.get(path)).await.ok().and_then(Result::ok);
+    let _ = client.close().await;
+    let (data, _) = got?;
+    String::from_utf8_lossy(&data).split(' ').next()?.parse().ok()
+}
+
+/// Waits until `path`'s counter reaches [`KILL_AT`] (bounded; fails early
+/// if a client process exits first), kills `leader` with SIGKILL and
+/// creates `flag`.
+async fn kill_leader_midway(c: &mut Cluster, procs: &mut Procs, path: &str, leader: u64, flag: &Path, out: &[&Output]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if counter(c, path).await.is_some_and(|v| v >= KILL_AT) {
+            break;
+        }
+        for p in &mut procs.0 {
+            if let Ok(Some(st)) = p.try_wait() {
+                let text: Vec<String> = out.iter().map(|o| o.text()).collect();
+                panic!("a client exited ({st}) before the kill:\n{}", text.join("\n---\n"));
+            }
+        }
+        assert!(Instant::now() < deadline, "the counter {path} never reached {KILL_AT} within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.kill(leader);
+    std::fs::write(flag, b"killed").expect("flag file");
+    eprintln!("killed leader {leader} (kill -9) at counter >= {KILL_AT}");
+}
+
+/// Waits (bounded) for every process to exit; their exit codes.
+fn wait_all(procs: &mut Procs, limit: Duration) -> Vec<Option<i32>> {
+    let deadline = Instant::now() + limit;
+    let mut codes = vec![None; procs.0.len()];
+    let mut done = vec![false; procs.0.len()];
+    while done.iter().any(|d| !d) && Instant::now() < deadline {
+        for (i, p) in procs.0.iter_mut().enumerate() {
+            if !done[i] {
+                if let Ok(Some(st)) = p.try_wait() {
+                    codes[i] = st.code();
+                    done[i] = true;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t50_kazoo_recipes_through_a_leader_kill() {
+    let venv = PathBuf::from(std::env::var("BATON_KAZOO_VENV").unwrap_or_else(|_| KAZOO_VENV.into()));
+    let python = venv.join("bin/python");
+    need(&python, "kazoo's virtualenv");
+    let kazoo = Command::new(&python).args(["-c", "import kazoo"]).output().expect("the virtualenv's python runs");
+    assert!(
+        kazoo.status.success(),
+        "kazoo does not import in {}: run `make zk-clients-deps` (make test runs it first)\n{}",
+        venv.display(),
+        String::from_utf8_lossy(&kazoo.stderr)
+    );
+    let script = repo_file("zk/kazoo_recipes.py");
+    let mut c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let flag = c.dir.path().join("killed");
+    let started = Instant::now();
+    let child = Command::new(&python)
+        .arg(&script)
+        .args(["--hosts", &eps.join(","), "--leader", &eps[leader as usize - 1]])
+        .arg("--killed-flag")
+        .arg(&flag)
+        .args(["--deadline", "75"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python runs the kazoo script");
+    let mut procs = Procs(vec![child]);
+    let out = Output::capture(&mut procs.0[0], "kazoo");
+    kill_leader_midway(&mut c, &mut procs, "/kazoo/fenced", leader, &flag, &[&out]).await;
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(100)));
+    let text = out.text();
+    assert_eq!(codes, vec![Some(0)], "the kazoo script failed (or hung past 100 s):\n{text}");
+    assert!(text.contains("ALL OK"), "{text}");
+    for phase in
+        ["watchers: after the kill", "election: 3 candidates", "barrier:", "counter: 30", "queue: 10 items", "party:"]
+    {
+        assert!(text.contains(phase), "no {phase:?} line:\n{text}");
+    }
+    // The counter ends at the sum the contenders report, past the kill.
+    let total: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("lock: 4 contenders, "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no lock line:\n{text}"));
+    assert!(total > KILL_AT, "increments after the kill: {total}");
+    assert_eq!(counter(&c, "/kazoo/fenced").await, Some(total), "the fenced counter read through Baton's port");
+    eprintln!("t50: kazoo run took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t60_curator_recipes_through_a_leader_kill() {
+    need(Path::new(CURATOR_JAR), "Debian's libcurator-recipes-java");
+    need(Path::new("/usr/bin/javac"), "default-jdk-headless");
+    need(Path::new(SLF4J_SIMPLE), "Debian's libslf4j-java");
+    let classes = tempfile::Builder::new().prefix("baton-curator-").tempdir().expect("tempdir");
+    let src = repo_file("zk/CuratorRecipes.java");
+    let javac = Command::new("/usr/bin/javac")
+        .arg("-d")
+        .arg(classes.path())
+        .args(["-cp", CURATOR_JAR])
+        .arg(&src)
+        .output()
+        .expect("javac runs");
+    assert!(javac.status.success(), "javac failed:\n{}", String::from_utf8_lossy(&javac.stderr));
+    let cp = format!("{}:{CURATOR_JAR}:{SLF4J_SIMPLE}", classes.path().display());
+
+    let mut c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let flag = c.dir.path().join("killed");
+    let started = Instant::now();
+    let java = |args: Vec<String>| {
+        Command::new("java")
+            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .args(["-cp", &cp, "CuratorRecipes"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("java runs")
+    };
+    let flag_s = flag.display().to_string();
+    let connect = eps.join(",");
+    let mut procs = Procs(Vec::new());
+    let mut outs = Vec::new();
+    for i in 0..4 {
+        let mut p = java(vec!["mutex".into(), connect.clone(), format!("w{i}"), flag_s.clone(), "80".into()]);
+        outs.push(Output::capture(&mut p, "curator-mutex"));
+        procs.0.push(p);
+    }
+    let mut p =
+        java(vec!["main".into(), connect.clone(), eps[leader as usize - 1].clone(), flag_s.clone(), "80".into()]);
+    outs.push(Output::capture(&mut p, "curator-main"));
+    procs.0.push(p);
+    let refs: Vec<&Output> = outs.iter().collect();
+    kill_leader_midway(&mut c, &mut procs, "/curator/fenced", leader, &flag, &refs).await;
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(100)));
+    let texts: Vec<String> = outs.iter().map(Output::text).collect();
+    assert_eq!(codes, vec![Some(0); 5], "a Curator process failed (or hung past 100 s):\n{}", texts.join("\n---\n"));
+    let main = &texts[4];
+    for line in [
+        "latch+cache: ready before the kill",
+        "cache: ",
+        "watches: one-shot",
+        "latch: 3 candidates led in turn",
+        "MAIN OK",
+    ] {
+        assert!(main.contains(line), "no {line:?} line:\n{main}");
+    }
+    // Each worker's increments, summed: what the counter holds.
+    let total: u64 = texts[..4]
+        .iter()
+        .map(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("DONE "))
+                .and_then(|l| l.split(' ').nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("a worker printed no DONE line:\n{t}"))
+        })
+        .sum();
+    assert!(total >= KILL_AT + 4 * 3, "each worker made 3 increments after the kill: {total}");
+    assert_eq!(counter(&c, "/curator/fenced").await, Some(total), "the fenced counter read through Baton's port");
+    eprintln!("t60: Curator run took {:?}", started.elapsed());
+}
