@@ -257,8 +257,8 @@ fn main() {
     std::process::exit(code);
 }
 
-/// `test`: a run against Baton, or the lock-safety test against etcd
-/// ([`test_etcd_lock`]). Exit code: [`verdict`].
+/// `test`: a run against Baton, or the lock-safety test against a peer's
+/// lock ([`test_peer_lock`]). Exit code: [`verdict`].
 async fn test(a: TestArgs) -> i32 {
     if let Err(e) = check_session_ms(a.session_timeout) {
         eprintln!("baton-jepsen: {e}");
@@ -266,7 +266,7 @@ async fn test(a: TestArgs) -> i32 {
     }
     let seed = a.seed.unwrap_or_else(rand::random);
     if a.target != Kind::Baton {
-        return test_etcd_lock(a, seed).await;
+        return test_peer_lock(a, seed).await;
     }
     let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-{}-{seed}", stamp(), a.workload.name())));
     let opts = TestOpts {
@@ -286,15 +286,18 @@ async fn test(a: TestArgs) -> i32 {
     verdict(r.map(|o| o.valid), &out)
 }
 
-/// `test --target etcd --workload lock`: etcd's lock with and without a
-/// fence.
-async fn test_etcd_lock(a: TestArgs, seed: u64) -> i32 {
-    if a.target != Kind::Etcd || a.workload != Workload::Lock {
-        eprintln!("baton-jepsen: only --workload lock runs against a peer, and only against etcd");
+/// `test --target etcd|baton-zk --workload lock`: the target's own lock
+/// (etcd's Lock RPC; ZooKeeper's recipe through Baton's ZooKeeper port)
+/// with and without a fence.
+async fn test_peer_lock(a: TestArgs, seed: u64) -> i32 {
+    if !matches!(a.target, Kind::Etcd | Kind::BatonZk) || a.workload != Workload::Lock {
+        eprintln!("baton-jepsen: only --workload lock runs against a peer, against etcd or baton-zk");
         return 2;
     }
-    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-etcd-lock-{seed}", stamp())));
+    let out =
+        a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-{}-lock-{seed}", stamp(), a.target.name())));
     let o = PeerLockOpts {
+        target: a.target,
         nemesis: a.nemesis,
         time_limit: Duration::from_secs(a.time_limit),
         concurrency: a.concurrency,

@@ -93,6 +93,7 @@ async fn t40_etcd_lock_loses_updates_unless_fenced() {
     let _turn = TURN.lock().await;
     let dir = tempfile::Builder::new().prefix("baton-etcd-safety-").tempdir().expect("tempdir");
     let (valid, results) = peer_lock::run(PeerLockOpts {
+        target: Kind::Etcd,
         nemesis: NemesisKind::Pause,
         time_limit: Duration::from_secs(20),
         concurrency: 4,
@@ -105,5 +106,32 @@ async fn t40_etcd_lock_loses_updates_unless_fenced() {
     assert_eq!(results["fenced"]["lost_updates"], 0, "{results:#}");
     let lost = results["unfenced"]["lost_updates"].as_u64().expect("number");
     assert!(lost > 0, "a frozen holder past its lease should have lost unfenced updates: {results:#}");
+    assert!(results["fenced"]["acked"].as_u64().unwrap_or(0) > 10, "too little progress: {results:#}");
+}
+
+/// ZooKeeper's lock recipe and fence through Baton's ZooKeeper port, with
+/// members killed -9 (and started again) and SIGSTOPped, and clients held
+/// mid-hold: the fenced counter loses nothing, and grants go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t45_baton_zk_lock_under_member_faults() {
+    let _turn = TURN.lock().await;
+    let dir = tempfile::Builder::new().prefix("baton-zk-lock-").tempdir().expect("tempdir");
+    let (valid, results) = peer_lock::run(PeerLockOpts {
+        target: Kind::BatonZk,
+        nemesis: NemesisKind::All,
+        time_limit: Duration::from_secs(32),
+        concurrency: 4,
+        seed: 7,
+        out: dir.path().to_path_buf(),
+    })
+    .await
+    .expect("run");
+    assert_eq!(valid, Validity::Valid, "fenced counter lost updates: {results:#}");
+    assert_eq!(results["target"], "baton-zk");
+    assert_eq!(results["fenced"]["lost_updates"], 0, "{results:#}");
+    let faults = results["faults"].to_string();
+    for what in ["frozen", "kill -9", "SIGSTOP"] {
+        assert!(faults.contains(what), "no {what} fault in the run: {results:#}");
+    }
     assert!(results["fenced"]["acked"].as_u64().unwrap_or(0) > 10, "too little progress: {results:#}");
 }

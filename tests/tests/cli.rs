@@ -430,7 +430,17 @@ async fn t70_reads_need_no_session_and_stale_reads_no_quorum() {
     client.create("/r/kid", "k", CreateOptions::persistent()).await.unwrap();
     client.close().await.unwrap();
     let leader = c.wait_leader(SECS(10)).await;
-    let before = c.wait_applied(leader, 0, SECS(5)).await;
+    // The leader's own entries after an election (its cluster record) may
+    // still be on their way: wait until the applied index holds still.
+    let mut before = c.wait_applied(leader, 0, SECS(5)).await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = c.status(leader).await.expect("leader status");
+        if now.applied_index == before.applied_index {
+            break;
+        }
+        before = now;
+    }
     assert_eq!(expect(baton(&eps, &["get", "/r"]), 0, "get"), "v1\n");
     assert_eq!(expect(baton(&eps, &["ls", "/r"]), 0, "ls"), "kid\n");
     assert!(expect(baton(&eps, &["stat", "/r"]), 0, "stat").contains("num_children = 1"));

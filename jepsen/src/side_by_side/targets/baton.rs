@@ -217,4 +217,13 @@ impl Target for BatonTarget {
     fn stop(&self) {
         self.with_db(|db| db.stop_all());
     }
+
+    fn restart_supported(&self) -> bool {
+        true
+    }
+
+    fn restart(&self, member: usize) -> anyhow::Result<bool> {
+        self.with_db(|db| db.restart(member as u64 + 1))?;
+        Ok(true)
+    }
 }

@@ -60,4 +60,12 @@ impl Target for BatonZkTarget {
     fn stop(&self) {
         self.baton.stop()
     }
+
+    fn restart_supported(&self) -> bool {
+        true
+    }
+
+    fn restart(&self, member: usize) -> anyhow::Result<bool> {
+        self.baton.restart(member)
+    }
 }

@@ -245,6 +245,10 @@ async fn keep_alive(
 }
 
 impl TargetClient for EtcdClient {
+    fn freeze_switch(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.frozen_flag())
+    }
+
     type Lock = EtcdLock;
 
     async fn lock(&self, name: &str) -> OpResult<EtcdLock> {

@@ -112,6 +112,12 @@ pub trait TargetClient: Send + Sync + 'static {
     fn fenced_put(&self, held: &Self::Lock, key: &str, value: &[u8]) -> impl Future<Output = OpResult<bool>> + Send;
     /// Ends the session / revokes the lease (best effort).
     fn close(self) -> impl Future<Output = ()> + Send;
+    /// A switch that freezes this client from outside (its keepalives stop
+    /// too, as a stopped process's would), for the lock-safety test's
+    /// client pause. None: this client cannot be frozen in-process.
+    fn freeze_switch(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
 }
 
 /// A running 3-member cluster of one service.
@@ -133,6 +139,15 @@ pub trait Target: Send + Sync + 'static {
     fn kill(&self, member: usize) -> anyhow::Result<()>;
     /// SIGSTOP / SIGCONT one member.
     fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()>;
+    /// Starts a killed member again; false when this target cannot (etcd.sh
+    /// and zookeeper.sh start whole clusters only).
+    fn restart(&self, _member: usize) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+    /// Whether [`Target::restart`] can start a killed member again.
+    fn restart_supported(&self) -> bool {
+        false
+    }
     /// Stops every process it started (also done on drop).
     fn stop(&self);
     /// Environment a holder process (`baton-jepsen hold`) needs.
