@@ -34,7 +34,10 @@ impl EtcdTarget {
     }
 }
 
-async fn connect_one(endpoint: &str) -> Result<Client, etcd_client::Error> {
+/// A client of the one member at `endpoint` (`host:port`). The channel
+/// connects lazily: a member that is down fails the first request (a
+/// transport error), not this call.
+pub(crate) async fn connect_one(endpoint: &str) -> Result<Client, etcd_client::Error> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
@@ -55,7 +58,7 @@ fn definite(e: &etcd_client::Error) -> bool {
 }
 
 /// Should the client move to another member?
-fn member_trouble(e: &etcd_client::Error) -> bool {
+pub(crate) fn member_trouble(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Unknown)
@@ -328,6 +331,22 @@ impl Drop for EtcdClient {
     }
 }
 
+/// Index of the member in `endpoints` that reports itself leader (asks
+/// each in turn, 0.5 s each).
+pub(crate) async fn leader_of(endpoints: &[String]) -> anyhow::Result<usize> {
+    for (i, ep) in endpoints.iter().enumerate() {
+        let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_millis(500), connect_one(ep)).await else {
+            continue;
+        };
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), c.status()).await {
+            if s.header().is_some_and(|h| h.member_id() == s.leader()) {
+                return Ok(i);
+            }
+        }
+    }
+    anyhow::bail!("no etcd member reports itself leader")
+}
+
 impl Target for EtcdTarget {
     type Client = EtcdClient;
 
@@ -344,17 +363,7 @@ impl Target for EtcdTarget {
     }
 
     async fn leader(&self) -> anyhow::Result<usize> {
-        for (i, ep) in self.cluster.endpoints.iter().enumerate() {
-            let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_millis(500), connect_one(ep)).await else {
-                continue;
-            };
-            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), c.status()).await {
-                if s.header().is_some_and(|h| h.member_id() == s.leader()) {
-                    return Ok(i);
-                }
-            }
-        }
-        anyhow::bail!("no etcd member reports itself leader")
+        leader_of(&self.cluster.endpoints).await
     }
 
     fn kill(&self, member: usize) -> anyhow::Result<()> {
