@@ -29,7 +29,7 @@ use baton_client::{ClientConfig, CreateOptions, ErrorKind, Op};
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
 use zookeeper_client as zk;
 
-use crate::side_by_side::targets::etcd::{connect_one, member_trouble};
+use crate::side_by_side::targets::etcd::{connect_with, member_trouble, POLITE_KEEPALIVE};
 use crate::side_by_side::targets::Kind;
 
 /// Longest one etcd request may take before the client gives it up and
@@ -70,7 +70,7 @@ const LEASE_LIFETIME: Duration = Duration::from_secs(3700);
 impl EtcdSc {
     async fn connect(endpoints: &[String], ttl: Duration) -> anyhow::Result<EtcdSc> {
         let first = endpoints.first().context("no etcd endpoint")?;
-        let client = connect_one(first).await?;
+        let client = connect_with(first, POLITE_KEEPALIVE).await?;
         Ok(EtcdSc {
             endpoints: endpoints.to_vec(),
             conn: Mutex::new((0, client)),
@@ -128,7 +128,7 @@ impl EtcdSc {
         };
         if err.1 && self.endpoints.len() > 1 {
             let next = (member + 1) % self.endpoints.len();
-            if let Ok(client) = connect_one(&self.endpoints[next]).await {
+            if let Ok(client) = connect_with(&self.endpoints[next], POLITE_KEEPALIVE).await {
                 let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
                 if c.0 == member {
                     *c = (next, client);

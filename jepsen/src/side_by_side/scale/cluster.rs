@@ -24,7 +24,7 @@ use baton_client::member_status_with;
 use baton_kit::{Bin, ClusterSpec, Links};
 
 use crate::side_by_side::targets::baton::BatonClient;
-use crate::side_by_side::targets::etcd::{leader_of, EtcdClient};
+use crate::side_by_side::targets::etcd::{leader_of, EtcdClient, POLITE_KEEPALIVE};
 use crate::side_by_side::targets::zookeeper::ZkClient;
 use crate::side_by_side::targets::{read_pid, signal, Kind, ScriptCluster, Target};
 
@@ -511,7 +511,8 @@ impl Target for EtcdScale {
     }
 
     async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<EtcdClient> {
-        EtcdClient::connect_to(self.script.endpoints.clone(), member, ttl).await
+        // Lock RPCs wait seconds in a long queue: pings within etcd's policy.
+        EtcdClient::connect_to_with(self.script.endpoints.clone(), member, ttl, POLITE_KEEPALIVE).await
     }
 
     async fn leader(&self) -> anyhow::Result<usize> {

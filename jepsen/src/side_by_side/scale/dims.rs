@@ -317,7 +317,8 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
 /// Streams member `endpoint`'s backend to this side (the bytes are
 /// counted, not kept) and returns how many there were.
 async fn etcd_snapshot_bytes(endpoint: &str) -> anyhow::Result<u64> {
-    let mut c = crate::side_by_side::targets::etcd::connect_one(endpoint).await?;
+    use crate::side_by_side::targets::etcd::{connect_with, POLITE_KEEPALIVE};
+    let mut c = connect_with(endpoint, POLITE_KEEPALIVE).await?;
     let mut stream = c.snapshot().await?;
     let mut bytes = 0u64;
     while let Some(part) = stream.message().await? {

@@ -34,13 +34,33 @@ impl EtcdTarget {
     }
 }
 
-/// A client of the one member at `endpoint` (`host:port`). The channel
-/// connects lazily: a member that is down fails the first request (a
-/// transport error), not this call.
+/// A connection's HTTP/2 keepalive: a ping every `.0` while a request is
+/// open, the connection dropped when one is not answered within `.1`.
+#[derive(Clone, Copy, Debug)]
+pub struct KeepAlive(pub Duration, pub Duration);
+
+/// The side-by-side's: a paused or dead member is noticed within 2 s. But
+/// etcd's server allows a ping only every `--grpc-keepalive-min-time` (5 s)
+/// on a connection with no data moving: a request waiting longer than
+/// ~3 s (a Lock RPC deep in a queue) loses its connection to GOAWAY
+/// (too many pings).
+pub const FAST_KEEPALIVE: KeepAlive = KeepAlive(Duration::from_secs(1), Duration::from_secs(1));
+/// Within etcd's ping policy (`scale`: lock queues of 1,000 waiters,
+/// thousands of connections in one process).
+pub const POLITE_KEEPALIVE: KeepAlive = KeepAlive(Duration::from_secs(10), Duration::from_secs(5));
+
+/// A client of the one member at `endpoint` (`host:port`) with
+/// [`FAST_KEEPALIVE`]. The channel connects lazily: a member that is down
+/// fails the first request (a transport error), not this call.
 pub(crate) async fn connect_one(endpoint: &str) -> Result<Client, etcd_client::Error> {
+    connect_with(endpoint, FAST_KEEPALIVE).await
+}
+
+/// [`connect_one`] with keepalive `ka`.
+pub(crate) async fn connect_with(endpoint: &str, ka: KeepAlive) -> Result<Client, etcd_client::Error> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+        .with_keep_alive(ka.0, ka.1)
         .with_require_leader(true);
     Client::connect([format!("http://{endpoint}")], Some(opts)).await
 }
@@ -79,6 +99,8 @@ struct Conn {
 
 pub struct EtcdClient {
     endpoints: Vec<String>,
+    /// Every connection's HTTP/2 keepalive.
+    ka: KeepAlive,
     conn: Arc<Mutex<Conn>>,
     lease: i64,
     lost: Arc<AtomicBool>,
@@ -97,11 +119,21 @@ impl EtcdClient {
     /// A client (and its lease) on `endpoints[member]`, or the next member
     /// that answers.
     pub async fn connect_to(endpoints: Vec<String>, member: usize, ttl: Duration) -> anyhow::Result<EtcdClient> {
+        EtcdClient::connect_to_with(endpoints, member, ttl, FAST_KEEPALIVE).await
+    }
+
+    /// [`Self::connect_to`] with keepalive `ka` on every connection it makes.
+    pub async fn connect_to_with(
+        endpoints: Vec<String>,
+        member: usize,
+        ttl: Duration,
+        ka: KeepAlive,
+    ) -> anyhow::Result<EtcdClient> {
         let n = endpoints.len().max(1);
         let mut last = None;
         for i in 0..n {
             let m = (member + i) % n;
-            let mut client = match connect_one(&endpoints[m]).await {
+            let mut client = match connect_with(&endpoints[m], ka).await {
                 Ok(c) => c,
                 Err(e) => {
                     last = Some(e);
@@ -116,13 +148,14 @@ impl EtcdClient {
                     let frozen = Arc::new(AtomicBool::new(false));
                     let keepalive = tokio::spawn(keep_alive(
                         endpoints.clone(),
+                        ka,
                         conn.clone(),
                         g.id(),
                         ttl,
                         lost.clone(),
                         frozen.clone(),
                     ));
-                    return Ok(EtcdClient { endpoints, conn, lease: g.id(), lost, frozen, keepalive });
+                    return Ok(EtcdClient { endpoints, ka, conn, lease: g.id(), lost, frozen, keepalive });
                 }
                 Err(e) => last = Some(e),
             }
@@ -137,7 +170,7 @@ impl EtcdClient {
 
     /// Moves to the next member after trouble on `member`.
     async fn next_member(&self, member: usize) {
-        move_on(&self.endpoints, &self.conn, member).await;
+        move_on(&self.endpoints, self.ka, &self.conn, member).await;
     }
 
     /// Freezes the client as a process pause would: no keepalives go out
@@ -176,7 +209,7 @@ impl EtcdClient {
     }
 }
 
-async fn move_on(endpoints: &[String], conn: &Mutex<Conn>, member: usize) {
+async fn move_on(endpoints: &[String], ka: KeepAlive, conn: &Mutex<Conn>, member: usize) {
     let n = endpoints.len().max(1);
     {
         let c = conn.lock().unwrap_or_else(|p| p.into_inner());
@@ -185,7 +218,7 @@ async fn move_on(endpoints: &[String], conn: &Mutex<Conn>, member: usize) {
         }
     }
     let next = (member + 1) % n;
-    if let Ok(client) = connect_one(&endpoints[next]).await {
+    if let Ok(client) = connect_with(&endpoints[next], ka).await {
         let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
         if c.member == member {
             *c = Conn { member: next, client };
@@ -197,6 +230,7 @@ async fn move_on(endpoints: &[String], conn: &Mutex<Conn>, member: usize) {
 /// marks the lease lost when etcd says it expired.
 async fn keep_alive(
     endpoints: Vec<String>,
+    ka: KeepAlive,
     conn: Arc<Mutex<Conn>>,
     lease: i64,
     ttl: Duration,
@@ -222,7 +256,7 @@ async fn keep_alive(
                         lost.store(true, Ordering::SeqCst);
                         return;
                     }
-                    move_on(&endpoints, &conn, member).await;
+                    move_on(&endpoints, ka, &conn, member).await;
                     continue;
                 }
             }
@@ -242,7 +276,7 @@ async fn keep_alive(
         if !ok {
             let m = *m;
             stream = None;
-            move_on(&endpoints, &conn, m).await;
+            move_on(&endpoints, ka, &conn, m).await;
         }
     }
 }
