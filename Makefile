@@ -85,12 +85,13 @@ compare-smoke: build peer-deps
 compare: release peer-deps
 	$(CARGO) run --release -q -p baton-jepsen -- compare --out jepsen/store/compare-$$(date +%s)
 
-# Every scale dimension at small sizes on Baton and ZooKeeper, one cluster
-# each (debug build, ~2 min): fails if the command fails (a herd in a
-# lock queue fails it) or scale.json lacks a dimension's rows.
+# Every scale dimension at small sizes on Baton and ZooKeeper, and etcd's
+# (nodes, sessions, locks, clients; ~40 s), one cluster each (debug build,
+# ~3 min): fails if the command fails (a herd in a lock queue fails it) or
+# scale.json lacks a dimension's rows.
 scale-smoke: build peer-deps
 	@set -o pipefail; out=$$(mktemp -d /tmp/baton-scale-smoke.XXXXXX); \
-	timeout 300 $(CARGO) run -q -p baton-jepsen -- scale --targets baton,zookeeper --shared-cluster \
+	timeout 420 $(CARGO) run -q -p baton-jepsen -- scale --targets baton,zookeeper,etcd --shared-cluster \
 	  --nodes 1000,3000 --sessions 50 --watches 500 --watchers 50 --waiters 1,5,20 --clients 1,8 \
 	  --session-timeout 4000 --interval 1 --expiry-sample 5 --lock-window 2 --duration 1 --runs 1 \
 	  --out $$out 2>&1 | grep -v WARN | tail -n 60 \

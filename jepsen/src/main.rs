@@ -145,7 +145,8 @@ struct CompareArgs {
 
 #[derive(Args)]
 struct ScaleArgs {
-    /// Comma-separated: baton, zookeeper.
+    /// Comma-separated: baton, zookeeper, etcd (etcd runs nodes, locks and
+    /// clients only; the other dimensions are skipped for it).
     #[arg(long, default_value = "baton,zookeeper")]
     targets: String,
     /// Comma-separated subset of nodes, sessions, watches, fanout, locks,

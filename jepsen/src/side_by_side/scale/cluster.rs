@@ -1,15 +1,18 @@
 //! The clusters `scale` grows: Baton from the cluster kit with its caps
 //! raised and /metrics served, ZooKeeper from `jepsen/peers/zookeeper.sh`
 //! with `maxClientCnxns=0` (its default of 60 connections per client IP
-//! would refuse the 61st session from 127.0.0.1) and a bigger heap.
+//! would refuse the 61st session from 127.0.0.1) and a bigger heap, etcd
+//! from `jepsen/peers/etcd.sh` as the script starts it (its defaults cap
+//! neither connections nor memory at these sizes).
 //!
-//! Both offer what the dimensions need beyond [`Target`]: a member's pid
-//! (for RSS and CPU from /proc), its data dir (for its size on disk), and
-//! a kill -9 + start again of one member on the same data.
+//! All three offer what the dimensions need beyond [`Target`]: a member's
+//! pid (for RSS and CPU from /proc), its data dir (for its size on disk),
+//! and a kill -9 + start again of one member on the same data.
 //!
 //! Members' pids: Baton's kit keeps its processes private, so a member's
-//! pid is found in /proc by its `--data-dir=` argument; ZooKeeper's are in
-//! the script's pid files (rewritten here on a restart).
+//! pid is found in /proc by its `--data-dir=` argument; ZooKeeper's and
+//! etcd's are in the script's pid files (rewritten here on a restart, by
+//! [`Relaunch`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +24,7 @@ use baton_client::member_status_with;
 use baton_kit::{Bin, ClusterSpec, Links};
 
 use crate::side_by_side::targets::baton::BatonClient;
+use crate::side_by_side::targets::etcd::{leader_of, EtcdClient, POLITE_KEEPALIVE};
 use crate::side_by_side::targets::zookeeper::ZkClient;
 use crate::side_by_side::targets::{read_pid, signal, Kind, ScriptCluster, Target};
 
@@ -211,6 +215,125 @@ impl Target for BatonScale {
     }
 }
 
+// ---- a script's members, started again from here ------------------------------
+
+/// Kills and starts again the members a peer script started, on the same
+/// command line, working dir and data. Once started here a member is a
+/// child of this process (killed and reaped through its [`Child`]);
+/// before that it is the script's (setsid'd, killed by its pid file).
+/// Either way its pid is in the script's pid file, rewritten on a start.
+pub struct Relaunch {
+    /// The script's folder: `<prefix>N.pid` and `<prefix>N.log` live there.
+    dir: PathBuf,
+    /// The pid and log files' prefix (`zk-`, `etcd-`).
+    prefix: &'static str,
+    members: Mutex<Vec<Member>>,
+}
+
+/// How to start one member again.
+struct Member {
+    /// Its command line, as the script started it.
+    argv: Vec<String>,
+    /// Its working dir.
+    cwd: PathBuf,
+    /// Its process once this side started it (None: the script's, or dead).
+    child: Option<Child>,
+    /// Still the process the script started (setsid'd, not our child):
+    /// killed by its pid file, once; after that the pid file's pid is not
+    /// signalled again (it may belong to someone else by then).
+    script_owned: bool,
+}
+
+impl Relaunch {
+    /// Reads each running member's command line and working dir from /proc.
+    fn capture(script: &ScriptCluster) -> anyhow::Result<Relaunch> {
+        let mut members = Vec::new();
+        for m in 0..script.endpoints.len() {
+            let pid = script.pid(m)?;
+            let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))?
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
+            members.push(Member { argv, cwd, child: None, script_owned: true });
+        }
+        Ok(Relaunch { dir: script.dir.clone(), prefix: script.pid_prefix, members: Mutex::new(members) })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<Member>) -> T) -> T {
+        f(&mut self.members.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn pid_file(&self, member: usize) -> PathBuf {
+        self.dir.join(format!("{}{}.pid", self.prefix, member + 1))
+    }
+
+    /// Starts `member` again (same command line, config and data), its
+    /// output appended to the script's log of it.
+    pub fn start(&self, member: usize) -> anyhow::Result<()> {
+        use std::os::unix::process::CommandExt as _;
+        let log_path = self.dir.join(format!("{}{}.log", self.prefix, member + 1));
+        let pid_path = self.pid_file(member);
+        self.with(|members| {
+            let s = members.get_mut(member).with_context(|| format!("no member {member}"))?;
+            let (exe, args) = s.argv.split_first().context("empty command line")?;
+            let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+            let c = Command::new(exe)
+                .args(args)
+                .current_dir(&s.cwd)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+                .with_context(|| format!("starting {exe}"))?;
+            std::fs::write(&pid_path, format!("{}\n", c.id()))?;
+            s.child = Some(c);
+            s.script_owned = false;
+            anyhow::Ok(())
+        })
+    }
+
+    /// kill -9 `member` and wait (at most 10 s) until it is gone.
+    pub fn kill(&self, member: usize) -> anyhow::Result<()> {
+        let (own, script_owned) = self.with(|members| match members.get_mut(member) {
+            Some(m) => (m.child.take(), std::mem::replace(&mut m.script_owned, false)),
+            None => (None, false),
+        });
+        if let Some(mut c) = own {
+            let _ = c.kill();
+            let _ = c.wait();
+        } else if script_owned {
+            if let Ok(pid) = read_pid(&self.pid_file(member)) {
+                let _ = signal(pid, libc::SIGKILL);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while alive(pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// kill -9 every member (the script's still running, and this side's).
+    fn kill_all(&self) {
+        let n = self.with(|members| members.len());
+        for m in 0..n {
+            let _ = self.kill(m);
+        }
+    }
+}
+
+/// Is `pid` running (a zombie, dead but not yet reaped by its parent,
+/// is not)?
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()), Some("Z" | "X")),
+        Err(_) => false,
+    }
+}
+
 // ---- ZooKeeper ---------------------------------------------------------------
 
 /// A 3-server ZooKeeper quorum, restarted once after the script started it
@@ -218,17 +341,7 @@ impl Target for BatonScale {
 /// of this process (kill + start again on the same command line).
 pub struct ZkScale {
     script: ScriptCluster,
-    procs: Mutex<Vec<ZkServer>>,
-}
-
-/// How to start one ZooKeeper server again.
-struct ZkServer {
-    /// Its command line, as the script started it.
-    argv: Vec<String>,
-    /// Its working dir.
-    cwd: PathBuf,
-    /// Its process once this side started it (None: the script's, or dead).
-    child: Option<Child>,
+    procs: Relaunch,
 }
 
 impl ZkScale {
@@ -237,18 +350,8 @@ impl ZkScale {
         std::env::set_var("ZK_HEAP", std::env::var("ZK_HEAP").unwrap_or_else(|_| ZK_HEAP.into()));
         let d = dir.to_path_buf();
         let script = tokio::task::spawn_blocking(move || ScriptCluster::start("zookeeper.sh", "zk-", &d)).await??;
-        let mut procs = Vec::new();
-        for m in 0..3 {
-            let pid = script.pid(m)?;
-            let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))?
-                .split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("/"));
-            procs.push(ZkServer { argv, cwd, child: None });
-        }
-        let zk = ZkScale { script, procs: Mutex::new(procs) };
+        let procs = Relaunch::capture(&script)?;
+        let zk = ZkScale { script, procs };
         for m in 0..3 {
             zk.kill(m)?;
         }
@@ -266,10 +369,6 @@ impl ZkScale {
         Ok(zk)
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Vec<ZkServer>) -> T) -> T {
-        f(&mut self.procs.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
     pub fn pid(&self, member: usize) -> Option<i32> {
         self.script.pid(member).ok()
     }
@@ -280,26 +379,7 @@ impl ZkScale {
 
     /// Starts server `member` again (same command line, config and data).
     pub fn start_member(&self, member: usize) -> anyhow::Result<()> {
-        use std::os::unix::process::CommandExt as _;
-        let log_path = self.script.dir.join(format!("zk-{}.log", member + 1));
-        let pid_path = self.script.dir.join(format!("zk-{}.pid", member + 1));
-        self.with(|procs| {
-            let s = &mut procs[member];
-            let (exe, args) = s.argv.split_first().context("empty ZooKeeper command line")?;
-            let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
-            let c = Command::new(exe)
-                .args(args)
-                .current_dir(&s.cwd)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .process_group(0)
-                .spawn()
-                .context("starting a ZooKeeper server")?;
-            std::fs::write(&pid_path, format!("{}\n", c.id()))?;
-            s.child = Some(c);
-            anyhow::Ok(())
-        })
+        self.procs.start(member)
     }
 
     /// Until one server says leader and two follower.
@@ -366,37 +446,15 @@ impl Target for ZkScale {
     }
 
     fn kill(&self, member: usize) -> anyhow::Result<()> {
-        let own = self.with(|procs| procs[member].child.take());
-        match own {
-            Some(mut c) => {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            // Still the script's process (setsid'd, not our child).
-            None => {
-                if let Ok(pid) = self.script.pid(member) {
-                    let _ = signal(pid, libc::SIGKILL);
-                    let deadline = Instant::now() + Duration::from_secs(10);
-                    while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.procs.kill(member)
     }
 
     fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
-        signal(
-            read_pid(&self.script.dir.join(format!("zk-{}.pid", member + 1)))?,
-            if paused { libc::SIGSTOP } else { libc::SIGCONT },
-        )
+        self.script.pause(member, paused)
     }
 
     fn stop(&self) {
-        for m in 0..3 {
-            let _ = self.kill(m);
-        }
+        self.procs.kill_all();
         self.script.stop();
     }
 }
@@ -407,10 +465,85 @@ impl Drop for ZkScale {
     }
 }
 
-/// One cluster of either kind.
+// ---- etcd ----------------------------------------------------------------------
+
+/// A 3-member etcd cluster as `jepsen/peers/etcd.sh` starts it (etcd's
+/// defaults: fsync on, snapshot every 100,000 Raft entries, 2 GB backend
+/// quota); a member killed here is started again on the script's command
+/// line (the `--initial-cluster` flags are ignored on a data dir that
+/// holds a member).
+pub struct EtcdScale {
+    script: ScriptCluster,
+    procs: Relaunch,
+}
+
+impl EtcdScale {
+    pub async fn start(dir: &Path) -> anyhow::Result<EtcdScale> {
+        let d = dir.to_path_buf();
+        let script = tokio::task::spawn_blocking(move || ScriptCluster::start("etcd.sh", "etcd-", &d)).await??;
+        let procs = Relaunch::capture(&script)?;
+        Ok(EtcdScale { script, procs })
+    }
+
+    pub fn pid(&self, member: usize) -> Option<i32> {
+        self.script.pid(member).ok()
+    }
+
+    /// `--data-dir` of `member` (member/wal, member/snap/db).
+    pub fn data_dir(&self, member: usize) -> PathBuf {
+        self.script.dir.join(format!("etcd-{}", member + 1))
+    }
+
+    pub fn start_member(&self, member: usize) -> anyhow::Result<()> {
+        self.procs.start(member)
+    }
+}
+
+impl Target for EtcdScale {
+    type Client = EtcdClient;
+
+    fn kind(&self) -> Kind {
+        Kind::Etcd
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.script.endpoints.clone()
+    }
+
+    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<EtcdClient> {
+        // Lock RPCs wait seconds in a long queue: pings within etcd's policy.
+        EtcdClient::connect_to_with(self.script.endpoints.clone(), member, ttl, POLITE_KEEPALIVE).await
+    }
+
+    async fn leader(&self) -> anyhow::Result<usize> {
+        leader_of(&self.script.endpoints).await
+    }
+
+    fn kill(&self, member: usize) -> anyhow::Result<()> {
+        self.procs.kill(member)
+    }
+
+    fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
+        self.script.pause(member, paused)
+    }
+
+    fn stop(&self) {
+        self.procs.kill_all();
+        self.script.stop();
+    }
+}
+
+impl Drop for EtcdScale {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One cluster of any kind.
 pub enum Scaled {
     Baton(std::sync::Arc<BatonScale>),
     Zk(std::sync::Arc<ZkScale>),
+    Etcd(std::sync::Arc<EtcdScale>),
 }
 
 impl Scaled {
@@ -420,7 +553,7 @@ impl Scaled {
         Ok(match kind {
             Kind::Baton => Scaled::Baton(std::sync::Arc::new(BatonScale::start(dir).await?)),
             Kind::Zookeeper => Scaled::Zk(std::sync::Arc::new(ZkScale::start(dir).await?)),
-            Kind::Etcd => anyhow::bail!("scale does not run etcd (docs/scaling.md says why)"),
+            Kind::Etcd => Scaled::Etcd(std::sync::Arc::new(EtcdScale::start(dir).await?)),
             Kind::BatonZk => anyhow::bail!("scale does not run baton-zk"),
         })
     }
@@ -429,6 +562,7 @@ impl Scaled {
         match self {
             Scaled::Baton(_) => Kind::Baton,
             Scaled::Zk(_) => Kind::Zookeeper,
+            Scaled::Etcd(_) => Kind::Etcd,
         }
     }
 
@@ -436,6 +570,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.endpoints(),
             Scaled::Zk(t) => t.endpoints(),
+            Scaled::Etcd(t) => t.endpoints(),
         }
     }
 
@@ -443,6 +578,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.pid(member),
             Scaled::Zk(t) => t.pid(member),
+            Scaled::Etcd(t) => t.pid(member),
         }
     }
 
@@ -450,6 +586,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.data_dir(member),
             Scaled::Zk(t) => t.data_dir(member),
+            Scaled::Etcd(t) => t.data_dir(member),
         }
     }
 
@@ -457,6 +594,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.leader().await,
             Scaled::Zk(t) => t.leader().await,
+            Scaled::Etcd(t) => t.leader().await,
         }
     }
 
@@ -464,6 +602,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.kill(member),
             Scaled::Zk(t) => t.kill(member),
+            Scaled::Etcd(t) => t.kill(member),
         }
     }
 
@@ -471,6 +610,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.start_member(member),
             Scaled::Zk(t) => t.start_member(member),
+            Scaled::Etcd(t) => t.start_member(member),
         }
     }
 
@@ -478,6 +618,7 @@ impl Scaled {
         match self {
             Scaled::Baton(t) => t.stop(),
             Scaled::Zk(t) => t.stop(),
+            Scaled::Etcd(t) => t.stop(),
         }
     }
 
@@ -515,6 +656,23 @@ mod tests {
         assert!(x > 0);
         assert!(cpu_secs(me).expect("cpu") > t0);
         assert!(rss_bytes(-5).is_err());
+    }
+
+    #[test]
+    fn a_killed_unreaped_child_is_not_alive() {
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(-5));
+        let mut c = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+        let pid = c.id() as i32;
+        assert!(alive(pid));
+        signal(pid, libc::SIGKILL).expect("kill");
+        // Dead, not yet reaped: a zombie, which holds no port or file.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!alive(pid));
+        let _ = c.wait();
     }
 
     #[test]

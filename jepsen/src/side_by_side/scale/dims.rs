@@ -238,7 +238,10 @@ fn written_before(rows: &[Row]) -> f64 {
 /// ReadIndex, from one member: bytes and seconds; each member is asked in
 /// turn until one answers) and the mean time of the Raft snapshots the
 /// leader made (/metrics); ZooKeeper's largest snapshot file in any
-/// member's data dir and the longest snapshot any member took (`mntr`).
+/// member's data dir and the longest snapshot any member took (`mntr`);
+/// etcd's Maintenance Snapshot RPC (what `etcdctl snapshot save` calls:
+/// the member's whole backend streamed to the client: bytes and seconds,
+/// each member asked in turn until one answers).
 async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
     match t {
         Scaled::Baton(b) => {
@@ -291,8 +294,40 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
                 r.figures.insert("snapshot_s".into(), ms / 1000.0);
             }
         }
+        Scaled::Etcd(_) => {
+            let mut errors = Vec::new();
+            for ep in t.endpoints() {
+                let start = Instant::now();
+                match tokio::time::timeout(Duration::from_secs(300), etcd_snapshot_bytes(&ep)).await {
+                    Ok(Ok(bytes)) => {
+                        r.figures.insert("snapshot_s".into(), start.elapsed().as_secs_f64());
+                        r.figures.insert("snapshot_mb".into(), bytes as f64 / MB);
+                        return Ok(());
+                    }
+                    Ok(Err(e)) => errors.push(format!("{ep}: {e:#}")),
+                    Err(_) => errors.push(format!("{ep}: over 300 s")),
+                }
+            }
+            anyhow::bail!("snapshot failed on every member: {}", errors.join("; "));
+        }
     }
     Ok(())
+}
+
+/// Streams member `endpoint`'s backend to this side (the bytes are
+/// counted, not kept) and returns how many there were.
+async fn etcd_snapshot_bytes(endpoint: &str) -> anyhow::Result<u64> {
+    use crate::side_by_side::targets::etcd::{connect_with, POLITE_KEEPALIVE};
+    let mut c = connect_with(endpoint, POLITE_KEEPALIVE).await?;
+    let mut stream = c.snapshot().await?;
+    let mut bytes = 0u64;
+    while let Some(part) = stream.message().await? {
+        bytes += part.blob().len() as u64;
+    }
+    if bytes == 0 {
+        anyhow::bail!("empty snapshot");
+    }
+    Ok(bytes)
 }
 
 /// Sessions: `n` live sessions, each with an ephemeral node, keeping
@@ -588,13 +623,19 @@ pub async fn fanout(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::R
 
 /// Waiter wake-ups in this process so far (every lock client of the run
 /// lives here): Baton's lock recipe counts them, and so does the
-/// ZooKeeper adapter's.
-fn wakeups(kind: Kind) -> u64 {
+/// ZooKeeper adapter's. None for etcd: its waiters wait inside the server.
+fn wakeups(kind: Kind) -> Option<u64> {
     match kind {
-        Kind::Baton => baton_client::recipes::lock::total_wakeups(),
-        _ => crate::side_by_side::targets::zookeeper::wakeups(),
+        Kind::Baton => Some(baton_client::recipes::lock::total_wakeups()),
+        Kind::Zookeeper | Kind::BatonZk => Some(crate::side_by_side::targets::zookeeper::wakeups()),
+        Kind::Etcd => None,
     }
 }
+
+/// The note on an etcd lock row, in place of the wake-up figures.
+pub const ETCD_WAKEUPS_NOTE: &str = "wake-ups not counted: etcd's Lock RPC waits inside the server \
+     (concurrency.Mutex: each waiter watches the key just before its own), so the client sees only the grant; \
+     the one-wake-up-per-release check is Baton's and ZooKeeper's only";
 
 struct LockShared {
     stop: AtomicBool,
@@ -608,11 +649,12 @@ struct LockShared {
 
 /// Lock queues: `n` clients on one lock, each taking it, releasing at
 /// once and queueing again. Handoff = the holder's release began → the
-/// next holder's `lock` returned. Herd: wake-ups per release.
+/// next holder's `lock` returned. Herd: wake-ups per release (not on etcd).
 pub async fn locks(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     match t {
         Scaled::Baton(b) => locks_on(b.clone(), o, rows).await,
         Scaled::Zk(z) => locks_on(z.clone(), o, rows).await,
+        Scaled::Etcd(e) => locks_on(e.clone(), o, rows).await,
     }
 }
 
@@ -683,7 +725,7 @@ async fn locks_on<T: Target>(target: Arc<T>, o: &ScaleOpts, rows: &mut Vec<Row>)
         sh.measuring.store(true, Ordering::SeqCst);
         tokio::time::sleep(o.lock_window).await;
         sh.measuring.store(false, Ordering::SeqCst);
-        let woke = wakeups(kind) - w0;
+        let woke = wakeups(kind).zip(w0).map(|(w1, w0)| w1.saturating_sub(w0));
         let releases = sh.releases.load(Ordering::SeqCst);
         sh.stop.store(true, Ordering::SeqCst);
         sh.stopped.notify_waiters();
@@ -696,8 +738,13 @@ async fn locks_on<T: Target>(target: Arc<T>, o: &ScaleOpts, rows: &mut Vec<Row>)
         r.figures.insert("handoff_p50_ms".into(), q_ms(&h, 0.5));
         r.figures.insert("handoff_p99_ms".into(), q_ms(&h, 0.99));
         r.figures.insert("releases".into(), releases as f64);
-        r.figures.insert("wakeups".into(), woke as f64);
-        r.figures.insert("wakeups_per_release".into(), woke as f64 / (releases.max(1)) as f64);
+        match woke {
+            Some(woke) => {
+                r.figures.insert("wakeups".into(), woke as f64);
+                r.figures.insert("wakeups_per_release".into(), woke as f64 / (releases.max(1)) as f64);
+            }
+            None => r.notes.push(ETCD_WAKEUPS_NOTE.into()),
+        }
         eprintln!("  [{}] locks {n} waiters: {}", kind.name(), brief(&r));
         rows.push(r);
     }
@@ -710,6 +757,7 @@ pub async fn clients(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::
     match t {
         Scaled::Baton(b) => clients_on(b.clone(), o, rows).await,
         Scaled::Zk(z) => clients_on(z.clone(), o, rows).await,
+        Scaled::Etcd(e) => clients_on(e.clone(), o, rows).await,
     }
 }
 

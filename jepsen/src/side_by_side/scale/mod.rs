@@ -1,28 +1,31 @@
 //! `baton-jepsen scale`: how far one 3-member cluster goes, one dimension
-//! at a time, for Baton and ZooKeeper in one run (docs/scaling.md).
+//! at a time, for Baton, ZooKeeper and (where it applies) etcd in one run
+//! (docs/scaling.md).
 //!
 //! Dimensions ([`Dim`]), each on a fresh cluster per target, each size
 //! from a flag so the same command does the smoke and the full run:
 //! - `nodes`: the tree filled to each size with 100-byte nodes (one
 //!   follower down meanwhile): RSS per member, data dir on disk, snapshot
 //!   size and time, the lagging follower's catch-up, a member's restart to
-//!   serving.
+//!   serving. etcd: flat keys of 100 bytes, puts in txns of 100.
 //! - `sessions`: live sessions with an ephemeral node each: the members'
 //!   CPU and RSS while they keep alive; how late a dead session's ephemeral
-//!   goes after its timeout.
+//!   goes after its timeout. etcd: a lease per session (TTL = the session
+//!   timeout), a key under it, keepalives every TTL/3.
 //! - `watches`: one-shot watches registered: time and members' RSS.
 //! - `fanout`: one write, its event delivered to every watcher.
 //! - `locks`: one lock's queue: handoff latency, and wake-ups per release,
-//!   which must be at most one (no herd; the run fails otherwise).
+//!   which must be at most one (no herd; the run fails otherwise). etcd:
+//!   the handoff only (its Lock RPC waits on the server, where the client
+//!   cannot count wake-ups).
 //! - `clients`: bench.rs's write and lock-independent loops.
 //!
 //! Outputs in `--out`: scale.json (every [`Row`]), scale.md (one table per
 //! dimension), scale-<dim>.png (one panel per figure, the targets on the
 //! same linear axes).
 //!
-//! Not here: etcd (its client adapter has no batched creates, watches or
-//! ephemerals in the [`targets`](super::targets) interface; docs/scaling.md),
-//! and anything beyond one cluster.
+//! Not here: etcd in watches and fanout ([`not_measured`] says why; the
+//! run skips those pairs), and anything beyond one cluster.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -105,9 +108,10 @@ impl Row {
 
     /// A lock row shows a herd: more wake-ups than releases (one of slack
     /// for a release at the window's edge), or, with waiters queued, no
-    /// wake-up counted at all (the counter is not seeing them).
+    /// wake-up counted at all (the counter is not seeing them). Never for a
+    /// target whose wake-ups this side cannot count (etcd).
     pub fn herd(&self) -> Option<String> {
-        if self.dim != Dim::Locks {
+        if self.dim != Dim::Locks || !counts_wakeups(self.target) {
             return None;
         }
         let (woke, rel) = (self.get("wakeups").unwrap_or(0.0), self.get("releases").unwrap_or(0.0));
@@ -126,6 +130,30 @@ impl Row {
             ));
         }
         None
+    }
+}
+
+/// Can this side count a lock waiter's wake-ups on `kind`? Baton's recipe
+/// and the ZooKeeper adapter run in this process and count each one;
+/// etcd's Lock RPC waits inside the server (`concurrency.Mutex`, each
+/// waiter watching the key just before its own), which tells the client
+/// nothing until the lock is granted.
+pub fn counts_wakeups(kind: Kind) -> bool {
+    kind != Kind::Etcd
+}
+
+/// Why `dim` is not measured on `kind` (None: it is).
+pub fn not_measured(kind: Kind, dim: Dim) -> Option<&'static str> {
+    if kind != Kind::Etcd {
+        return None;
+    }
+    match dim {
+        Dim::Nodes | Dim::Sessions | Dim::Locks | Dim::Clients => None,
+        Dim::Watches => Some(
+            "etcd has no one-shot watch: its watches are streams that stay until cancelled, opened on a \
+             connection's watch stream; not built",
+        ),
+        Dim::Fanout => Some("etcd has no one-shot watch (see watches); not built"),
     }
 }
 
@@ -170,11 +198,22 @@ pub async fn run(o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
     let nofile = cluster::raise_nofile(NOFILE);
     eprintln!("scale: open-file limit {nofile}");
     let mut all: Vec<Row> = Vec::new();
+    for &kind in &o.targets {
+        for &dim in &o.dims {
+            if let Some(why) = not_measured(kind, dim) {
+                eprintln!("[{}] {}: not measured ({why})", kind.name(), dim.name());
+            }
+        }
+    }
+    let measured = |kind: Kind, dim: Dim| not_measured(kind, dim).is_none();
     if o.shared_cluster {
         for &kind in &o.targets {
+            if !o.dims.iter().any(|&d| measured(kind, d)) {
+                continue;
+            }
             let dir = o.out.join(kind.name());
             let t = start(kind, &dir, o).await?;
-            for &dim in &o.dims {
+            for &dim in o.dims.iter().filter(|&&d| measured(kind, d)) {
                 all.extend(one_dim(&t, dim, o).await);
                 write_outputs(&all, &o.out)?;
             }
@@ -182,7 +221,7 @@ pub async fn run(o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
         }
     } else {
         for &dim in &o.dims {
-            for &kind in &o.targets {
+            for &kind in o.targets.iter().filter(|&&k| measured(k, dim)) {
                 let dir = o.out.join(format!("{}-{}", kind.name(), dim.name()));
                 let t = start(kind, &dir, o).await?;
                 all.extend(one_dim(&t, dim, o).await);
@@ -227,6 +266,7 @@ fn finish(t: cluster::Scaled, dir: &Path) {
     for m in 1..=3 {
         let _ = std::fs::remove_dir_all(dir.join(format!("member-{m}")));
         let _ = std::fs::remove_dir_all(dir.join(format!("zk-{m}/data")));
+        let _ = std::fs::remove_dir_all(dir.join(format!("etcd-{m}")));
     }
 }
 
@@ -265,6 +305,25 @@ pub fn replot(dir: &Path) -> anyhow::Result<()> {
     let all: Vec<Row> = serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
     std::fs::write(dir.join("scale.md"), markdown(&all))?;
     plot::charts(&all, dir)
+}
+
+/// A target's name in prose.
+fn title(k: Kind) -> &'static str {
+    match k {
+        Kind::Baton => "Baton",
+        Kind::Etcd => "etcd",
+        Kind::Zookeeper => "ZooKeeper",
+        Kind::BatonZk => "Baton's ZooKeeper port",
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn and_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
 }
 
 /// A figure for a table: 3 significant digits, thousands unrounded.
@@ -343,9 +402,13 @@ fn columns(d: Dim) -> &'static [(&'static str, &'static str)] {
 
 pub fn markdown(all: &[Row]) -> String {
     let mut md = String::new();
+    let mut targets: Vec<Kind> = all.iter().map(|r| r.target).collect();
+    targets.sort();
+    targets.dedup();
+    let names: Vec<&str> = targets.iter().map(|&k| title(k)).collect();
     let _ = writeln!(md, "# One cluster, one dimension at a time\n");
     let _ =
-        writeln!(md, "3-member clusters on 127.0.0.1 (Baton and ZooKeeper), a fresh one per dimension and target.\n");
+        writeln!(md, "3-member clusters on 127.0.0.1 ({}), a fresh one per dimension and target.\n", and_list(&names));
     for d in Dim::ALL {
         let rows: Vec<&Row> = all.iter().filter(|r| r.dim == d).collect();
         if rows.is_empty() {
@@ -377,14 +440,33 @@ pub fn markdown(all: &[Row]) -> String {
                 let _ = write!(md, " {} |", r.get(k).map(fmt_num).unwrap_or_else(|| "-".into()));
             }
             if herd_col {
-                let _ = write!(md, " {} |", if r.herd().is_some() { "**yes**" } else { "no" });
+                let herd = if !counts_wakeups(r.target) {
+                    "n/a"
+                } else if r.herd().is_some() {
+                    "**yes**"
+                } else {
+                    "no"
+                };
+                let _ = write!(md, " {herd} |");
             }
             let _ = writeln!(md);
         }
-        let notes: Vec<String> = sorted
-            .iter()
-            .flat_map(|r| r.notes.iter().map(move |n| format!("- {} {}: {n}", r.target.name(), r.size)))
-            .collect();
+        let mut notes: Vec<String> = Vec::new();
+        // A note once per target, at its first size (etcd's lock note is on
+        // every size).
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &sorted {
+            for n in &r.notes {
+                if seen.insert((r.target, n.as_str())) {
+                    notes.push(format!("- {} {}: {n}", r.target.name(), r.size));
+                }
+            }
+        }
+        for &k in &targets {
+            if let Some(why) = not_measured(k, d) {
+                notes.push(format!("- {}: not measured: {why}", k.name()));
+            }
+        }
         if !notes.is_empty() {
             let _ = writeln!(md, "\n{}", notes.join("\n"));
         }
@@ -450,5 +532,75 @@ mod tests {
         assert!(Dim::parse("nope").is_err());
         assert_eq!(fmt_num(1234.4), "1234");
         assert_eq!(fmt_num(0.123), "0.12");
+    }
+
+    /// An etcd lock row as `locks_on` writes it: handoffs, no wake-ups.
+    fn etcd_lock_row(size: u64) -> Row {
+        let mut figures = BTreeMap::new();
+        figures.insert("releases".to_string(), 300.0);
+        figures.insert("handoffs_per_sec".to_string(), 100.0);
+        figures.insert("handoff_p50_ms".to_string(), 6.0);
+        figures.insert("handoff_p99_ms".to_string(), 20.0);
+        let notes = vec![dims::ETCD_WAKEUPS_NOTE.to_string()];
+        Row { target: Kind::Etcd, dim: Dim::Locks, size, figures, notes }
+    }
+
+    #[test]
+    fn etcd_lock_rows_are_no_herd_and_say_why() {
+        // Without the wake-up figures a Baton row would fail the check.
+        let mut baton = etcd_lock_row(100);
+        baton.target = Kind::Baton;
+        assert!(baton.herd().is_some());
+        for size in [1, 10, 1000] {
+            assert!(etcd_lock_row(size).herd().is_none(), "{size}");
+        }
+        assert!(!counts_wakeups(Kind::Etcd) && counts_wakeups(Kind::Baton) && counts_wakeups(Kind::Zookeeper));
+        let rows = vec![lock_row(10, 10.0, 10.0), etcd_lock_row(10), etcd_lock_row(100)];
+        let md = markdown(&rows);
+        assert!(md.contains("| 10 | etcd | 100 | 6.00 | 20.0 | 300 | - | - | n/a |"), "{md}");
+        assert!(md.contains("| 10 | baton |") && md.contains(" | no |"), "{md}");
+        // The note once, not once per size.
+        assert_eq!(md.matches("wake-ups not counted").count(), 1, "{md}");
+        assert!(md.contains("(Baton and etcd)"), "{md}");
+    }
+
+    #[test]
+    fn etcd_runs_where_it_applies_and_tables_say_where_not() {
+        for d in [Dim::Nodes, Dim::Sessions, Dim::Locks, Dim::Clients] {
+            assert!(not_measured(Kind::Etcd, d).is_none(), "{d:?}");
+        }
+        for d in [Dim::Watches, Dim::Fanout] {
+            assert!(not_measured(Kind::Etcd, d).is_some(), "{d:?}");
+        }
+        for d in Dim::ALL {
+            assert!(not_measured(Kind::Baton, d).is_none() && not_measured(Kind::Zookeeper, d).is_none());
+        }
+        let node = |target: Kind, size: u64, rss: f64| {
+            let mut f = BTreeMap::new();
+            f.insert("write_s".to_string(), size as f64 / 20_000.0);
+            f.insert("rss_mb_max".to_string(), rss);
+            f.insert("snapshot_mb".to_string(), size as f64 / 4000.0);
+            f.insert("catchup_s".to_string(), 1.5);
+            Row { target, dim: Dim::Nodes, size, figures: f, notes: vec![] }
+        };
+        let mut rows = vec![node(Kind::Etcd, 10_000, 60.0), node(Kind::Etcd, 100_000, 250.0)];
+        rows.push(node(Kind::Zookeeper, 10_000, 190.0));
+        let mut s = BTreeMap::new();
+        s.insert("registered".to_string(), 1000.0);
+        rows.push(Row { target: Kind::Zookeeper, dim: Dim::Watches, size: 1000, figures: s, notes: vec![] });
+        let md = markdown(&rows);
+        assert!(md.contains("(etcd and ZooKeeper)"), "{md}");
+        // etcd has no auto-snapshot figure: a dash, not a zero.
+        assert!(md.contains("| 100000 | etcd | 5.00 | - | 250 | - | - | 25.0 | - | - | 1.50 | - |"), "{md}");
+        let watches = md.split("## watches").nth(1).expect("watches section");
+        assert!(watches.contains("- etcd: not measured: etcd has no one-shot watch"), "{md}");
+        let nodes = md.split("## watches").next().expect("nodes section");
+        assert!(!nodes.contains("not measured"), "{md}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_outputs(&rows, dir.path()).expect("outputs");
+        let bytes = std::fs::read(dir.path().join("scale-nodes.png")).expect("png");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        assert_eq!(and_list(&[]), "");
+        assert_eq!(and_list(&["a", "b", "c"]), "a, b and c");
     }
 }

@@ -34,10 +34,33 @@ impl EtcdTarget {
     }
 }
 
-async fn connect_one(endpoint: &str) -> Result<Client, etcd_client::Error> {
+/// A connection's HTTP/2 keepalive: a ping every `.0` while a request is
+/// open, the connection dropped when one is not answered within `.1`.
+#[derive(Clone, Copy, Debug)]
+pub struct KeepAlive(pub Duration, pub Duration);
+
+/// The side-by-side's: a paused or dead member is noticed within 2 s. But
+/// etcd's server allows a ping only every `--grpc-keepalive-min-time` (5 s)
+/// on a connection with no data moving: a request waiting longer than
+/// ~3 s (a Lock RPC deep in a queue) loses its connection to GOAWAY
+/// (too many pings).
+pub const FAST_KEEPALIVE: KeepAlive = KeepAlive(Duration::from_secs(1), Duration::from_secs(1));
+/// Within etcd's ping policy (`scale`: lock queues of 1,000 waiters,
+/// thousands of connections in one process).
+pub const POLITE_KEEPALIVE: KeepAlive = KeepAlive(Duration::from_secs(10), Duration::from_secs(5));
+
+/// A client of the one member at `endpoint` (`host:port`) with
+/// [`FAST_KEEPALIVE`]. The channel connects lazily: a member that is down
+/// fails the first request (a transport error), not this call.
+pub(crate) async fn connect_one(endpoint: &str) -> Result<Client, etcd_client::Error> {
+    connect_with(endpoint, FAST_KEEPALIVE).await
+}
+
+/// [`connect_one`] with keepalive `ka`.
+pub(crate) async fn connect_with(endpoint: &str, ka: KeepAlive) -> Result<Client, etcd_client::Error> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
-        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+        .with_keep_alive(ka.0, ka.1)
         .with_require_leader(true);
     Client::connect([format!("http://{endpoint}")], Some(opts)).await
 }
@@ -55,7 +78,7 @@ fn definite(e: &etcd_client::Error) -> bool {
 }
 
 /// Should the client move to another member?
-fn member_trouble(e: &etcd_client::Error) -> bool {
+pub(crate) fn member_trouble(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Unknown)
@@ -76,6 +99,8 @@ struct Conn {
 
 pub struct EtcdClient {
     endpoints: Vec<String>,
+    /// Every connection's HTTP/2 keepalive.
+    ka: KeepAlive,
     conn: Arc<Mutex<Conn>>,
     lease: i64,
     lost: Arc<AtomicBool>,
@@ -94,11 +119,21 @@ impl EtcdClient {
     /// A client (and its lease) on `endpoints[member]`, or the next member
     /// that answers.
     pub async fn connect_to(endpoints: Vec<String>, member: usize, ttl: Duration) -> anyhow::Result<EtcdClient> {
+        EtcdClient::connect_to_with(endpoints, member, ttl, FAST_KEEPALIVE).await
+    }
+
+    /// [`Self::connect_to`] with keepalive `ka` on every connection it makes.
+    pub async fn connect_to_with(
+        endpoints: Vec<String>,
+        member: usize,
+        ttl: Duration,
+        ka: KeepAlive,
+    ) -> anyhow::Result<EtcdClient> {
         let n = endpoints.len().max(1);
         let mut last = None;
         for i in 0..n {
             let m = (member + i) % n;
-            let mut client = match connect_one(&endpoints[m]).await {
+            let mut client = match connect_with(&endpoints[m], ka).await {
                 Ok(c) => c,
                 Err(e) => {
                     last = Some(e);
@@ -113,13 +148,14 @@ impl EtcdClient {
                     let frozen = Arc::new(AtomicBool::new(false));
                     let keepalive = tokio::spawn(keep_alive(
                         endpoints.clone(),
+                        ka,
                         conn.clone(),
                         g.id(),
                         ttl,
                         lost.clone(),
                         frozen.clone(),
                     ));
-                    return Ok(EtcdClient { endpoints, conn, lease: g.id(), lost, frozen, keepalive });
+                    return Ok(EtcdClient { endpoints, ka, conn, lease: g.id(), lost, frozen, keepalive });
                 }
                 Err(e) => last = Some(e),
             }
@@ -134,7 +170,7 @@ impl EtcdClient {
 
     /// Moves to the next member after trouble on `member`.
     async fn next_member(&self, member: usize) {
-        move_on(&self.endpoints, &self.conn, member).await;
+        move_on(&self.endpoints, self.ka, &self.conn, member).await;
     }
 
     /// Freezes the client as a process pause would: no keepalives go out
@@ -173,7 +209,7 @@ impl EtcdClient {
     }
 }
 
-async fn move_on(endpoints: &[String], conn: &Mutex<Conn>, member: usize) {
+async fn move_on(endpoints: &[String], ka: KeepAlive, conn: &Mutex<Conn>, member: usize) {
     let n = endpoints.len().max(1);
     {
         let c = conn.lock().unwrap_or_else(|p| p.into_inner());
@@ -182,7 +218,7 @@ async fn move_on(endpoints: &[String], conn: &Mutex<Conn>, member: usize) {
         }
     }
     let next = (member + 1) % n;
-    if let Ok(client) = connect_one(&endpoints[next]).await {
+    if let Ok(client) = connect_with(&endpoints[next], ka).await {
         let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
         if c.member == member {
             *c = Conn { member: next, client };
@@ -194,6 +230,7 @@ async fn move_on(endpoints: &[String], conn: &Mutex<Conn>, member: usize) {
 /// marks the lease lost when etcd says it expired.
 async fn keep_alive(
     endpoints: Vec<String>,
+    ka: KeepAlive,
     conn: Arc<Mutex<Conn>>,
     lease: i64,
     ttl: Duration,
@@ -219,7 +256,7 @@ async fn keep_alive(
                         lost.store(true, Ordering::SeqCst);
                         return;
                     }
-                    move_on(&endpoints, &conn, member).await;
+                    move_on(&endpoints, ka, &conn, member).await;
                     continue;
                 }
             }
@@ -239,7 +276,7 @@ async fn keep_alive(
         if !ok {
             let m = *m;
             stream = None;
-            move_on(&endpoints, &conn, m).await;
+            move_on(&endpoints, ka, &conn, m).await;
         }
     }
 }
@@ -332,6 +369,22 @@ impl Drop for EtcdClient {
     }
 }
 
+/// Index of the member in `endpoints` that reports itself leader (asks
+/// each in turn, 0.5 s each).
+pub(crate) async fn leader_of(endpoints: &[String]) -> anyhow::Result<usize> {
+    for (i, ep) in endpoints.iter().enumerate() {
+        let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_millis(500), connect_one(ep)).await else {
+            continue;
+        };
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), c.status()).await {
+            if s.header().is_some_and(|h| h.member_id() == s.leader()) {
+                return Ok(i);
+            }
+        }
+    }
+    anyhow::bail!("no etcd member reports itself leader")
+}
+
 impl Target for EtcdTarget {
     type Client = EtcdClient;
 
@@ -348,17 +401,7 @@ impl Target for EtcdTarget {
     }
 
     async fn leader(&self) -> anyhow::Result<usize> {
-        for (i, ep) in self.cluster.endpoints.iter().enumerate() {
-            let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_millis(500), connect_one(ep)).await else {
-                continue;
-            };
-            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), c.status()).await {
-                if s.header().is_some_and(|h| h.member_id() == s.leader()) {
-                    return Ok(i);
-                }
-            }
-        }
-        anyhow::bail!("no etcd member reports itself leader")
+        leader_of(&self.cluster.endpoints).await
     }
 
     fn kill(&self, member: usize) -> anyhow::Result<()> {
