@@ -91,11 +91,24 @@ pub struct CreateFlags {
     /// Create missing parents (persistent, empty).
     #[arg(long)]
     parents: bool,
+    /// A container node: the cluster deletes it once its last child goes.
+    #[arg(long)]
+    container: bool,
+    /// A TTL node: the cluster deletes it once it has no children and its
+    /// data has not changed for MS milliseconds.
+    #[arg(long, value_name = "MS")]
+    ttl: Option<u64>,
 }
 
 impl CreateFlags {
     pub fn options(&self) -> CreateOptions {
-        CreateOptions { ephemeral: self.ephemeral, sequential: self.sequential, parents: self.parents }
+        CreateOptions {
+            ephemeral: self.ephemeral,
+            sequential: self.sequential,
+            parents: self.parents,
+            container: self.container,
+            ttl: self.ttl.map(std::time::Duration::from_millis),
+        }
     }
 }
 

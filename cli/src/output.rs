@@ -136,6 +136,7 @@ pub fn stat_json(s: &Stat) -> Value {
         "version": s.version, "cversion": s.cversion, "aversion": s.aversion,
         "ephemeral_owner": s.ephemeral_owner, "ephemeral_owner_hex": format!("{:#x}", s.ephemeral_owner),
         "data_length": s.data_length, "num_children": s.num_children,
+        "container": s.container, "ttl_ms": s.ttl_ms,
     })
 }
 
@@ -154,6 +155,10 @@ pub fn stat_text(s: &Stat) -> String {
         format!("data_length = {}", s.data_length),
         format!("num_children = {}", s.num_children),
     ]
+    .into_iter()
+    .chain(s.container.then(|| "container = true".to_string()))
+    .chain((s.ttl_ms > 0).then(|| format!("ttl_ms = {}", s.ttl_ms)))
+    .collect::<Vec<_>>()
     .join("\n")
 }
 

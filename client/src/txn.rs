@@ -92,6 +92,9 @@ pub(crate) fn create_op(path: &str, data: Bytes, o: CreateOptions) -> CreateOp {
         sequential: o.sequential,
         parents: o.parents,
         acl: Vec::new(),
+        container: o.container,
+        // A TTL under 1 ms is 1 ms: zero would mean "no TTL".
+        ttl_ms: o.ttl.map_or(0, |t| (t.as_millis() as u64).max(1)),
     }
 }
 

@@ -31,6 +31,11 @@ pub struct Stat {
     pub data_length: u32,
     /// Number of children.
     pub num_children: u32,
+    /// A container node: the cluster deletes it once its last child goes.
+    pub container: bool,
+    /// A TTL node's TTL in ms (0: none): the cluster deletes it once it has
+    /// no children and its data has not changed for this long.
+    pub ttl_ms: u64,
 }
 
 impl Stat {
@@ -66,6 +71,8 @@ impl From<baton_proto::Stat> for Stat {
             ephemeral_owner: s.ephemeral_owner,
             data_length: s.data_length,
             num_children: s.num_children,
+            container: s.container,
+            ttl_ms: s.ttl_ms,
         }
     }
 }
@@ -194,6 +201,14 @@ pub struct CreateOptions {
     pub sequential: bool,
     /// Create missing parents (persistent, empty).
     pub parents: bool,
+    /// A container node (persistent, not sequential): the cluster deletes
+    /// it once it has had a child and has none left (ZooKeeper's
+    /// containers; a lock's or a queue's parent).
+    pub container: bool,
+    /// A TTL node (persistent, may be sequential): the cluster deletes it
+    /// once it has no children and its data has not changed for this long.
+    /// At most 2^40 - 1 ms.
+    pub ttl: Option<Duration>,
 }
 
 impl CreateOptions {
@@ -217,6 +232,15 @@ impl CreateOptions {
     /// Append a sequential suffix.
     pub fn sequential(mut self) -> Self {
         self.sequential = true;
+        self
+    }
+    /// A container node: deleted by the cluster once its last child goes.
+    pub fn container() -> Self {
+        CreateOptions { container: true, ..Self::default() }
+    }
+    /// A TTL node: deleted by the cluster once childless and unchanged for `ttl`.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
         self
     }
 }

@@ -56,6 +56,26 @@
 //! What it does not do: validate framing or keep time for session expiry
 //! (the leader does, and writes an `ExpireSessions` entry).
 //!
+//! # Container and TTL nodes ("Reaping")
+//! Both are persistent nodes that the cluster deletes on its own, as
+//! ZooKeeper's container manager does:
+//! - A **container** (`CreateOp::container`; not ephemeral, not sequential,
+//!   no TTL) is due once it has had a child and has none
+//!   (`cversion > 0 && num_children == 0`). One that never had a child
+//!   stays.
+//! - A **TTL node** (`CreateOp::ttl_ms`, 1 ms to [`MAX_TTL_MS`]; not
+//!   ephemeral, may be sequential) is due once it has no children and
+//!   `time - mtime > ttl_ms` (a `set` starts its time again).
+//! - The leader looks for due nodes every [`REAP_INTERVAL_MS`] (driver)
+//!   and proposes a `ReapNodes` entry for those it found due at two looks
+//!   in a row with the same `pzxid` (so a container is left alone for a
+//!   while after its last child goes: a client about to add one wins).
+//!   Apply deletes a listed node only if it is still the node created at
+//!   the listed `czxid`, its `pzxid` is the listed one, and it is due at
+//!   the entry's `time_ms`; otherwise it skips it. Deletes fire the watches
+//!   any delete fires. Nothing else deletes them: a stale or repeated
+//!   entry changes nothing.
+//!
 //! Persistence: every touched key is remembered as dirty and `flush` stages
 //! them, with the applied index, into the same batch (invariant 1 of
 //! DESIGN.md: state and applied index are written together). The driver
@@ -87,6 +107,14 @@ pub const MAX_CACHED_REPLIES: usize = 4096;
 /// [`MAX_CACHED_REPLIES`]). A constant, not a flag: apply must be the same
 /// on every member.
 pub const MAX_CACHED_REPLY_BYTES: usize = 32 << 20;
+
+/// The longest TTL a node may have: ZooKeeper's (2^40 - 1 ms, the bits
+/// its ephemeral-owner field has for it).
+pub const MAX_TTL_MS: u64 = (1 << 40) - 1;
+/// How often the leader looks for due container and TTL nodes ("Reaping").
+pub const REAP_INTERVAL_MS: u64 = 1000;
+/// At most this many nodes in one `ReapNodes` entry.
+pub const MAX_REAP_PER_ENTRY: usize = 1000;
 
 const KEY_APPLIED: &[u8] = b"a";
 const PREFIX_NODE: u8 = b'n';
@@ -160,6 +188,9 @@ pub struct StateMachine {
     /// parent path -> child names, sorted. Derived from `nodes`, not
     /// persisted; kept apart so that saving a node for undo stays O(1).
     kids: HashMap<String, BTreeSet<String>>,
+    /// Paths of container and TTL nodes ("Reaping"). Derived, not
+    /// persisted; may hold paths that are gone (a rolled-back create).
+    reapable: BTreeSet<String>,
     sessions: BTreeMap<u64, Session>,
     fences: HashMap<String, u64>,
     /// The cluster's id and who joined it (cluster.rs).
@@ -193,6 +224,7 @@ impl StateMachine {
         let mut sm = StateMachine {
             nodes: HashMap::new(),
             kids: HashMap::new(),
+            reapable: BTreeSet::new(),
             sessions: BTreeMap::new(),
             fences: HashMap::new(),
             cluster: ClusterRecord::default(),
@@ -486,6 +518,14 @@ impl StateMachine {
                 self.set_member(index, m);
                 None
             }
+            Some(command::Body::Reap(r)) => {
+                for n in &r.nodes {
+                    if self.due(&n.path, cmd.time_ms).is_some_and(|(c, p)| c == n.czxid && p == n.pzxid) {
+                        self.remove_node(&n.path, index, &mut out.changes);
+                    }
+                }
+                None
+            }
             None => Some(error_response(index, ErrorCode::BadRequest, "empty command")),
         };
         out.reply = reply;
@@ -592,6 +632,31 @@ impl StateMachine {
         true
     }
 
+    /// `(czxid, pzxid)` of the container or TTL node at `path` if it is
+    /// due for reaping at `time_ms` (module doc, "Reaping").
+    fn due(&self, path: &str, time_ms: i64) -> Option<(u64, u64)> {
+        let n = self.nodes.get(path)?;
+        let s = &n.stat;
+        if s.num_children != 0 || s.ephemeral_owner != 0 {
+            return None;
+        }
+        let due = (s.container && s.cversion > 0)
+            || (s.ttl_ms > 0 && time_ms.saturating_sub(s.mtime) > s.ttl_ms.min(MAX_TTL_MS) as i64);
+        due.then_some((s.czxid, s.pzxid))
+    }
+
+    /// Container and TTL nodes due for reaping at `time_ms`, at most
+    /// [`MAX_REAP_PER_ENTRY`] (the leader's look; apply checks again).
+    pub fn due_for_reaping(&self, time_ms: i64) -> Vec<baton_proto::ReapNode> {
+        self.reapable
+            .iter()
+            .filter_map(|p| {
+                self.due(p, time_ms).map(|(czxid, pzxid)| baton_proto::ReapNode { path: p.clone(), czxid, pzxid })
+            })
+            .take(MAX_REAP_PER_ENTRY)
+            .collect()
+    }
+
     /// Remembers that `path` changes, before it does (see `born`).
     fn mark_node(&mut self, path: &str) {
         if !self.dirty_nodes.contains(path) {
@@ -604,7 +669,11 @@ impl StateMachine {
 
     fn remove_node(&mut self, path: &str, index: u64, changes: &mut Vec<Change>) {
         self.mark_node(path);
-        self.nodes.remove(path);
+        if let Some(n) = self.nodes.remove(path) {
+            if n.stat.container || n.stat.ttl_ms > 0 {
+                self.reapable.remove(path);
+            }
+        }
         self.kids.remove(path);
         if let Some(parent) = parent_of(path) {
             if let Some(set) = self.kids.get_mut(parent) {
@@ -657,8 +726,12 @@ impl StateMachine {
     fn rebuild_derived(&mut self) {
         self.nodes.entry("/".into()).or_insert_with(root_node);
         self.kids.clear();
-        for n in self.nodes.values_mut() {
+        self.reapable.clear();
+        for (path, n) in self.nodes.iter_mut() {
             n.stat.num_children = 0;
+            if n.stat.container || n.stat.ttl_ms > 0 {
+                self.reapable.insert(path.clone());
+            }
         }
         let paths: Vec<(String, u64)> = self.nodes.iter().map(|(p, n)| (p.clone(), n.stat.ephemeral_owner)).collect();
         for (path, owner) in paths {
@@ -930,6 +1003,7 @@ impl Txn<'_> {
             return err(ErrorCode::NoChildrenForEphemerals, format!("{parent} is ephemeral and cannot have children"));
         }
         acl::validate(&c.acl)?;
+        check_kind(c)?;
         let node_acl = if c.acl.is_empty() { p.acl.clone() } else { self.caller.expand(&c.acl)? };
         if !c.sequential && ends_in_sequence(base_name(&c.path)) {
             return err(
@@ -957,6 +1031,13 @@ impl Txn<'_> {
         }
         let owner = if c.ephemeral { self.session } else { 0 };
         self.insert_node(&parent, &path, c.data.clone(), owner, c.sequential.then_some(seq + 1), node_acl);
+        if c.container || c.ttl_ms > 0 {
+            if let Some(n) = self.sm.nodes.get_mut(&path) {
+                n.stat.container = c.container;
+                n.stat.ttl_ms = c.ttl_ms;
+            }
+            self.sm.reapable.insert(path.clone());
+        }
         Ok((path.clone(), full_stat(&self.sm.nodes[&path])))
     }
 
@@ -1147,6 +1228,9 @@ impl Txn<'_> {
             match u {
                 Undo::Node(path, prev) => match prev {
                     Some(n) => {
+                        if n.stat.container || n.stat.ttl_ms > 0 {
+                            self.sm.reapable.insert(path.clone());
+                        }
                         self.sm.nodes.insert(path, n);
                     }
                     None => {
@@ -1194,6 +1278,21 @@ impl Txn<'_> {
 
 fn check_path(path: &str) -> Result<(), OpError> {
     validate_path(path).map_err(|m| (ErrorCode::InvalidPath, m))
+}
+
+/// A create's kind: a container is persistent and not sequential; a TTL
+/// node is persistent, its TTL within [`MAX_TTL_MS`] ("Reaping").
+fn check_kind(c: &CreateOp) -> Result<(), OpError> {
+    if c.container && (c.ephemeral || c.sequential || c.ttl_ms > 0) {
+        return err(ErrorCode::BadRequest, "a container node is persistent, not sequential, and has no TTL");
+    }
+    if c.ttl_ms > 0 && c.ephemeral {
+        return err(ErrorCode::BadRequest, "an ephemeral node cannot have a TTL");
+    }
+    if c.ttl_ms > MAX_TTL_MS {
+        return err(ErrorCode::BadRequest, format!("TTL {} ms is over {MAX_TTL_MS}", c.ttl_ms));
+    }
+    Ok(())
 }
 
 fn check_version(path: &str, n: &Node, expected: Option<i32>) -> Result<(), OpError> {
@@ -1361,5 +1460,69 @@ mod tests {
         let r = sm.apply(3, &write(b"right")).reply.expect("reply");
         assert_eq!(r.error, 0, "{r:?}");
         assert!(sm.exists("/x").expect("exists").is_some());
+    }
+
+    #[test]
+    fn containers_and_ttl_nodes_are_reaped_only_when_due_and_unchanged() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let at = |mut c: Command, t: i64| {
+            c.time_ms = t;
+            c
+        };
+        let create = |path: &str, container: bool, ttl_ms: u64| {
+            W::Create(CreateOp { path: path.into(), container, ttl_ms, ..Default::default() })
+        };
+        let ok = |a: Applied| assert_eq!(a.reply.expect("reply").error, 0);
+        ok(sm.apply(2, &at(op(1, create("/c", true, 0)), 1000)));
+        ok(sm.apply(3, &at(op(2, create("/t", false, 500)), 1000)));
+        ok(sm.apply(4, &at(op(3, create("/c/k", false, 0)), 1000)));
+        // Bad kinds are refused before anything changes.
+        let bad = CreateOp { path: "/e".into(), ephemeral: true, ttl_ms: 5, ..Default::default() };
+        let r = sm.apply(5, &at(op(4, W::Create(bad)), 1000)).reply.expect("reply");
+        assert_eq!(r.error, ErrorCode::BadRequest as i32);
+        let bad = CreateOp { path: "/e".into(), container: true, sequential: true, ..Default::default() };
+        assert_eq!(sm.apply(6, &op(5, W::Create(bad))).reply.expect("reply").error, ErrorCode::BadRequest as i32);
+        // Nothing is due yet: the container has a child, the TTL has not run.
+        assert!(sm.due_for_reaping(1400).is_empty());
+        let due = sm.due_for_reaping(1501);
+        assert_eq!(due.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), vec!["/t"]);
+        // A set starts the TTL again: the entry the leader proposed before it deletes nothing.
+        let set = W::Set(SetOp { path: "/t".into(), data: Bytes::from_static(b"v"), version: None });
+        ok(sm.apply(7, &at(op(6, set), 1600)));
+        let stale = Command {
+            time_ms: 1700,
+            body: Some(command::Body::Reap(baton_proto::ReapNodes { nodes: due })),
+            ..Default::default()
+        };
+        assert!(sm.apply(8, &stale).changes.is_empty());
+        assert!(sm.exists("/t").expect("exists").is_some(), "a TTL node changed within its TTL was reaped");
+        // The container's last child goes: due, and the reap deletes it with its events.
+        ok(sm.apply(9, &at(op(7, W::Delete(DeleteOp { path: "/c/k".into(), version: None })), 1700)));
+        let due = sm.due_for_reaping(2200);
+        assert_eq!(due.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), vec!["/c", "/t"]);
+        // A child added between the look and the entry keeps the container.
+        ok(sm.apply(10, &at(op(8, create("/c/k2", false, 0)), 2200)));
+        let reap = Command {
+            time_ms: 2200,
+            body: Some(command::Body::Reap(baton_proto::ReapNodes { nodes: due })),
+            ..Default::default()
+        };
+        let a = sm.apply(11, &reap);
+        assert_eq!(a.changes, vec![Change::Deleted("/t".into()), Change::ChildrenChanged("/".into())]);
+        assert!(sm.exists("/c").expect("exists").is_some());
+        assert!(sm.exists("/t").expect("exists").is_none());
+        // A container that never had a child stays; the index survives a restore.
+        ok(sm.apply(12, &at(op(9, create("/never", true, 0)), 2200)));
+        let mut copy = StateMachine::new();
+        copy.restore(&sm.snapshot()).expect("restore");
+        assert!(copy.due_for_reaping(i64::MAX).is_empty());
+        ok(copy.apply(13, &at(op(10, W::Delete(DeleteOp { path: "/c/k2".into(), version: None })), 3000)));
+        let due = copy.due_for_reaping(3000);
+        assert_eq!(due.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), vec!["/c"]);
+        let stat = copy.exists("/c").expect("exists").expect("stat");
+        assert!(stat.container && stat.cversion > 0);
     }
 }

@@ -466,7 +466,7 @@ fn parse_op(words: &[&str]) -> Result<op::Op, String> {
             ephemeral: flags.0,
             sequential: flags.1,
             parents: flags.2,
-            acl: Vec::new(),
+            ..Default::default()
         }),
         ("set", [path, d]) => op::Op::Set(SetOp { path: path.to_string(), data: data(Some(d)), version }),
         ("delete", [path]) => op::Op::Delete(DeleteOp { path: path.to_string(), version }),

@@ -6,6 +6,11 @@
 //! errors, sequential names, container nodes, stats, watches (one-shot, persistent,
 //! recursive) and multis; nodes made through one port read through the
 //! other.
+//! t12: container and TTL nodes: reaped by the cluster once due (a
+//! container once its last child goes, a TTL node once childless and
+//! unchanged past its TTL), with their delete events; never before.
+//! t13: removeWatches and checkWatches: a removed watch sends no event;
+//! NO_WATCHER for a watch that is not there.
 //! t20: a ZooKeeper session resumes on another member after its member is
 //! killed -9, keeps its ephemeral node, and still gets its watch.
 //! t30: zkCli.sh's scripted session, its output asserted.
@@ -49,10 +54,10 @@ async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
     assert_eq!(a.create("/app", b"x", &anyone()).await.unwrap_err(), zk::Error::NodeExists);
     assert_eq!(a.create("/no/parent", b"", &anyone()).await.unwrap_err(), zk::Error::NoNode);
     // createContainer (Curator makes its recipes' parents so): a node that
-    // takes children; Baton keeps it as a persistent node.
+    // takes children, marked as ZooKeeper marks it (t12 has its reaping).
     let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
     let (cstat, _) = a.create("/box", b"", &container).await.expect("createContainer");
-    assert_eq!(cstat.ephemeral_owner, 0);
+    assert_eq!(cstat.ephemeral_owner, i64::MIN, "ZooKeeper's container mark");
     a.create("/box/lock-", b"", &zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all()))
         .await
         .expect("a child in a container");
@@ -159,6 +164,126 @@ async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
         (k.len() == 1).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t12_container_and_ttl_nodes_are_reaped_once_due_and_not_before() {
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let a = connect(&eps[..1]).await;
+    let b = connect(&eps[1..2]).await;
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let ttl =
+        |ms: u64| zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()).with_ttl(Duration::from_millis(ms));
+
+    // A container with a child, and one that never had a child.
+    a.create("/q", b"", &container).await.expect("createContainer");
+    a.create("/q/item", b"", &anyone()).await.expect("child");
+    a.create("/idle", b"", &container).await.expect("createContainer");
+    // TTL nodes: one alone, one with a child, one kept alive by sets.
+    let (tstat, _) = a.create("/t1", b"", &ttl(1000)).await.expect("createTTL");
+    assert_eq!(tstat.ephemeral_owner, (0xff_u64 << 56 | 1000) as i64, "ZooKeeper's TTL mark");
+    let seq = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all()).with_ttl(Duration::from_secs(1));
+    let (_, n) = a.create("/ts-", b"", &seq).await.expect("sequential TTL");
+    let ts = format!("/ts-{n}");
+    a.create("/t2", b"", &ttl(1000)).await.expect("createTTL");
+    a.create("/t2/kid", b"", &anyone()).await.expect("child");
+    a.create("/t3", b"", &ttl(4000)).await.expect("createTTL");
+    // The same nodes through Baton's port.
+    let native = c.client().await;
+    let (_, s) = native.get("/q").await.expect("native get");
+    assert!(s.container && s.ttl_ms == 0);
+    let (_, s) = native.get("/t1").await.expect("native get");
+    assert_eq!((s.container, s.ttl_ms), (false, 1000));
+
+    // The container's last child goes: it is reaped, its delete watched.
+    let (_, w) = b.check_and_watch_stat("/q").await.expect("exists + watch");
+    a.delete("/q/item", None).await.expect("delete the child");
+    let e = tokio::time::timeout(Duration::from_secs(20), w.changed()).await.expect("the container was reaped");
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeDeleted, "/q"));
+    // The lone TTL nodes go; the one with a child and the one kept alive stay.
+    let start = tokio::time::Instant::now();
+    baton_tests::eventually(Duration::from_secs(20), "/t1 and the sequential TTL node reaped", || async {
+        let gone1 = a.check_stat("/t1").await.ok()?.is_none();
+        let gone2 = a.check_stat(&ts).await.ok()?.is_none();
+        (gone1 && gone2).then_some(())
+    })
+    .await;
+    assert!(start.elapsed() < Duration::from_secs(20));
+    for i in 0..8u8 {
+        a.set_data("/t3", &[i], None).await.expect("set keeps /t3 alive");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(a.check_stat("/t3").await.expect("exists").is_some(), "a TTL node set within its TTL was reaped");
+    assert!(a.check_stat("/t2").await.expect("exists").is_some(), "a TTL node with a child was reaped");
+    assert!(a.check_stat("/idle").await.expect("exists").is_some(), "a container that never had a child was reaped");
+    // Its child gone, /t2 goes too.
+    a.delete("/t2/kid", None).await.expect("delete");
+    baton_tests::eventually(Duration::from_secs(20), "/t2 reaped", || async {
+        a.check_stat("/t2").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let _ = native.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t13_remove_and_check_watches() {
+    use baton_proto::jute::{self, err, Reader, ReplyHeader, Request};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let other = connect(&eps[..1]).await;
+    other.create("/w", b"0", &anyone()).await.expect("create");
+
+    // Through the crate: a one-shot and a persistent watch removed (its
+    // `remove` sends removeWatches; dropping a watcher sends nothing).
+    let (_, _, w) = other.get_and_watch_data("/w").await.expect("get + watch");
+    #[allow(deprecated)]
+    w.remove().await.expect("removeWatches of a data watch");
+    let p = other.watch("/w", zk::AddWatchMode::Persistent).await.expect("addWatch");
+    #[allow(deprecated)]
+    p.remove().await.expect("removeWatches of a persistent watch");
+
+    // On the wire: replies in order; a removed watch sends no event.
+    let mut s = tokio::net::TcpStream::connect(&eps[0]).await.expect("connect");
+    s.write_all(&connect_frame()).await.expect("send connect");
+    async fn frame(s: &mut tokio::net::TcpStream) -> Vec<u8> {
+        let mut len = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut len)).await.expect("a frame").expect("read");
+        let mut f = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut f).await.expect("read");
+        f
+    }
+    frame(&mut s).await; // the connect reply
+    let call = |xid: i32, req: Request| framed(&req.encode(xid));
+    let mut send = Vec::new();
+    send.extend(call(1, Request::GetData { path: "/w".into(), watch: true }));
+    send.extend(call(2, Request::GetChildren { op: jute::op::GET_CHILDREN, path: "/w".into(), watch: true }));
+    send.extend(call(3, Request::CheckWatches { path: "/w".into(), kind: 2 }));
+    send.extend(call(4, Request::RemoveWatches { path: "/w".into(), kind: 2 }));
+    send.extend(call(5, Request::RemoveWatches { path: "/w".into(), kind: 2 }));
+    send.extend(call(6, Request::CheckWatches { path: "/w".into(), kind: 2 }));
+    send.extend(call(7, Request::CheckWatches { path: "/w".into(), kind: 1 }));
+    send.extend(call(8, Request::RemoveWatches { path: "/elsewhere".into(), kind: 3 }));
+    s.write_all(&send).await.expect("send");
+    let mut got = Vec::new();
+    for _ in 0..8 {
+        let f = frame(&mut s).await;
+        let h = ReplyHeader::read(&mut Reader::new(&f)).expect("reply header");
+        got.push((h.xid, h.err));
+    }
+    let nw = err::NO_WATCHER;
+    assert_eq!(got, vec![(1, 0), (2, 0), (3, 0), (4, 0), (5, nw), (6, nw), (7, 0), (8, nw)]);
+    // The data change fires no event here (its watch is gone); the child
+    // watch is still there and fires for the new child.
+    other.set_data("/w", b"1", None).await.expect("set");
+    other.create("/w/kid", b"", &anyone()).await.expect("create child");
+    let f = frame(&mut s).await;
+    let mut r = Reader::new(&f);
+    let h = ReplyHeader::read(&mut r).expect("header");
+    assert_eq!(h.xid, -1, "a notification");
+    let (kind, _, path) = jute::decode_notification(&mut r).expect("notification");
+    assert_eq!((kind, path.as_str()), (jute::event::NODE_CHILDREN_CHANGED, "/w"), "the removed data watch fired");
 }
 
 /// ZooKeeper's FIFO client order: a read sent right behind a write (no

@@ -80,8 +80,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{
     client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
-    ExistsResp, ExpireSessions, GetResp, NamesResp, NewSession, Request, Response, ServerFrame, StatusResp, WatchEvent,
-    WatchKind, WatchSpec,
+    ExistsResp, ExpireSessions, GetResp, NamesResp, NewSession, ReapNode, ReapNodes, Request, Response, ServerFrame,
+    StatusResp, WatchEvent, WatchKind, WatchSpec,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -194,6 +194,10 @@ pub struct Driver {
     observed: Option<Vec<AppliedExpiry>>,
     /// When this member last proposed a cluster record (cluster.rs).
     cluster_proposed: Option<Instant>,
+    /// The leader's last look for due container and TTL nodes, and what it
+    /// found due then (state.rs, "Reaping").
+    reap_looked: Option<Instant>,
+    reap_seen: Vec<ReapNode>,
     /// The current election countdown already got its random start.
     election_drawn: bool,
     /// The members' peer addresses as last given to the transport.
@@ -307,6 +311,8 @@ impl Driver {
             last_tick: None,
             observed: None,
             cluster_proposed: None,
+            reap_looked: None,
+            reap_seen: Vec::new(),
             election_drawn: false,
             members: BTreeMap::new(),
             reported: None,
@@ -594,6 +600,7 @@ impl Driver {
         if self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) {
             self.propose_cluster_record(now);
             self.maybe_promote();
+            self.reap(now);
         }
         self.maybe_report(now);
         self.publish(now);
@@ -618,6 +625,24 @@ impl Driver {
         info!(cluster = %rec.cluster_id, joined = ?rec.joined, "proposing the cluster record");
         self.propose_own(command::Body::Cluster(rec), now, "cluster record");
         self.cluster_proposed = Some(now);
+    }
+
+    /// Every [`crate::state::REAP_INTERVAL_MS`], proposes deleting the
+    /// container and TTL nodes found due at this look and the last with the
+    /// same `pzxid` (state.rs, "Reaping"). Leader only.
+    fn reap(&mut self, now: Instant) {
+        let every = Duration::from_millis(crate::state::REAP_INTERVAL_MS);
+        if self.reap_looked.is_some_and(|t| now.duration_since(t) < every) {
+            return;
+        }
+        self.reap_looked = Some(now);
+        let due = read(&self.state()).due_for_reaping(self.wall.at(now));
+        let nodes: Vec<ReapNode> = due.iter().filter(|n| self.reap_seen.contains(n)).cloned().collect();
+        self.reap_seen = due;
+        if !nodes.is_empty() {
+            debug!(nodes = nodes.len(), "reaping container and TTL nodes");
+            self.propose_own(command::Body::Reap(ReapNodes { nodes }), now, "reap");
+        }
     }
 
     /// Proposes an entry of this member's own (no client waits for it);

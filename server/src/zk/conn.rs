@@ -12,8 +12,8 @@ use baton_proto::jute::{
 };
 use baton_proto::{
     op as bop, request, response, server_frame, Acl, AddWatchReq, AttachReq, CheckOp, CloseSessionReq, CreateOp,
-    CreateSessionReq, DeleteOp, ErrorCode, KeepaliveReq, MultiOp, ReadReq, SetAclOp, SetOp, Stat, WatchKind, WatchSpec,
-    WhoAmIReq,
+    CreateSessionReq, DeleteOp, ErrorCode, KeepaliveReq, MultiOp, ReadReq, RemoveWatchReq, SetAclOp, SetOp, Stat,
+    WatchKind, WatchSpec, WhoAmIReq,
 };
 use futures::{SinkExt, StreamExt};
 use tokio::io::AsyncReadExt;
@@ -162,8 +162,9 @@ struct Gateway {
     by_id: HashMap<u64, u64>,
     /// Keepalives sent for pings: Baton id -> nothing more to know.
     pings: HashMap<u64, ()>,
-    /// Watch id -> persistent (a one-shot watch is forgotten when it fires).
-    watches: HashMap<u64, bool>,
+    /// This connection's watches by id (a one-shot watch is forgotten when
+    /// it fires).
+    watches: HashMap<u64, Watch>,
     next_watch: u64,
     closing: bool,
     /// Requests sent to the driver and not answered yet, all of `class`.
@@ -172,6 +173,32 @@ struct Gateway {
     /// Requests held back until those of another class are answered, in
     /// the order they came (mod.rs: "one session's requests in order").
     waiting: VecDeque<(i32, i32, Request)>,
+}
+
+/// A watch this connection set, as `removeWatches` and `checkWatches`
+/// look for it.
+struct Watch {
+    path: String,
+    kind: WatchKind,
+    persistent: bool,
+}
+
+impl Watch {
+    /// True when ZooKeeper's watcher type `t` (1 children, 2 data, 3 any,
+    /// 4 persistent, 5 persistent recursive) covers this watch. A data
+    /// watch is ZooKeeper's data or exists watch; a persistent watch is
+    /// Baton's pair of persistent exists and children watches.
+    fn is_of(&self, t: i32) -> bool {
+        use WatchKind as K;
+        match t {
+            1 => !self.persistent && self.kind == K::Children,
+            2 => !self.persistent && matches!(self.kind, K::Data | K::Exists),
+            3 => true,
+            4 => self.persistent && self.kind != K::Recursive,
+            5 => self.kind == K::Recursive,
+            _ => false,
+        }
+    }
 }
 
 /// How a request reaches the state; only requests of one class are in
@@ -430,7 +457,7 @@ impl Gateway {
         let watch = kind.map(|k| {
             let id = self.next_watch;
             self.next_watch += 1;
-            self.watches.insert(id, false);
+            self.watches.insert(id, Watch { path: path.clone(), kind: k, persistent: false });
             WatchSpec { watch_id: id, path: path.clone(), kind: k as i32, persistent: false, existed: false }
         });
         let id = watch.as_ref().map(|w| w.watch_id);
@@ -581,7 +608,7 @@ impl Gateway {
                 for k in kinds {
                     let id = self.next_watch;
                     self.next_watch += 1;
-                    self.watches.insert(id, true);
+                    self.watches.insert(id, Watch { path: path.clone(), kind: *k, persistent: true });
                     let spec = WatchSpec {
                         watch_id: id,
                         path: path.clone(),
@@ -613,7 +640,7 @@ impl Gateway {
                         for k in kinds {
                             let id = self.next_watch;
                             self.next_watch += 1;
-                            self.watches.insert(id, persistent);
+                            self.watches.insert(id, Watch { path: p.clone(), kind: k, persistent });
                             // Only an exist watch was set on a missing node
                             // (a persistent one is re-added quietly, as
                             // ZooKeeper does; what changed since shows).
@@ -674,8 +701,29 @@ impl Gateway {
                 }
                 true
             }
-            Request::CheckWatches { .. } | Request::RemoveWatches { .. } => {
-                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
+            Request::CheckWatches { path, kind } | Request::RemoveWatches { path, kind } => {
+                // This connection's watches on `path` of ZooKeeper's type
+                // `kind`: NO_WATCHER when there are none; removeWatches
+                // forgets them here (no event for them is written after
+                // this reply) and at the driver.
+                let mut ids: Vec<u64> =
+                    self.watches.iter().filter(|(_, w)| w.path == path && w.is_of(kind)).map(|(id, _)| *id).collect();
+                ids.sort_unstable();
+                if ids.is_empty() || !(1..=5).contains(&kind) {
+                    self.answer(reqs, x, o, err::NO_WATCHER, Response::Empty);
+                    return true;
+                }
+                if o == op::REMOVE_WATCHES {
+                    for watch_id in ids {
+                        self.watches.remove(&watch_id);
+                        let id = self.id();
+                        let body = B::RemoveWatch(RemoveWatchReq { watch_id });
+                        if !self.send(baton_proto::Request { id, body: Some(body), ..Default::default() }) {
+                            return false;
+                        }
+                    }
+                }
+                self.answer(reqs, x, o, err::OK, Response::Empty);
                 true
             }
         }
@@ -712,7 +760,7 @@ impl Gateway {
     /// A Baton watch event as a ZooKeeper notification (None: not one of
     /// this connection's watches any more).
     fn event(&mut self, e: baton_proto::WatchEvent) -> Option<Vec<u8>> {
-        let persistent = self.watches.get(&e.watch_id).copied()?;
+        let persistent = self.watches.get(&e.watch_id)?.persistent;
         if !persistent {
             self.watches.remove(&e.watch_id);
         }
@@ -753,27 +801,39 @@ fn acl_out(acl: &[Acl]) -> Vec<jute::Acl> {
 
 /// A ZooKeeper create as Baton's; Err: the reply's error code.
 ///
-/// A container node (`createContainer`, or flags `CONTAINER` inside a
-/// multi) is created as a persistent node: Curator's recipes make their
-/// parents as containers (`creatingParentContainersIfNeeded`) and only need
-/// them to exist. Baton does not reap a container once its last child goes
-/// (ZooKeeper's server does, within a minute); docs/zookeeper.md lists the
-/// difference. TTL nodes are refused (`UNIMPLEMENTED`).
+/// Every create mode is served: a container (`CONTAINER`, by
+/// `createContainer` or inside a multi) and a TTL node
+/// (`PERSISTENT[_SEQUENTIAL]_WITH_TTL`, by `createTTL` or inside a multi)
+/// are Baton's container and TTL nodes, which the leader reaps (state.rs,
+/// "Reaping"). As in ZooKeeper, a TTL mode needs a TTL of 1 ms to
+/// 2^40 - 1 ms and a TTL with another mode is refused (`BAD_ARGUMENTS`);
+/// unlike ZooKeeper, no server flag is needed to turn them on.
 fn create_op(c: jute::Create) -> Result<CreateOp, i32> {
     use jute::create_mode as m;
-    let container = c.flags == m::CONTAINER;
-    let plain = (m::PERSISTENT..=m::EPHEMERAL_SEQUENTIAL).contains(&c.flags);
-    if (!plain && !container) || c.ttl_ms.is_some() {
-        return Err(err::UNIMPLEMENTED);
+    let ttl_mode = matches!(c.flags, m::PERSISTENT_WITH_TTL | m::PERSISTENT_SEQUENTIAL_WITH_TTL);
+    let ttl_ms = match (ttl_mode, c.ttl_ms) {
+        (true, Some(t)) if t > 0 && t as u64 <= crate::state::MAX_TTL_MS => t as u64,
+        (true, _) => return Err(err::BAD_ARGUMENTS),
+        (false, Some(t)) if t >= 0 => return Err(err::BAD_ARGUMENTS),
+        (false, _) => 0,
+    };
+    if !(m::PERSISTENT..=m::PERSISTENT_SEQUENTIAL_WITH_TTL).contains(&c.flags) {
+        return Err(err::BAD_ARGUMENTS);
     }
+    let container = c.flags == m::CONTAINER;
     let acl = acl_in(&c.acl).ok_or(err::INVALID_ACL)?;
     Ok(CreateOp {
         path: c.path,
         data: c.data.into(),
-        ephemeral: !container && c.flags & m::EPHEMERAL != 0,
-        sequential: !container && c.flags & m::PERSISTENT_SEQUENTIAL != 0,
+        ephemeral: matches!(c.flags, m::EPHEMERAL | m::EPHEMERAL_SEQUENTIAL),
+        sequential: matches!(
+            c.flags,
+            m::PERSISTENT_SEQUENTIAL | m::EPHEMERAL_SEQUENTIAL | m::PERSISTENT_SEQUENTIAL_WITH_TTL
+        ),
         parents: false,
         acl,
+        container,
+        ttl_ms,
     })
 }
 
@@ -814,6 +874,19 @@ pub(crate) fn zk_err(code: i32) -> i32 {
     }
 }
 
+/// ZooKeeper's `ephemeralOwner` field: the session for an ephemeral node;
+/// `Long.MIN_VALUE` for a container and `0xff << 56 | ttl` for a TTL node
+/// (ZooKeeper's `EphemeralType`, which clients decode).
+fn ephemeral_owner(s: &Stat) -> i64 {
+    if s.container {
+        i64::MIN
+    } else if s.ttl_ms > 0 {
+        (0xff_u64 << 56 | s.ttl_ms.min(crate::state::MAX_TTL_MS)) as i64
+    } else {
+        s.ephemeral_owner as i64
+    }
+}
+
 fn stat_out(s: Option<&Stat>) -> jute::Stat {
     let Some(s) = s else { return jute::Stat::default() };
     jute::Stat {
@@ -824,7 +897,7 @@ fn stat_out(s: Option<&Stat>) -> jute::Stat {
         version: s.version,
         cversion: s.cversion,
         aversion: s.aversion,
-        ephemeral_owner: s.ephemeral_owner as i64,
+        ephemeral_owner: ephemeral_owner(s),
         data_length: s.data_length as i32,
         num_children: s.num_children as i32,
         pzxid: s.pzxid as i64,
@@ -832,7 +905,7 @@ fn stat_out(s: Option<&Stat>) -> jute::Stat {
 }
 
 /// The reply to `z` from its Baton responses.
-fn build(z: &mut Zreq, watches: &mut HashMap<u64, bool>) -> Vec<u8> {
+fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
     let zxid = z.got.iter().map(|r| r.zxid).max().unwrap_or(0) as i64;
     let header = |e: i32| ReplyHeader { xid: z.xid, zxid, err: e };
     let first = z.got.first().cloned().unwrap_or_default();

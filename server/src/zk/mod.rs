@@ -51,9 +51,12 @@
 //! - **Reads** are ZooKeeper's by default: served from this member's state
 //!   (`sync` first makes the next read see everything committed before
 //!   it). `--zk-linearizable-reads` sends every read through ReadIndex.
-//! - **Container nodes** (`createContainer`, which Curator uses for its
-//!   recipes' parents) are created as persistent nodes and are never
-//!   reaped; TTL nodes are refused (conn.rs `create_op`).
+//! - **Container and TTL nodes** are Baton's: the leader reaps them
+//!   (state.rs, "Reaping"); conn.rs `create_op` maps ZooKeeper's create
+//!   modes and `ephemeral_owner` shows ZooKeeper's marks for them.
+//! - **removeWatches / checkWatches** act on this connection's watches
+//!   (conn.rs `Watch::is_of` maps ZooKeeper's watcher types); a removed
+//!   watch is forgotten here at once, so no event for it follows the reply.
 //! - **zxid** is Baton's log index (64 bits; the epoch half a ZooKeeper
 //!   client might read is 0 until the log passes 2^32 entries). Stat
 //!   fields map one to one; `czxid` is the fencing token.
