@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""zk-capture.py - record the ZooKeeper wire frames between a client and a server.
+r"""zk-capture.py - record the ZooKeeper wire frames between a client and a server.
 
 A TCP proxy on a loopback port: every connection it accepts is forwarded to
 the server, and each direction's length-prefixed frames are written to the
 output file as hex, one frame per line. It is how
-proto/tests/captures/zk38-zkcli.txt was made (the fixture that
-proto/tests/jute_captures.rs decodes); the tests only read the fixture and
+proto/tests/captures/zk38-zkcli.txt and zk38-java.txt were made (the fixtures that
+proto/tests/jute_captures.rs decodes); the tests only read the fixtures and
 never run this script.
 
 Output, one line per frame (the 4-byte length prefix is not written):
@@ -43,20 +43,20 @@ zkCli (its arguments' {listen} becomes the listen address); the proxy exits
 when it does. zk38-java.txt is made that way with
 proto/tests/captures/Zk38Client.java (see its header).
 
-Regenerating the fixture (Debian 12's zookeeper 3.8.0 package and its JDK):
+Regenerating the fixtures (Debian 12's zookeeper 3.8.0 package and its JDK):
 
   mkdir -p /tmp/zkcap/data
-  printf '%s\\n' tickTime=2000 dataDir=/tmp/zkcap/data clientPort=51307 \\
+  printf '%s\n' tickTime=2000 dataDir=/tmp/zkcap/data clientPort=51307 \
       clientPortAddress=127.0.0.1 admin.enableServer=false >/tmp/zkcap/zoo.cfg
-  java -Dzookeeper.extendedTypesEnabled=true -Djava.net.preferIPv4Stack=true \\
-      -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar \\
+  java -Dzookeeper.extendedTypesEnabled=true -Djava.net.preferIPv4Stack=true \
+      -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar \
       org.apache.zookeeper.server.ZooKeeperServerMain /tmp/zkcap/zoo.cfg &
-  scripts/zk-capture.py --listen 127.0.0.1:51308 --server 127.0.0.1:51307 \\
-      --cli-script proto/tests/captures/zk38-zkcli.cmds \\
+  scripts/zk-capture.py --listen 127.0.0.1:51308 --server 127.0.0.1:51307 \
+      --cli-script proto/tests/captures/zk38-zkcli.cmds \
       --out proto/tests/captures/zk38-zkcli.txt --timeout 4000
-  scripts/zk-capture.py --listen 127.0.0.1:51308 --server 127.0.0.1:51307 \\
-      --out proto/tests/captures/zk38-java.txt --run java -cp \\
-      /usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar \\
+  scripts/zk-capture.py --listen 127.0.0.1:51308 --server 127.0.0.1:51307 \
+      --out proto/tests/captures/zk38-java.txt --run java -cp \
+      /usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar \
       proto/tests/captures/Zk38Client.java {listen}
   kill %1; rm -rf /tmp/zkcap
 
