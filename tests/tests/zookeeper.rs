@@ -458,7 +458,7 @@ fn framed(body: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t40_bad_input_closes_one_connection_and_four_letter_words_follow_the_whitelist() {
-    let c = Cluster::start_zk(3, &["--zk-4lw-whitelist=srvr,ruok"]).await;
+    let c = Cluster::start_zk(3, &["--zk-4lw-whitelist=srvr,ruok,stat,cons"]).await;
     let eps = c.zk_endpoints();
     let a = connect(&eps[..1]).await;
     a.create("/kept", b"safe", &anyone()).await.expect("create");
@@ -486,6 +486,19 @@ async fn t40_bad_input_closes_one_connection_and_four_letter_words_follow_the_wh
     // with ZooKeeper's text, an unknown word is just closed.
     let srvr = String::from_utf8(send_and_read_to_close(ep, b"srvr").await).expect("text");
     assert!(srvr.contains("Zookeeper version: 3.8.0-baton") && srvr.contains("Mode: "), "{srvr}");
+    // The counters are real: a's connection is open and has been served.
+    let field = |text: &str, name: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
+        line[name.len()..].trim().parse().unwrap_or_else(|_| panic!("{name} is not a number: {line}"))
+    };
+    assert!(field(&srvr, "Connections:") >= 1 && field(&srvr, "Received:") >= 2, "{srvr}");
+    assert!(field(&srvr, "Sent:") >= 2, "{srvr}");
+    let sid = format!("sid={:#x},", a.session_id().0);
+    let cons = String::from_utf8(send_and_read_to_close(ep, b"cons").await).expect("text");
+    let line = cons.lines().find(|l| l.contains(&sid)).unwrap_or_else(|| panic!("cons lists no {sid}: {cons}"));
+    assert!(line.starts_with(" /127.0.0.1:") && line.contains("lop=CREA") && line.contains("queued=0"), "{line}");
+    let stat = String::from_utf8(send_and_read_to_close(ep, b"stat").await).expect("text");
+    assert!(stat.contains("Clients:\n /127.0.0.1:") && stat.contains("Outstanding: 0"), "{stat}");
     assert_eq!(send_and_read_to_close(ep, b"ruok").await, b"imok");
     let mntr = String::from_utf8(send_and_read_to_close(ep, b"mntr").await).expect("text");
     assert_eq!(mntr, "mntr is not executed because it is not in the whitelist.\n");

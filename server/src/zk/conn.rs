@@ -5,7 +5,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use baton_proto::jute::{
     self, err, op, xid, ConnectRequest, ConnectResponse, OpResult, ReplyHeader, Request, Response,
@@ -22,6 +23,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::debug;
 
+use super::stats::{self, Stats};
 use super::{words, ZkSettings, SEQ_GAP};
 use crate::config::Config;
 use crate::driver::{read, SharedState};
@@ -41,6 +43,7 @@ pub(super) async fn handle(
     input: Sender<Input>,
     cfg: &Config,
     zk: &ZkSettings,
+    stats: &Arc<Stats>,
     state: SharedState,
     signal: Signal,
 ) {
@@ -52,7 +55,7 @@ pub(super) async fn handle(
     }
     if head.iter().all(u8::is_ascii_lowercase) {
         let word = String::from_utf8_lossy(&head).to_string();
-        words::answer(stream, &word, &input, cfg, zk, &state).await;
+        words::answer(stream, &word, &input, cfg, zk, stats, &state).await;
         return;
     }
     let len = i32::from_be_bytes(head);
@@ -72,6 +75,7 @@ pub(super) async fn handle(
             return;
         }
     };
+    let peer = stream.peer_addr().unwrap_or_else(|_| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     let conn = super::next_conn();
     let (tx, rx) = ConnTx::new(cfg.limits.max_queued_bytes);
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
@@ -86,6 +90,8 @@ pub(super) async fn handle(
         w: FramedWrite::new(wr, baton_proto::codec(usize::MAX)),
         linearizable: zk.linearizable_reads,
         session: 0,
+        timeout_ms: 0,
+        stats: None,
         secret: Vec::new(),
         next_id: 1,
         next_seq: 1,
@@ -101,6 +107,7 @@ pub(super) async fn handle(
         waiting: VecDeque::new(),
     };
     if g.connect(&connect, cfg).await {
+        g.stats = Some(stats.open(conn, peer, g.session, g.timeout_ms as u64));
         let frames = FramedRead::new(rd, baton_proto::codec(cfg.max_frame));
         g.run(frames, cfg.limits.max_inflight, signal).await;
     }
@@ -119,6 +126,8 @@ struct Zreq {
     seqs: Vec<u64>,
     /// The reply, once built.
     reply: Option<Vec<u8>>,
+    /// When its frame was read.
+    at: Instant,
 }
 
 /// What a request needs to build its reply.
@@ -151,6 +160,10 @@ struct Gateway {
     w: Wr,
     linearizable: bool,
     session: u64,
+    /// The session's negotiated timeout.
+    timeout_ms: i32,
+    /// This connection's counters (stats.rs), from the handshake's answer.
+    stats: Option<stats::Opened>,
     secret: Vec<u8>,
     next_id: u64,
     next_seq: u64,
@@ -315,6 +328,7 @@ impl Gateway {
     }
 
     async fn connected(&mut self, timeout_ms: i32) -> bool {
+        self.timeout_ms = timeout_ms;
         let resp = ConnectResponse {
             protocol_version: PROTOCOL_VERSION,
             timeout_ms,
@@ -351,6 +365,9 @@ impl Gateway {
                 f = frames.next(), if room => {
                     let Some(Ok(frame)) = f else { return };
                     crate::metrics::client_bytes(frame.len(), 0);
+                    if let Some(s) = &self.stats {
+                        s.received();
+                    }
                     let Ok((x, o, req)) = Request::decode(&frame) else {
                         debug!("zookeeper: undecodable request; closing");
                         return;
@@ -392,7 +409,12 @@ impl Gateway {
         while let Some(serial) = self.queue.front().copied() {
             let Some(reply) = reqs.get_mut(&serial).and_then(|z| z.reply.take()) else { break };
             self.queue.pop_front();
-            let close = reqs.remove(&serial).is_some_and(|z| matches!(z.what, What::Close));
+            let z = reqs.remove(&serial);
+            let close = z.as_ref().is_some_and(|z| matches!(z.what, What::Close));
+            if let (Some(s), Some(z)) = (&self.stats, &z) {
+                let zxid = reply.get(4..12).and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
+                s.replied(stats::op_name(z.op), z.xid, zxid, z.at.elapsed());
+            }
             crate::metrics::client_bytes(0, reply.len());
             if self.w.feed(bytes::Bytes::from(reply)).await.is_err() {
                 return false;
@@ -406,6 +428,9 @@ impl Gateway {
     }
 
     async fn write_now(&mut self, frame: Vec<u8>) -> bool {
+        if let Some(s) = &self.stats {
+            s.sent();
+        }
         self.w.send(bytes::Bytes::from(frame)).await.is_ok()
     }
 
@@ -419,7 +444,16 @@ impl Gateway {
         let reply = Response::encode(ReplyHeader { xid: x, zxid: self.applied(), err: header_err }, &body);
         reqs.insert(
             serial,
-            Zreq { xid: x, op: o, what: What::Done, want: 0, got: vec![], seqs: vec![], reply: Some(reply) },
+            Zreq {
+                xid: x,
+                op: o,
+                what: What::Done,
+                want: 0,
+                got: vec![],
+                seqs: vec![],
+                reply: Some(reply),
+                at: Instant::now(),
+            },
         );
         self.queue.push_back(serial);
     }
@@ -447,7 +481,8 @@ impl Gateway {
                 return false;
             }
         }
-        reqs.insert(serial, Zreq { xid: x, op: o, what, want, got: Vec::with_capacity(want), seqs, reply: None });
+        let got = Vec::with_capacity(want);
+        reqs.insert(serial, Zreq { xid: x, op: o, what, want, got, seqs, reply: None, at: Instant::now() });
         self.queue.push_back(serial);
         self.outstanding += 1;
         true
@@ -470,6 +505,9 @@ impl Gateway {
         if matches!(req, Request::Ping) {
             // Outside the order, as in ZooKeeper.
             return self.dispatch(reqs, x, o, req);
+        }
+        if let Some(s) = &self.stats {
+            s.queued();
         }
         let c = class_of(&req, self.linearizable);
         if !self.waiting.is_empty() || (self.outstanding > 0 && self.class != c) {

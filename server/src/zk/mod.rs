@@ -69,6 +69,7 @@
 //! opcode and four-letter word with its status.
 
 mod conn;
+mod stats;
 mod words;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,6 +133,7 @@ pub async fn serve(
     let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
     let cfg = Arc::new(cfg);
     let zk = Arc::new(zk);
+    let stats = Arc::new(stats::Stats::default());
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -150,10 +152,11 @@ pub async fn serve(
             continue;
         };
         let (input, cfg, zk, state, signal) = (input.clone(), cfg.clone(), zk.clone(), state.clone(), signal.clone());
+        let stats = stats.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let _ = stream.set_nodelay(true);
-            conn::handle(stream, input, &cfg, &zk, state, signal).await;
+            conn::handle(stream, input, &cfg, &zk, &stats, state, signal).await;
             debug!(%peer, "zookeeper client disconnected");
         });
     }

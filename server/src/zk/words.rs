@@ -8,11 +8,11 @@
 //! |---|---|
 //! | `ruok` | `imok` |
 //! | `isro` | `rw` (Baton has no read-only mode) |
-//! | `srvr`, `stat` | version, zxid (the applied index), mode (`leader`/`follower`/`standalone`), node count; `stat` adds a `Clients:` header with no list |
-//! | `mntr` | `zk_version`, `zk_server_state`, `zk_znode_count`, `zk_ephemerals_count`, `zk_num_alive_connections` (this port's), `zk_outstanding_requests` 0, `zk_followers`/`zk_synced_followers` on the leader |
+//! | `srvr`, `stat` | version, latency min/avg/max, received, sent, connections, outstanding (this port's, stats.rs), zxid (the applied index), mode (`leader`/`follower`/`standalone`), node count; `stat` adds the `Clients:` list |
+//! | `mntr` | `zk_version`, `zk_server_state`, `zk_znode_count`, `zk_ephemerals_count`, `zk_zxid`, this port's `zk_avg/max/min_latency`, `zk_packets_received/sent`, `zk_num_alive_connections`, `zk_outstanding_requests`, and `zk_followers`/`zk_synced_followers` on the leader |
 //! | `conf` | `clientPort`, `serverId`, `minSessionTimeout`, `maxSessionTimeout`, `tickTime` |
 //! | `envi` | `zookeeper.version`, `host.name`, `os.name` |
-//! | `cons` | nothing per connection (not tracked here) |
+//! | `cons` | one line per open connection of this port: ZooKeeper's fields (`queued`, `recved`, `sent`, `sid`, `lop`, `est`, `to`, `lcxid`, `lzxid`, `lresp`, `llat`, `minlat`, `avglat`, `maxlat`) |
 //!
 //! `srvr`, `stat` and `mntr` ask the driver for its status (role, term,
 //! applied index) like `baton status`; if it does not answer in 2 s the
@@ -25,6 +25,7 @@ use baton_proto::{request, response, server_frame, StatusReq, StatusResp};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::stats::Stats;
 use super::ZkSettings;
 use crate::config::Config;
 use crate::driver::{read, SharedState};
@@ -44,6 +45,7 @@ pub(super) async fn answer(
     input: &Sender<Input>,
     cfg: &Config,
     zk: &ZkSettings,
+    stats: &Stats,
     state: &SharedState,
 ) {
     let text = if !WORDS.contains(&word) {
@@ -51,7 +53,7 @@ pub(super) async fn answer(
     } else if !zk.allows(word) {
         format!("{word} is not executed because it is not in the whitelist.\n")
     } else {
-        match text_of(word, input, cfg, state).await {
+        match text_of(word, input, cfg, stats, state).await {
             Some(t) => t,
             None => return,
         }
@@ -60,7 +62,13 @@ pub(super) async fn answer(
     let _ = stream.shutdown().await;
 }
 
-async fn text_of(word: &str, input: &Sender<Input>, cfg: &Config, state: &SharedState) -> Option<String> {
+async fn text_of(
+    word: &str,
+    input: &Sender<Input>,
+    cfg: &Config,
+    stats: &Stats,
+    state: &SharedState,
+) -> Option<String> {
     let (nodes, ephemerals, applied) = {
         let sm = read(state);
         (sm.node_count(), sm.ephemeral_count(), sm.applied())
@@ -82,7 +90,7 @@ async fn text_of(word: &str, input: &Sender<Input>, cfg: &Config, state: &Shared
             cfg.advertise_client_addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(""),
             std::env::consts::OS
         ),
-        "cons" => String::new(),
+        "cons" => format!("{}\n", stats.conn_lines(true)),
         _ => {
             let s = status(input).await?;
             let mode = match (s.role.as_str(), s.voters.len()) {
@@ -93,8 +101,9 @@ async fn text_of(word: &str, input: &Sender<Input>, cfg: &Config, state: &Shared
             match word {
                 "mntr" => {
                     let mut t = format!(
-                        "zk_version\t{}\nzk_server_state\t{mode}\nzk_znode_count\t{nodes}\nzk_ephemerals_count\t{ephemerals}\nzk_outstanding_requests\t0\nzk_zxid\t{applied:#x}\n",
-                        version()
+                        "zk_version\t{}\nzk_server_state\t{mode}\nzk_znode_count\t{nodes}\nzk_ephemerals_count\t{ephemerals}\nzk_zxid\t{applied:#x}\n{}",
+                        version(),
+                        stats.mntr_lines()
                     );
                     if mode == "leader" {
                         let followers = s.voters.len().saturating_sub(1) + s.learners.len();
@@ -106,10 +115,12 @@ async fn text_of(word: &str, input: &Sender<Input>, cfg: &Config, state: &Shared
                     t
                 }
                 _ => {
-                    let clients = if word == "stat" { "Clients:\n\n" } else { "" };
+                    let clients =
+                        if word == "stat" { format!("Clients:\n{}\n", stats.conn_lines(false)) } else { String::new() };
                     format!(
-                        "Zookeeper version: {}\n{clients}Latency min/avg/max: 0/0.0/0\nReceived: 0\nSent: 0\nConnections: 0\nOutstanding: 0\nZxid: {applied:#x}\nMode: {mode}\nNode count: {nodes}\n",
-                        version()
+                        "Zookeeper version: {}\n{clients}{}Zxid: {applied:#x}\nMode: {mode}\nNode count: {nodes}\n",
+                        version(),
+                        stats.srvr_lines()
                     )
                 }
             }
