@@ -7,7 +7,8 @@
 //! Queue and Party after the kill.
 //! t60: Curator 5 (Debian's, on the 3.8 Java client): tests/zk/CuratorRecipes.java,
 //! compiled here, as 4 InterProcessMutex worker processes with a fenced
-//! counter and one process with LeaderLatch (3 candidates) and CuratorCache.
+//! counter and one process with LeaderLatch (3 candidates) and CuratorCache,
+//! then a transaction (multi) and a TTL node after the kill.
 //!
 //! Both: this side waits until the lock holders' counter (read through
 //! Baton's own port) reaches a third of the way, kills the leader with
@@ -234,6 +235,8 @@ async fn t60_curator_recipes_through_a_leader_kill() {
         "cache: ",
         "watches: one-shot",
         "latch: 3 candidates led in turn",
+        "multi: [CREATE /curator/tx/a, SET_DATA /curator/tx, CHECK /curator/tx, DELETE /curator/tx/a]",
+        "ttl: a 500 ms TTL node was deleted",
         "MAIN OK",
     ] {
         assert!(main.contains(line), "no {line:?} line:\n{main}");

@@ -20,6 +20,9 @@
 //   on the leader; on that client also one-shot watches set before the
 //   kill fire after it (the Java client re-sets them with setWatches),
 //   and its session survives (SUSPENDED, RECONNECTED, never LOST).
+//   Then a Curator transaction (ZooKeeper's multi): all ops' results, and
+//   a failing check that leaves nothing behind; and a TTL node that the
+//   cluster deletes once its TTL has passed.
 //
 // Any failure prints "FAIL: ..." and exits 1; every wait is bounded.
 
@@ -27,6 +30,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
@@ -36,6 +40,7 @@ import java.util.function.BooleanSupplier;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.transaction.CuratorTransactionResult;
 import org.apache.curator.framework.recipes.cache.ChildData;
 import org.apache.curator.framework.recipes.cache.CuratorCache;
 import org.apache.curator.framework.recipes.cache.CuratorCacheListener;
@@ -285,6 +290,39 @@ public class CuratorRecipes {
         order.add("cand-" + leaderIndex(latches));
         say("latch: 3 candidates led in turn " + order);
         for (LeaderLatch l : latches) if (l != null) l.close();
+
+        // multi, through the Java client: Curator's transaction.
+        w.create().forPath("/curator/tx", "0".getBytes(StandardCharsets.UTF_8));
+        Collection<CuratorTransactionResult> tx = w.transaction().forOperations(
+            w.transactionOp().create().forPath("/curator/tx/a", "a".getBytes(StandardCharsets.UTF_8)),
+            w.transactionOp().setData().withVersion(0).forPath("/curator/tx", "1".getBytes(StandardCharsets.UTF_8)),
+            w.transactionOp().check().withVersion(1).forPath("/curator/tx"),
+            w.transactionOp().delete().forPath("/curator/tx/a"));
+        List<String> kinds = new ArrayList<>();
+        for (CuratorTransactionResult r : tx) kinds.add(r.getType() + " " + r.getForPath());
+        if (!kinds.toString().equals("[CREATE /curator/tx/a, SET_DATA /curator/tx, CHECK /curator/tx, DELETE /curator/tx/a]"))
+            fail("a transaction's results: " + kinds);
+        try {
+            w.transaction().forOperations(
+                w.transactionOp().create().forPath("/curator/tx/b"),
+                w.transactionOp().check().withVersion(99).forPath("/curator/tx"));
+            fail("a transaction with a failing check committed");
+        } catch (KeeperException.BadVersionException e) {
+            // expected: all or nothing
+        }
+        if (w.checkExists().forPath("/curator/tx/b") != null) fail("a failed transaction left its create behind");
+        say("multi: " + kinds + "; a failing check leaves nothing");
+
+        // A TTL node (createTTL): the cluster deletes it once its TTL passed.
+        w.create().withTtl(500).withMode(CreateMode.PERSISTENT_WITH_TTL).forPath("/curator/ttl");
+        waitFor("the TTL node's deletion", () -> {
+            try {
+                return w.checkExists().forPath("/curator/ttl") == null;
+            } catch (Exception e) {
+                return false;
+            }
+        }, 20000);
+        say("ttl: a 500 ms TTL node was deleted");
         cache.close();
         for (CuratorFramework c : cands) c.close();
         w.close();
