@@ -120,20 +120,12 @@ pub async fn serve(
                     debug!(conn, %peer, "plaintext client on the TLS port: refused");
                     return;
                 }
-                Some(tls) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                    Ok(Ok(s)) => {
-                        let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
-                        cert_name = cert.and_then(baton_proto::tls::common_name);
-                        Box::new(s)
+                Some(tls) => match tls_accept(&tls, stream, conn, peer).await {
+                    Some((s, name)) => {
+                        cert_name = name;
+                        s
                     }
-                    Ok(Err(e)) => {
-                        debug!(conn, %peer, "client TLS handshake failed: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        debug!(conn, %peer, "client TLS handshake timed out");
-                        return;
-                    }
+                    None => return,
                 },
             };
             handle(conn, stream, input, &cfg, state, fast_reads, cert_name, signal).await;
@@ -142,9 +134,36 @@ pub async fn serve(
     }
 }
 
+/// A client's TLS handshake, bounded by [`HANDSHAKE_TIMEOUT`]: the
+/// stream and the common name of the client's certificate, if it gave
+/// one. None: the handshake failed (logged).
+pub(crate) async fn tls_accept(
+    tls: &tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    conn: u64,
+    peer: std::net::SocketAddr,
+) -> Option<(BoxStream, Option<String>)> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+        Ok(Ok(s)) => {
+            let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
+            let name = cert.and_then(baton_proto::tls::common_name);
+            Some((Box::new(s), name))
+        }
+        Ok(Err(e)) => {
+            debug!(conn, %peer, "client TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            debug!(conn, %peer, "client TLS handshake timed out");
+            None
+        }
+    }
+}
+
 /// True when the first byte the client sent starts a TLS handshake record
-/// (0x16); a Baton frame starts with its length's high byte, 0 in practice.
-async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
+/// (0x16); a Baton frame starts with its length's high byte, 0 in practice
+/// (a ZooKeeper connect frame too).
+pub(crate) async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
     let mut b = [0u8; 1];
     matches!(tokio::time::timeout(HANDSHAKE_TIMEOUT, s.peek(&mut b)).await, Ok(Ok(1)) if b[0] == 0x16)
 }

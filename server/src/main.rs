@@ -507,7 +507,8 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             words: a.zk_4lw_whitelist.split(',').map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect(),
         };
         let (state, zcfg) = (node.shared_state(), cfg.clone());
-        rt.spawn(baton_server::zk::serve(l, in_tx.clone(), zcfg, zk, state, shutdown.signal()));
+        let tls = client_tls.clone();
+        rt.spawn(baton_server::zk::serve(l, in_tx.clone(), zcfg, zk, state, tls, shutdown.signal()));
     }
     rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls, sig));
     let stop = in_tx.clone();

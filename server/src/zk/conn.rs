@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use baton_proto::jute::{
     self, err, op, xid, ConnectRequest, ConnectResponse, OpResult, ReplyHeader, Request, Response,
 };
+use baton_proto::tls::BoxStream;
 use baton_proto::{
     op as bop, request, response, server_frame, Acl, AddWatchReq, AttachReq, CheckOp, CloseSessionReq, CreateOp,
     CreateSessionReq, DeleteOp, ErrorCode, KeepaliveReq, MultiOp, ReadReq, RemoveWatchReq, SetAclOp, SetOp, Stat,
@@ -18,7 +19,6 @@ use baton_proto::{
 };
 use futures::{SinkExt, StreamExt};
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::debug;
@@ -36,10 +36,21 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// ZooKeeper's protocol version in connect replies.
 const PROTOCOL_VERSION: i32 = 0;
 
-type Wr = FramedWrite<tokio::net::tcp::OwnedWriteHalf, tokio_util::codec::LengthDelimitedCodec>;
+type Wr = FramedWrite<tokio::io::WriteHalf<BoxStream>, tokio_util::codec::LengthDelimitedCodec>;
+type Rd = FramedRead<tokio::io::ReadHalf<BoxStream>, tokio_util::codec::LengthDelimitedCodec>;
 
+/// An accepted connection: its id, its peer, and the common name of its
+/// client certificate (TLS with one).
+pub(super) struct Accepted {
+    pub conn: u64,
+    pub peer: std::net::SocketAddr,
+    pub cert_name: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn handle(
-    mut stream: TcpStream,
+    mut stream: BoxStream,
+    at: Accepted,
     input: Sender<Input>,
     cfg: &Config,
     zk: &ZkSettings,
@@ -75,13 +86,15 @@ pub(super) async fn handle(
             return;
         }
     };
-    let peer = stream.peer_addr().unwrap_or_else(|_| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let conn = super::next_conn();
+    let Accepted { conn, peer, cert_name } = at;
     let (tx, rx) = ConnTx::new(cfg.limits.max_queued_bytes);
+    if let Some(cn) = cert_name {
+        tx.add_identity(format!("x509:{cn}"));
+    }
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
         return;
     }
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = tokio::io::split(stream);
     let mut g = Gateway {
         conn,
         input,
@@ -352,12 +365,7 @@ impl Gateway {
         false
     }
 
-    async fn run(
-        &mut self,
-        mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, tokio_util::codec::LengthDelimitedCodec>,
-        max_inflight: usize,
-        mut signal: Signal,
-    ) {
+    async fn run(&mut self, mut frames: Rd, max_inflight: usize, mut signal: Signal) {
         let mut reqs: Zreqs = HashMap::new();
         loop {
             let room = self.queue.len() + self.waiting.len() < max_inflight && !self.closing;

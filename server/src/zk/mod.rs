@@ -76,6 +76,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
+use baton_proto::tls::BoxStream;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
@@ -122,12 +123,17 @@ pub(crate) fn next_conn() -> u64 {
 
 /// Accepts ZooKeeper clients until shutdown. At most
 /// `--max-connections` at once, as on the native port.
+/// `tls`: the client port's TLS (`--cert`/`--key`, docs/security.md):
+/// when set, this port takes TLS connections only, as a ZooKeeper secure
+/// client port does, and a client certificate's common name is the
+/// connection's `x509:` identity.
 pub async fn serve(
     listener: TcpListener,
     input: Sender<Input>,
     cfg: Config,
     zk: ZkSettings,
     state: SharedState,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut signal: Signal,
 ) {
     let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
@@ -152,11 +158,24 @@ pub async fn serve(
             continue;
         };
         let (input, cfg, zk, state, signal) = (input.clone(), cfg.clone(), zk.clone(), state.clone(), signal.clone());
-        let stats = stats.clone();
+        let (stats, tls) = (stats.clone(), tls.clone());
         tokio::spawn(async move {
             let _slot = slot;
             let _ = stream.set_nodelay(true);
-            conn::handle(stream, input, &cfg, &zk, &stats, state, signal).await;
+            let conn = next_conn();
+            let (stream, cert_name): (BoxStream, _) = match tls {
+                None => (Box::new(stream), None),
+                Some(_) if !crate::listener::speaks_tls(&stream).await => {
+                    debug!(%peer, "plaintext client on the ZooKeeper port, which requires TLS: closed");
+                    return;
+                }
+                Some(tls) => match crate::listener::tls_accept(&tls, stream, conn, peer).await {
+                    Some(s) => s,
+                    None => return,
+                },
+            };
+            let at = conn::Accepted { conn, peer, cert_name };
+            conn::handle(stream, at, input, &cfg, &zk, &stats, state, signal).await;
             debug!(%peer, "zookeeper client disconnected");
         });
     }

@@ -21,9 +21,9 @@
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
+use baton_proto::tls::BoxStream;
 use baton_proto::{request, response, server_frame, StatusReq, StatusResp};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::stats::Stats;
 use super::ZkSettings;
@@ -40,7 +40,7 @@ fn version() -> String {
 }
 
 pub(super) async fn answer(
-    mut stream: TcpStream,
+    mut stream: BoxStream,
     word: &str,
     input: &Sender<Input>,
     cfg: &Config,
