@@ -655,13 +655,15 @@ impl Gateway {
             }
             Request::Auth { scheme, auth, .. } => {
                 // Served here, before any later request is sent, so every
-                // later one carries the new identities. Its xid is -4,
-                // which clients handle outside the order. A failure ends
-                // the connection, as in ZooKeeper.
+                // later one carries the new identities. The reply echoes
+                // the request's xid, as ZooKeeper's does: the Java client
+                // sends -4 (handled outside the order), `zookeeper-client`
+                // an ordinary xid it matches. A failure ends the
+                // connection, as in ZooKeeper.
                 if authenticate(&self.state, &self.tx, &scheme, &auth) {
-                    self.answer(reqs, xid::AUTH, o, err::OK, Response::Empty);
+                    self.answer(reqs, x, o, err::OK, Response::Empty);
                 } else {
-                    self.answer(reqs, xid::AUTH, o, err::AUTH_FAILED, Response::Empty);
+                    self.answer(reqs, x, o, err::AUTH_FAILED, Response::Empty);
                     self.closing = true;
                 }
                 true
