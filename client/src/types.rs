@@ -245,7 +245,8 @@ impl CreateOptions {
     }
 }
 
-/// One ACL entry: who (`world:anyone`, `user:NAME`, `x509:CN`, `auth`) may
+/// One ACL entry: who (`world:anyone`, `user:NAME`, `x509:CN`,
+/// `digest:NAME:HASH`, `auth`) may
 /// do what (a mask of [`crate::acl::READ`], `WRITE`, `CREATE`, `DELETE`,
 /// `ADMIN`). Parse and print them with [`crate::acl`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -2,26 +2,53 @@
 //! port.
 //!
 //! Identities belong to a client connection: always `world:anyone`, plus
-//! `x509:<common name>` when the client presented a certificate (TLS with
-//! `--ca`), plus `user:<name>` for each successful `auth` with a password.
-//! A member's `--superuser` identities may do everything.
+//! - `x509:<common name>` when the client presented a certificate (TLS
+//!   with `--ca`);
+//! - `user:<name>` for each successful password `auth` on the native port,
+//!   or a ZooKeeper-port `digest` auth whose name and password are a Baton
+//!   password user's;
+//! - `digest:<name>:<hash>` for each successful password `auth` on either
+//!   port: `hash` is base64(SHA-1("name:password")), standard alphabet with
+//!   padding, exactly ZooKeeper's `DigestAuthenticationProvider` ([`digest`];
+//!   unit test: "super:test" gives `D/InIHSb7yEEbrWz8b9l71RjZJU=`). On the
+//!   ZooKeeper port every `digest` auth `NAME:PASSWORD` succeeds, as in
+//!   ZooKeeper (no user store: ACLs made by ZooKeeper tooling work
+//!   unchanged); on the native port only a Baton user's does. A
+//!   malformed one (no `:`, an empty name, not UTF-8) or another scheme is
+//!   answered `AUTH_FAILED` and the connection is closed, as ZooKeeper does.
+//!
+//! A member's `--superuser` identities (`x509:CN`, `user:NAME`,
+//! `digest:NAME:HASH`: the last is ZooKeeper's `superDigest`) may do
+//! everything; the flag refuses anything else.
 //!
 //! A node's ACL is a list of (permissions, identity); empty means open to
 //! everyone (the default: a cluster without ACLs behaves as before).
-//! Permissions: READ (get, children, get-acl, watches on them), WRITE
-//! (set), CREATE (create a child), DELETE (delete a child), ADMIN (set-acl).
-//! `exists`, `check` and fences need none, as in ZooKeeper.
+//! Permissions: READ (get, children, watches on them), WRITE (set), CREATE
+//! (create a child), DELETE (delete a child), ADMIN (set-acl). get-acl
+//! needs READ or ADMIN, and without ADMIN every `digest` entry's hash reads
+//! as `x` (ZooKeeper's getACL does the same: the hash is a password's
+//! unsalted SHA-1). `exists`, `check` and fences need none, as in
+//! ZooKeeper.
 //!
 //! Rules:
 //! - A request is allowed if any ACL entry grants the permission to
-//!   `world:anyone` or to one of the connection's identities, or the ACL
-//!   is empty, or one identity is a superuser. Otherwise `NO_AUTH`, naming
-//!   the operation, the path, the permission and the identities.
+//!   `world:anyone` or to one of the connection's identities (compared as
+//!   whole strings), or the ACL is empty, or one identity is a superuser.
+//!   Otherwise `NO_AUTH`, naming the operation, the path, the permission
+//!   and the identities.
+//! - ACL entries are `world:anyone`, `user:NAME`, `x509:CN`,
+//!   `digest:NAME:HASH` (non-empty name and hash, one `:` between them) and
+//!   `auth`; anything else (ZooKeeper's `ip`, a typo) is refused
+//!   ([`validate`]: `BAD_REQUEST`, on the ZooKeeper port `INVALID_ACL`
+//!   before the request reaches the state machine), as is an entry with no
+//!   permission or an unknown bit.
 //! - A create with no ACL gives the node its parent's ACL (missing parents
 //!   made by `parents` too): children inherit at create time. An entry with
-//!   id `auth` stands for every identity the creator authenticated as
-//!   (`x509:` and `user:`); a create with `auth` and no such identity fails
-//!   with `BAD_REQUEST`.
+//!   id `auth` (ZooKeeper's scheme `auth`) stands for every identity the
+//!   creator authenticated as (`x509:`, `user:` and `digest:`); a create or
+//!   set-acl with `auth` and no such identity fails with `BAD_REQUEST`
+//!   (ZooKeeper port: `INVALID_ACL`, as ZooKeeper answers). `auth` is never
+//!   stored.
 //! - Writes are checked on apply, against the identities the proposing
 //!   member put in the entry (it took them from the connection); reads by
 //!   the member that serves them. Apply is deterministic: the superuser
@@ -29,9 +56,13 @@
 //! - Users and passwords: only a superuser adds or removes users. The
 //!   client sends, and the log carries, a salt and a PBKDF2-HMAC-SHA256
 //!   hash (`baton_proto::auth`), never the password; `auth` sends the
-//!   password (use TLS), and the member's listener verifies it off the
-//!   driver thread, in constant time. Removing a user does not drop the
-//!   identity from connections that already authenticated.
+//!   password (use TLS; the ZooKeeper port is plaintext, as ZooKeeper's
+//!   `digest` is without TLS), and the member verifies it off the
+//!   driver thread, in constant time, without holding the state lock while
+//!   it hashes. Removing a user does not drop the identity from connections
+//!   that already authenticated. A `digest:` identity needs no user: it is
+//!   what the password hashes to, so anyone who knows a name and password
+//!   has it (ZooKeeper's model); a `user:` identity needs the user.
 
 use baton_proto::{Acl, ErrorCode};
 
@@ -50,6 +81,55 @@ pub fn perm_name(p: u32) -> &'static str {
         ADMIN => "ADMIN",
         _ => "?",
     }
+}
+
+/// ZooKeeper's digest identity for `name` and `password`:
+/// `digest:NAME:base64(SHA-1("NAME:PASSWORD"))`.
+pub fn digest(name: &str, password: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, format!("{name}:{password}").as_bytes());
+    format!("digest:{name}:{}", base64(d.as_ref()))
+}
+
+/// Standard base64 with padding (RFC 4648 section 4).
+fn base64(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for chunk in b.chunks(3) {
+        let v = chunk.iter().enumerate().fold(0u32, |v, (i, &x)| v | (x as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(v >> (18 - 6 * i) & 0x3f) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// True for an identity an ACL entry or `--superuser` may name:
+/// `world:anyone`, `user:NAME`, `x509:CN`, `digest:NAME:HASH`.
+pub fn valid_identity(id: &str) -> bool {
+    id == ANYONE
+        || id.strip_prefix("user:").is_some_and(|n| !n.is_empty())
+        || id.strip_prefix("x509:").is_some_and(|n| !n.is_empty())
+        || id.strip_prefix("digest:").is_some_and(valid_digest)
+}
+
+/// `NAME:HASH`, both non-empty, one `:` (ZooKeeper's `isValid`).
+fn valid_digest(s: &str) -> bool {
+    s.split_once(':').is_some_and(|(n, h)| !n.is_empty() && !h.is_empty() && !h.contains(':'))
+}
+
+/// `acl` as a caller without ADMIN sees it: each `digest` entry's hash is
+/// `x` (ZooKeeper's getACL).
+pub fn redact(acl: &[Acl]) -> Vec<Acl> {
+    acl.iter()
+        .map(|a| match a.id.strip_prefix("digest:").and_then(|r| r.split_once(':')) {
+            Some((name, _)) => Acl { perms: a.perms, id: format!("digest:{name}:x") },
+            None => a.clone(),
+        })
+        .collect()
 }
 
 /// The caller of a request: its identities and whether one is a superuser.
@@ -105,12 +185,9 @@ impl Caller {
 /// Checks an ACL's entries: known schemes, permissions within [`ALL`].
 pub fn validate(acl: &[Acl]) -> Result<(), (ErrorCode, String)> {
     for a in acl {
-        let known = a.id == ANYONE
-            || a.id == "auth"
-            || a.id.strip_prefix("user:").is_some_and(|n| !n.is_empty())
-            || a.id.strip_prefix("x509:").is_some_and(|n| !n.is_empty());
-        if !known {
-            let msg = format!("unknown ACL identity {:?} (world:anyone, user:NAME, x509:NAME, auth)", a.id);
+        if a.id != "auth" && !valid_identity(&a.id) {
+            let msg =
+                format!("unknown ACL identity {:?} (world:anyone, user:NAME, x509:NAME, digest:NAME:HASH, auth)", a.id);
             return Err((ErrorCode::BadRequest, msg));
         }
         if a.perms == 0 || a.perms & !ALL != 0 {
@@ -143,5 +220,46 @@ mod tests {
         assert!(Caller::default().expand(&parse("auth:r").expect("parse")).is_err());
         assert!(validate(&parse("ip:1.2.3.4:r").expect("parse")).is_err());
         assert!(parse("user:a:rx").is_err());
+    }
+
+    #[test]
+    fn digest_is_zookeepers() {
+        // ZooKeeper's own vector: its test suites run with superDigest
+        // "super:D/InIHSb7yEEbrWz8b9l71RjZJU=" for password "test"
+        // (zookeeper-server/pom.xml).
+        assert_eq!(digest("super", "test"), "digest:super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+        // openssl: printf alice:pw | openssl sha1 -binary | base64
+        assert_eq!(digest("alice", "pw"), "digest:alice:V55/p2T0OpjQ+low3NVAH4aLvm0=");
+        assert_ne!(digest("alice", "pw2"), digest("alice", "pw"));
+        for (raw, b64) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg==")] {
+            assert_eq!(base64(raw.as_bytes()), b64, "RFC 4648 vector {raw:?}");
+        }
+    }
+
+    #[test]
+    fn digest_entries_validate_match_and_redact() {
+        let id = digest("alice", "pw");
+        let acl = vec![Acl { perms: READ, id: id.clone() }];
+        assert!(validate(&acl).is_ok());
+        for bad in ["digest:alice", "digest::h", "digest:alice:", "digest:a:b:c", "digest:", "ip:1.2.3.4", "world:x"] {
+            assert!(validate(&[Acl { perms: READ, id: bad.into() }]).is_err(), "{bad} is refused");
+            assert!(!valid_identity(bad), "{bad}");
+        }
+        assert!(valid_identity("digest:super:D/InIHSb7yEEbrWz8b9l71RjZJU="));
+        assert!(!valid_identity("auth"), "auth is an ACL entry, not an identity");
+        let alice = Caller { identities: vec![id.clone()], superuser: false };
+        assert!(alice.check(&acl, READ, "get", "/x").is_ok());
+        let wrong = Caller { identities: vec![digest("alice", "nope")], superuser: false };
+        assert_eq!(wrong.check(&acl, READ, "get", "/x").expect_err("wrong password").0, ErrorCode::NoAuth);
+        assert!(
+            Caller::new(vec![digest("super", "test")], &["digest:super:D/InIHSb7yEEbrWz8b9l71RjZJU=".into()]).superuser
+        );
+        let e = Caller { identities: vec![id.clone(), "user:alice".into()], superuser: false }
+            .expand(&parse("auth:rw").expect("parse"))
+            .expect("expand");
+        assert_eq!(e.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), vec![id.as_str(), "user:alice"]);
+        let shown = redact(&[acl[0].clone(), Acl { perms: ALL, id: "user:bob".into() }]);
+        assert_eq!(shown[0].id, "digest:alice:x");
+        assert_eq!(shown[1].id, "user:bob");
     }
 }

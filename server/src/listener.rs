@@ -169,19 +169,28 @@ pub(crate) async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
 }
 
 /// A password `auth`: checked off the runtime's threads (PBKDF2 is slow
-/// on purpose); on success the connection gains `user:<name>` (acl.rs).
+/// on purpose); on success the connection gains `user:<name>` and
+/// ZooKeeper's `digest:<name>:<hash>` of the same password (acl.rs), so one
+/// login serves ACLs written through either port.
 async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq) -> Response {
     let (st, user, password) = (state.clone(), a.user.clone(), a.password.clone());
-    let ok = tokio::task::spawn_blocking(move || crate::driver::read(&st).verify_user(&user, &password))
-        .await
-        .unwrap_or(false);
+    let ok = tokio::task::spawn_blocking(move || password_ok(&st, &user, &password)).await.unwrap_or(false);
     let zxid = crate::driver::read(state).applied();
     if ok {
         tx.add_identity(format!("user:{}", a.user));
+        tx.add_identity(crate::acl::digest(&a.user, &a.password));
         return Response { id, zxid, body: Some(response::Body::Empty(Empty {})), ..Default::default() };
     }
     let msg = format!("auth as {:?}: unknown user or wrong password", a.user);
     Response { id, zxid, error: ErrorCode::NoAuth as i32, message: msg, ..Default::default() }
+}
+
+/// True when `user` is a password user and `password` is theirs. Blocks
+/// for the PBKDF2 hash (call it off the runtime's threads); the state's
+/// lock is held only to copy the user's salt and hash.
+pub(crate) fn password_ok(state: &SharedState, user: &str, password: &str) -> bool {
+    let Some((salt, hash)) = crate::driver::read(state).user_hash(user) else { return false };
+    baton_proto::auth::verify_password(password, &salt, &hash)
 }
 
 fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {

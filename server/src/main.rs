@@ -115,7 +115,9 @@ struct Timing {
     #[arg(long, default_value_t = 1000, env = "BATON_SLOW_REQUEST_MS")]
     slow_request_ms: u64,
     /// An identity that may do everything: x509:NAME (a client
-    /// certificate's common name) or user:NAME (repeatable).
+    /// certificate's common name), user:NAME, or digest:NAME:HASH
+    /// (ZooKeeper's superDigest: HASH = base64(SHA-1("NAME:PASSWORD")))
+    /// (repeatable).
     #[arg(long = "superuser", env = "BATON_SUPERUSER", value_delimiter = ',')]
     superusers: Vec<String>,
     /// Switch on a deliberate bug (harness tests only): one of the names in
@@ -445,6 +447,11 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         faults: t.faults()?,
     };
     cfg.validate().map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(bad) =
+        cfg.superusers.iter().find(|s| *s == baton_server::acl::ANYONE || !baton_server::acl::valid_identity(s))
+    {
+        anyhow::bail!("--superuser {bad:?}: not x509:CN, user:NAME or digest:NAME:HASH (docs/security.md)");
+    }
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let kv = RocksKv::open_with(&data_dir.join("db"), cfg.faults.lenient_storage())
         .with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;

@@ -362,11 +362,15 @@ impl StateMachine {
         }
     }
 
-    /// A node's ACL and stat, if `caller` may read it.
+    /// A node's ACL and stat, if `caller` may read it or administer it;
+    /// without ADMIN, `digest` hashes redacted (acl.rs).
     pub fn get_acl(&self, path: &str, caller: &Caller) -> Result<AclResp, OpError> {
         let n = self.lookup(path)?;
+        if caller.check(&n.acl, acl::ADMIN, "get-acl", path).is_ok() {
+            return Ok(AclResp { acl: n.acl.clone(), stat: Some(full_stat(n)) });
+        }
         caller.check(&n.acl, acl::READ, "get-acl", path)?;
-        Ok(AclResp { acl: n.acl.clone(), stat: Some(full_stat(n)) })
+        Ok(AclResp { acl: acl::redact(&n.acl), stat: Some(full_stat(n)) })
     }
 
     /// Checks that `caller` may read `path` (no node: Ok, the read itself
@@ -381,6 +385,13 @@ impl StateMachine {
     /// True when `user` exists and `password` is theirs.
     pub fn verify_user(&self, user: &str, password: &str) -> bool {
         self.users.get(user).is_some_and(|(salt, hash)| baton_proto::auth::verify_password(password, salt, hash))
+    }
+
+    /// `user`'s salt and password hash, to verify a password with
+    /// [`baton_proto::auth::verify_password`] after the state's lock is
+    /// released (PBKDF2 is slow on purpose).
+    pub fn user_hash(&self, user: &str) -> Option<(Bytes, Bytes)> {
+        self.users.get(user).cloned()
     }
 
     /// Password users, by name.

@@ -112,6 +112,12 @@ impl Cluster {
         Self::start_with(n, extra, true, Links::Direct).await
     }
 
+    /// [`Cluster::start_tls`] with the ZooKeeper port (plaintext) open on
+    /// every member too.
+    pub async fn start_tls_zk(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_spec(n, extra, true, Links::Direct, true).await
+    }
+
     /// [`Cluster::start`] with every peer link, and `slots` client slots,
     /// through the kit's proxies ([`Cluster::proxies`]).
     pub async fn start_proxied(n: u64, slots: usize, extra: &[&str]) -> Cluster {

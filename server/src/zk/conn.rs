@@ -97,6 +97,7 @@ pub(super) async fn handle(
     let (rd, wr) = tokio::io::split(stream);
     let mut g = Gateway {
         conn,
+        tx,
         input,
         state,
         rx,
@@ -167,6 +168,9 @@ enum What {
 
 struct Gateway {
     conn: u64,
+    /// The connection as the driver knows it: `auth` adds identities here,
+    /// which the driver checks ACLs against (acl.rs).
+    tx: ConnTx,
     input: Sender<Input>,
     state: SharedState,
     rx: UnboundedReceiver<baton_proto::ServerFrame>,
@@ -545,6 +549,12 @@ impl Gateway {
     /// Translates one request. False: close the connection.
     fn dispatch(&mut self, reqs: &mut Zreqs, x: i32, o: i32, req: Request) -> bool {
         use request::Body as B;
+        if uses_auth_acl(&req) && self.tx.identities().is_empty() {
+            // ZooKeeper's answer to an `auth` ACL from a client that has
+            // authenticated as no one (Baton's would be BAD_REQUEST).
+            self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
+            return true;
+        }
         match req {
             Request::Ping => {
                 let id = self.id();
@@ -716,13 +726,19 @@ impl Gateway {
                 self.closing = true;
                 self.forward(reqs, x, o, What::Close, vec![(B::CloseSession(CloseSessionReq {}), true)])
             }
-            Request::Auth { .. } => {
-                // Digest authentication is not served on this port yet: the
-                // client is told (AUTH_FAILED ends its session, as a wrong
-                // password would) rather than left believing it is someone.
-                // Its xid is -4, which clients handle outside the order.
-                self.answer(reqs, xid::AUTH, o, err::AUTH_FAILED, Response::Empty);
-                self.closing = true;
+            Request::Auth { scheme, auth, .. } => {
+                // Served here, before any later request is sent, so every
+                // later one carries the new identities. The reply echoes
+                // the request's xid, as ZooKeeper's does: the Java client
+                // sends -4 (handled outside the order), `zookeeper-client`
+                // an ordinary xid it matches. A failure ends the
+                // connection, as in ZooKeeper.
+                if authenticate(&self.state, &self.tx, &scheme, &auth) {
+                    self.answer(reqs, x, o, err::OK, Response::Empty);
+                } else {
+                    self.answer(reqs, x, o, err::AUTH_FAILED, Response::Empty);
+                    self.closing = true;
+                }
                 true
             }
             Request::Unsupported { .. } => {
@@ -826,14 +842,66 @@ fn version_of(v: i32) -> Option<i32> {
     (v != -1).then_some(v)
 }
 
-/// A ZooKeeper ACL as Baton's: `world:anyone` as is, other schemes as
-/// `scheme:id` (the identity model is Baton's, docs/security.md). None
-/// when empty (ZooKeeper refuses an empty ACL: INVALID_ACL).
+/// A ZooKeeper ACL as Baton's (acl.rs): `world:anyone`,
+/// `digest:NAME:HASH`, `user:NAME` and `x509:CN` as `scheme:id`; scheme
+/// `auth` (any id) as Baton's `auth` entry. None, which is answered
+/// INVALID_ACL, when empty (as ZooKeeper), or when an entry is one Baton
+/// does not enforce (`ip`, `sasl`, a malformed digest) or has no or
+/// unknown permission bits: refused rather than stored and never matched.
 fn acl_in(acl: &[jute::Acl]) -> Option<Vec<Acl>> {
     if acl.is_empty() {
         return None;
     }
-    Some(acl.iter().map(|a| Acl { perms: a.perms.max(0) as u32, id: format!("{}:{}", a.scheme, a.id) }).collect())
+    let out: Vec<Acl> = acl
+        .iter()
+        .map(|a| Acl {
+            perms: u32::try_from(a.perms).unwrap_or(0),
+            id: if a.scheme == "auth" { "auth".to_string() } else { format!("{}:{}", a.scheme, a.id) },
+        })
+        .collect();
+    crate::acl::validate(&out).ok()?;
+    Some(out)
+}
+
+/// True when `req` sets an ACL with an `auth` entry (a create, also inside
+/// a multi, or a setACL).
+fn uses_auth_acl(req: &Request) -> bool {
+    let auth = |acl: &[jute::Acl]| acl.iter().any(|a| a.scheme == "auth");
+    match req {
+        Request::Create { c, .. } => auth(&c.acl),
+        Request::SetAcl { acl, .. } => auth(acl),
+        Request::Multi(ops) => ops.iter().any(uses_auth_acl),
+        _ => false,
+    }
+}
+
+/// ZooKeeper's `auth` packet. Scheme `digest` with `NAME:PASSWORD` always
+/// gives `digest:NAME:HASH` (ZooKeeper's DigestAuthenticationProvider: no
+/// user store), and `user:NAME` too when NAME is a Baton password user and
+/// the password is theirs (PBKDF2, run with the runtime told this thread
+/// blocks). False (AUTH_FAILED): another scheme, or bytes that are not
+/// UTF-8 `NAME:PASSWORD` with a non-empty name.
+fn authenticate(state: &SharedState, tx: &ConnTx, scheme: &str, auth: &[u8]) -> bool {
+    if scheme != "digest" {
+        debug!(scheme, "zookeeper: auth with a scheme this port does not serve");
+        return false;
+    }
+    let Some((name, password)) = std::str::from_utf8(auth).ok().and_then(|a| a.split_once(':')) else {
+        return false;
+    };
+    if name.is_empty() {
+        return false;
+    }
+    tx.add_identity(crate::acl::digest(name, password));
+    let check = || crate::listener::password_ok(state, name, password);
+    let user = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(check),
+        _ => check(),
+    };
+    if user {
+        tx.add_identity(format!("user:{name}"));
+    }
+    true
 }
 
 fn acl_out(acl: &[Acl]) -> Vec<jute::Acl> {
@@ -1049,6 +1117,9 @@ fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
                 .iter()
                 .map(|id| {
                     let (s, i) = id.split_once(':').unwrap_or((id.as_str(), ""));
+                    // ZooKeeper's whoAmI names a digest identity by its
+                    // user alone (DigestAuthenticationProvider.getUserName).
+                    let i = if s == "digest" { i.split(':').next().unwrap_or(i) } else { i };
                     (s.to_string(), i.to_string())
                 })
                 .collect(),

@@ -15,9 +15,11 @@
 //! - **Replies in request order.** ZooKeeper's clients match a reply to
 //!   the oldest outstanding request and drop the connection on a mismatch;
 //!   the driver answers local reads before earlier writes. Replies are held
-//!   until every earlier request's reply is out. Pings (xid -2), auth
-//!   replies (-4) and notifications (-1) are outside that order, as in
-//!   ZooKeeper.
+//!   until every earlier request's reply is out. Pings (xid -2) and
+//!   notifications (-1) are outside that order, as in ZooKeeper. An auth
+//!   reply echoes its request's xid (the Java client's -4, which it takes
+//!   outside the order; `zookeeper-client`'s own xid, which it matches) and
+//!   goes out in order, which both accept.
 //! - **One session's requests in order** (ZooKeeper's FIFO client order:
 //!   a read sent right behind a write sees it). The driver serves a local
 //!   read at once and a write only once it commits, so requests are
@@ -51,6 +53,18 @@
 //! - **Reads** are ZooKeeper's by default: served from this member's state
 //!   (`sync` first makes the next read see everything committed before
 //!   it). `--zk-linearizable-reads` sends every read through ReadIndex.
+//! - **`auth` and ACLs** (acl.rs has the rules): an `auth` is served in
+//!   the connection's task when its turn comes, after the requests before
+//!   it are sent and before any after it; scheme `digest` adds
+//!   `digest:NAME:HASH` (and `user:NAME` for a Baton password user's own
+//!   password, PBKDF2 with the runtime told the thread blocks) to the
+//!   connection's [`ConnTx`], where the driver takes every later request's
+//!   identities, as for a native login. Another scheme or a malformed one
+//!   is `AUTH_FAILED` and the connection closes. ACLs in are mapped and
+//!   checked here (conn.rs `acl_in`): what Baton does not enforce (`ip`) is
+//!   `INVALID_ACL` before anything reaches the state machine, as is `auth`
+//!   from a connection with no identity; permissions are checked by the
+//!   state machine and denials answered `NO_AUTH`.
 //! - **Container and TTL nodes** are Baton's: the leader reaps them
 //!   (state.rs, "Reaping"); conn.rs `create_op` maps ZooKeeper's create
 //!   modes and `ephemeral_owner` shows ZooKeeper's marks for them.
