@@ -112,10 +112,35 @@ impl Cluster {
         Self::start_with(n, extra, true, Links::Direct).await
     }
 
-    /// [`Cluster::start_tls`] with the ZooKeeper port (plaintext) open on
-    /// every member too.
+    /// [`Cluster::start_tls`] with the ZooKeeper port open on every member
+    /// too (TLS only, as the client port; [`Cluster::zk_tls_tunnel`]).
     pub async fn start_tls_zk(n: u64, extra: &[&str]) -> Cluster {
         Self::start_spec(n, extra, true, Links::Direct, true).await
+    }
+
+    /// A plaintext loopback port that carries each connection to `target`
+    /// (a TLS cluster's ZooKeeper port) over TLS with a client certificate
+    /// named `cn`: stunnel's job, for ZooKeeper clients built without TLS.
+    /// It serves until the test's runtime ends.
+    pub async fn zk_tls_tunnel(&self, target: &str, cn: &str) -> String {
+        let tls = self.tls.as_ref().expect("zk_tls_tunnel needs a TLS cluster (start_tls_zk)");
+        let c = tls.ca.client(cn).expect("client certificate");
+        let cfg = baton_proto::tls::client_config(&tls.ca.ca, Some((&c.cert, &c.key))).expect("client TLS config");
+        let name = baton_proto::tls::server_name_of(target).expect("server name");
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the tunnel");
+        let addr = l.local_addr().expect("tunnel address").to_string();
+        let target = target.to_string();
+        tokio::spawn(async move {
+            while let Ok((mut plain, _)) = l.accept().await {
+                let (cfg, name, target) = (cfg.clone(), name.clone(), target.clone());
+                tokio::spawn(async move {
+                    let Ok(tcp) = tokio::net::TcpStream::connect(&target).await else { return };
+                    let Ok(mut secure) = baton_proto::tls::connect(cfg, name, tcp).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut plain, &mut secure).await;
+                });
+            }
+        });
+        addr
     }
 
     /// [`Cluster::start`] with every peer link, and `slots` client slots,

@@ -4,8 +4,8 @@
 //!
 //! z10: with the `zookeeper-client` crate: a `digest` ACL and an `auth`
 //! ACL made by an authenticated session; a session without auth gets
-//! `NoAuth` on get, set, children, getACL, create and delete of a child and
-//! setACL, while `exists` works; another session with the same password
+//! `NoAuth` on get, set, children, getACL, getAllChildrenNumber, create and
+//! delete of a child and setACL, while `exists` works; another session with the same password
 //! reads, a wrong password does not; `ip` ACLs, empty ACLs and `auth`
 //! without an identity are `InvalidAcl`; a malformed auth or another scheme
 //! is `AuthFailed`; whoAmI names the digest user; getACL hides digest
@@ -13,7 +13,8 @@
 //! ZooKeeper's superDigest; a native client is held to a ZooKeeper-made ACL.
 //! z20: zkCli.sh scripts (`addauth digest`, `create ... digest:...`,
 //! `auth::cdrwa`, `ip:`), their output asserted.
-//! z30: on a TLS cluster with password users: a Baton user's password via
+//! z30: on a TLS cluster with password users (its ZooKeeper port takes
+//! TLS only; a client certificate's name is an `x509:` identity): a Baton user's password via
 //! `digest` on the ZooKeeper port gives `user:NAME` rights; a native login
 //! gives the `digest:` identity, so ZooKeeper-made ACLs apply to it.
 
@@ -95,6 +96,8 @@ async fn z10_digest_acls_are_enforced_for_zookeeper_clients() {
     no_auth(bounded("children", b.list_children("/secret")).await, "B children");
     no_auth(bounded("children2", b.get_children("/secret")).await, "B children2");
     no_auth(bounded("getACL", b.get_acl("/secret")).await, "B getACL");
+    no_auth(bounded("getAllChildrenNumber", b.count_descendants_number("/secret")).await, "B descendants");
+    assert_eq!(bounded("getAllChildrenNumber", a.count_descendants_number("/secret")).await.expect("alice counts"), 1);
     no_auth(bounded("create child", b.create("/secret/b", b"", &anyone())).await, "B create child");
     no_auth(bounded("delete child", b.delete("/secret/child", None)).await, "B delete child");
     no_auth(
@@ -297,7 +300,31 @@ async fn guest(c: &Cluster, cn: &str, user: Option<(&str, &str)>) -> Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn z30_one_login_serves_both_ports() {
     let c = Cluster::start_tls_zk(3, &["--superuser=x509:admin"]).await;
-    let ep = c.zk_endpoints()[0].clone();
+    // The ZooKeeper port takes TLS only, as the client port: a plaintext
+    // connect gets no answer, just a close.
+    let port = c.zk_endpoints()[0].clone();
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&port).await.expect("connect");
+        let connect = baton_proto::jute::ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: 0,
+            timeout_ms: 6000,
+            session_id: 0,
+            passwd: vec![0; 16],
+            read_only: false,
+        }
+        .encode();
+        let mut frame = (connect.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&connect);
+        let _ = s.write_all(&frame).await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+        assert!(read.is_ok() && got.is_empty(), "a plaintext ZooKeeper client got {got:?}");
+    }
+    // ZooKeeper clients here speak through a TLS tunnel with a client
+    // certificate: its name is an identity of theirs.
+    let ep = c.zk_tls_tunnel(&port, "zk-tunnel").await;
     let admin = c.client().await;
     admin.add_user("carol", "carol-pw").await.expect("add carol");
     admin.add_user("alice", "pw").await.expect("add alice");
@@ -312,6 +339,7 @@ async fn z30_one_login_serves_both_ports() {
     let who: Vec<(String, String)> = who.iter().map(|u| (u.scheme().to_string(), u.user().to_string())).collect();
     assert!(who.contains(&("user".into(), "carol".into())), "{who:?}");
     assert!(who.contains(&("digest".into(), "carol".into())), "{who:?}");
+    assert!(who.contains(&("x509".into(), "zk-tunnel".into())), "the certificate's name: {who:?}");
     let (data, _) = bounded("get", carol.get_data("/native")).await.expect("carol reads /native");
     assert_eq!(data, b"n");
     bounded("set", carol.set_data("/native", b"n2", None)).await.expect("carol writes /native");

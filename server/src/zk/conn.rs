@@ -98,6 +98,7 @@ pub(super) async fn handle(
     let mut g = Gateway {
         conn,
         tx,
+        superusers: cfg.superusers.clone(),
         input,
         state,
         rx,
@@ -171,6 +172,8 @@ struct Gateway {
     /// The connection as the driver knows it: `auth` adds identities here,
     /// which the driver checks ACLs against (acl.rs).
     tx: ConnTx,
+    /// `--superuser`: for the ACL checks made here (getAllChildrenNumber).
+    superusers: Vec<String>,
     input: Sender<Input>,
     state: SharedState,
     rx: UnboundedReceiver<baton_proto::ServerFrame>,
@@ -753,13 +756,21 @@ impl Gateway {
                 true
             }
             Request::GetAllChildrenNumber { path } => {
+                // Needs READ on the node, as in ZooKeeper.
+                let caller = crate::acl::Caller::new(self.tx.identities(), &self.superusers);
                 let n = {
                     let sm = read(&self.state);
-                    sm.exists(&path).ok().flatten().map(|_| sm.descendants(&path).len())
+                    match sm.exists(&path).ok().flatten() {
+                        None => Err(err::NO_NODE),
+                        Some(_) => match sm.check_read(&path, &caller, "getAllChildrenNumber") {
+                            Ok(()) => Ok(sm.descendants(&path).len()),
+                            Err(_) => Err(err::NO_AUTH),
+                        },
+                    }
                 };
                 match n {
-                    Some(n) => self.answer(reqs, x, o, err::OK, Response::Number(n.min(i32::MAX as usize) as i32)),
-                    None => self.answer(reqs, x, o, err::NO_NODE, Response::Empty),
+                    Ok(n) => self.answer(reqs, x, o, err::OK, Response::Number(n.min(i32::MAX as usize) as i32)),
+                    Err(code) => self.answer(reqs, x, o, code, Response::Empty),
                 }
                 true
             }
