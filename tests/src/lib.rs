@@ -118,6 +118,19 @@ impl Cluster {
         Self::start_spec(n, extra, true, Links::Direct, true).await
     }
 
+    /// A client of a TLS cluster ([`Cluster::start_tls`]) with a certificate
+    /// named `cn` (not a superuser) and, if given, a password user.
+    pub async fn guest(&self, cn: &str, user: Option<(&str, &str)>) -> Result<Client, baton_client::Error> {
+        let tls = self.tls.as_ref().expect("guest needs a TLS cluster");
+        let files = tls.ca.client(cn).expect("certificate");
+        let ct = ClientTls::load(&tls.ca.ca, Some((&files.cert, &files.key))).expect("tls");
+        let mut cfg = ClientConfig::new(self.endpoints()).tls(ct).op_timeout(Duration::from_secs(10));
+        if let Some((u, p)) = user {
+            cfg = cfg.auth(u, p);
+        }
+        Client::connect_with(cfg).await
+    }
+
     /// A plaintext loopback port that carries each connection to `target`
     /// (a TLS cluster's ZooKeeper port) over TLS with a client certificate
     /// named `cn`: stunnel's job, for ZooKeeper clients built without TLS.
@@ -394,4 +407,43 @@ pub mod raw {
             self.call(Request { id, body: Some(body), ..Default::default() }).await
         }
     }
+}
+
+/// Debian's ZooKeeper CLI (`make peer-deps` installs it).
+pub const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
+
+/// Runs zkCli.sh against `server` with `script` on stdin (on a blocking
+/// thread); its output without the JVM's log lines. Bounded: a zkCli
+/// still running after 60 s is killed and the test fails.
+pub async fn zkcli(server: &str, script: &str) -> String {
+    let (server, script) = (server.to_string(), script.to_string());
+    tokio::task::spawn_blocking(move || zkcli_blocking(&server, &script)).await.expect("zkCli")
+}
+
+fn zkcli_blocking(server: &str, script: &str) -> String {
+    use std::io::Write;
+    assert!(
+        std::path::Path::new(ZKCLI).exists(),
+        "{ZKCLI} is missing: `make peer-deps` installs Debian's zookeeper (make test runs it first)"
+    );
+    let mut child = std::process::Command::new(ZKCLI)
+        .args(["-server", server])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("zkCli.sh starts");
+    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("script");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zkCli.sh did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines().filter(|l| !l.starts_with("20") && !l.trim_start().starts_with("at ")).collect::<Vec<_>>().join("\n")
 }

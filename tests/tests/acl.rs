@@ -4,9 +4,8 @@
 //! Rust client and the CLI, on a TLS cluster of real processes.
 
 use std::process::Command;
-use std::time::Duration;
 
-use baton_client::{acl, Client, ClientTls, CreateOptions, Error};
+use baton_client::{acl, CreateOptions, Error};
 use baton_tests::{baton_bin, Cluster};
 
 fn no_auth<T>(r: Result<T, Error>, what: &str) -> String {
@@ -15,19 +14,6 @@ fn no_auth<T>(r: Result<T, Error>, what: &str) -> String {
         Err(e) => panic!("{what}: expected NoAuth, got {e}"),
         Ok(_) => panic!("{what}: expected NoAuth, it was allowed"),
     }
-}
-
-/// A client with a certificate named `cn` (not a superuser) and, if given,
-/// a password user.
-async fn guest(c: &Cluster, cn: &str, user: Option<(&str, &str)>) -> Result<Client, Error> {
-    let tls = c.tls.as_ref().expect("tls");
-    let files = tls.ca.client(cn).expect("certificate");
-    let ct = ClientTls::load(&tls.ca.ca, Some((&files.cert, &files.key))).expect("tls");
-    let mut cfg = baton_client::ClientConfig::new(c.endpoints()).tls(ct).op_timeout(Duration::from_secs(10));
-    if let Some((u, p)) = user {
-        cfg = cfg.auth(u, p);
-    }
-    Client::connect_with(cfg).await
 }
 
 #[tokio::test]
@@ -51,14 +37,14 @@ async fn a10_acls_allow_and_deny_as_documented() {
     assert_eq!((got, stat.aversion), (billing.clone(), 0));
 
     // Alice locks; the lock works under the ACL.
-    let alice = guest(&c, "guest-a", Some(("alice", "alice-pw"))).await.expect("alice connects");
+    let alice = c.guest("guest-a", Some(("alice", "alice-pw"))).await.expect("alice connects");
     let ids = alice.whoami().await.expect("whoami");
     assert!(ids.contains(&"user:alice".to_string()) && ids.contains(&"x509:guest-a".to_string()), "{ids:?}");
     let guard = alice.lock("billing").await.expect("alice locks billing");
     assert!(guard.fencing_token() > 0);
 
     // Bob may not: the queue's create needs CREATE, the read needs READ.
-    let bob = guest(&c, "guest-b", Some(("bob", "bob-pw"))).await.expect("bob connects");
+    let bob = c.guest("guest-b", Some(("bob", "bob-pw"))).await.expect("bob connects");
     let msg = no_auth(bob.lock("billing").await.map(|_| ()), "bob locks billing");
     assert!(msg.contains("needs CREATE") && msg.contains("user:bob"), "{msg}");
     let msg = no_auth(bob.children("/_baton/locks/billing").await, "bob lists");
@@ -94,9 +80,9 @@ async fn a10_acls_allow_and_deny_as_documented() {
     bob.lock("billing").await.expect("bob locks once it is open").release().await.expect("release");
 
     // Wrong password; a removed user.
-    no_auth(guest(&c, "guest-c", Some(("alice", "wrong"))).await, "a wrong password");
+    no_auth(c.guest("guest-c", Some(("alice", "wrong"))).await, "a wrong password");
     admin.remove_user("bob").await.expect("remove bob");
-    no_auth(guest(&c, "guest-d", Some(("bob", "bob-pw"))).await, "a removed user");
+    no_auth(c.guest("guest-d", Some(("bob", "bob-pw"))).await, "a removed user");
 
     // The CLI: the same identities, the same answers.
     let tls = c.tls.as_ref().expect("tls");

@@ -350,38 +350,6 @@ async fn t20_a_session_resumes_on_another_member_with_its_id_and_password() {
     assert!(matches!(again, Err(zk::Error::SessionExpired)), "{:?}", again.map(|c| c.session_id()));
 }
 
-const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
-
-/// Runs zkCli.sh against `server` with `script` on stdin; its output,
-/// without the JVM's log lines.
-fn zkcli(server: &str, script: &str) -> String {
-    use std::io::Write;
-    assert!(
-        std::path::Path::new(ZKCLI).exists(),
-        "{ZKCLI} is missing: `make peer-deps` installs Debian's zookeeper (make test runs it first)"
-    );
-    let mut child = std::process::Command::new(ZKCLI)
-        .args(["-server", server])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("zkCli.sh starts");
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("script");
-    // Bounded: zkCli exits at `quit`; a hang is killed.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("zkCli.sh did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("output");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    text.lines().filter(|l| !l.starts_with("20") && !l.trim_start().starts_with("at ")).collect::<Vec<_>>().join("\n")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t30_zkcli_scripted_session() {
     let c = Cluster::start_zk(3, &[]).await;
@@ -402,7 +370,7 @@ getAllChildrenNumber /zk30
 quit
 ";
     let server = eps[2].clone();
-    let out = tokio::task::spawn_blocking(move || zkcli(&server, script)).await.expect("zkCli");
+    let out = baton_tests::zkcli(&server, script).await;
     let has = |s: &str| assert!(out.contains(s), "zkCli output lacks {s:?}:\n{out}");
     has("Created /zk30\n");
     let seq = out.lines().find_map(|l| l.strip_prefix("Created /zk30/lock-")).unwrap_or_else(|| panic!("{out}"));

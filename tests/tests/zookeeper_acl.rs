@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use baton_client::{acl as bacl, Client, ClientTls, CreateOptions};
+use baton_client::{acl as bacl, CreateOptions};
 use baton_tests::Cluster;
 use zookeeper_client as zk;
 
@@ -186,43 +186,6 @@ async fn z10_digest_acls_are_enforced_for_zookeeper_clients() {
     assert_eq!(data, b"s2");
 }
 
-const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
-
-/// Runs zkCli.sh against `server` with `script` on stdin; its output,
-/// without the JVM's log lines. Bounded: killed after 60 s.
-fn zkcli(server: &str, script: &str) -> String {
-    use std::io::Write;
-    assert!(
-        std::path::Path::new(ZKCLI).exists(),
-        "{ZKCLI} is missing: `make peer-deps` installs Debian's zookeeper (make test runs it first)"
-    );
-    let mut child = std::process::Command::new(ZKCLI)
-        .args(["-server", server])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("zkCli.sh starts");
-    child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("script");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("zkCli.sh did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("output");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    text.lines().filter(|l| !l.starts_with("20") && !l.trim_start().starts_with("at ")).collect::<Vec<_>>().join("\n")
-}
-
-async fn zkcli_async(server: &str, script: String) -> String {
-    let server = server.to_string();
-    tokio::task::spawn_blocking(move || zkcli(&server, &script)).await.expect("zkCli")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn z20_zkcli_addauth_digest_and_acls() {
     let c = Cluster::start_zk(3, &[]).await;
@@ -240,7 +203,7 @@ get /cli
 quit
 "
     );
-    let out = zkcli_async(&ep, owner).await;
+    let out = baton_tests::zkcli(&ep, &owner).await;
     let has = |out: &str, s: &str| assert!(out.contains(s), "zkCli output lacks {s:?}:\n{out}");
     has(&out, "Created /cli\n");
     has(&out, "Created /cli/kid\n");
@@ -262,7 +225,7 @@ create /strange x auth::cdrwa
 quit
 "
     .to_string();
-    let out = zkcli_async(&ep, stranger).await;
+    let out = baton_tests::zkcli(&ep, &stranger).await;
     has(&out, "Insufficient permission : /cli");
     has(&out, "Insufficient permission : /cli/kid");
     has(&out, "Insufficient permission : /cli/other");
@@ -279,22 +242,9 @@ get /cli2
 quit
 "
     .to_string();
-    let out = zkcli_async(&ep, wrong).await;
+    let out = baton_tests::zkcli(&ep, &wrong).await;
     has(&out, "Insufficient permission : /cli");
     assert!(out.lines().any(|l| l.trim() == "x"), "with the right password too, /cli2 reads:\n{out}");
-}
-
-/// A native client with certificate `cn` (not a superuser) and, if
-/// given, a password user.
-async fn guest(c: &Cluster, cn: &str, user: Option<(&str, &str)>) -> Client {
-    let tls = c.tls.as_ref().expect("tls");
-    let files = tls.ca.client(cn).expect("certificate");
-    let ct = ClientTls::load(&tls.ca.ca, Some((&files.cert, &files.key))).expect("tls");
-    let mut cfg = baton_client::ClientConfig::new(c.endpoints()).tls(ct).op_timeout(Duration::from_secs(10));
-    if let Some((u, p)) = user {
-        cfg = cfg.auth(u, p);
-    }
-    Client::connect_with(cfg).await.expect("guest connects")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,13 +306,13 @@ async fn z30_one_login_serves_both_ports() {
         .expect("create with a digest ACL");
     // Native clients: a stranger and another user are refused; alice's
     // native login has the digest identity and reads.
-    let stranger = guest(&c, "guest-s", None).await;
+    let stranger = c.guest("guest-s", None).await.expect("guest connects");
     let r = stranger.get("/zk-made").await;
     assert!(matches!(r, Err(baton_client::Error::NoAuth(_))), "stranger: {r:?}");
-    let carol_native = guest(&c, "guest-c", Some(("carol", "carol-pw"))).await;
+    let carol_native = c.guest("guest-c", Some(("carol", "carol-pw"))).await.expect("guest connects");
     let r = carol_native.get("/zk-made").await;
     assert!(matches!(r, Err(baton_client::Error::NoAuth(_))), "carol: {r:?}");
-    let alice_native = guest(&c, "guest-a", Some(("alice", "pw"))).await;
+    let alice_native = c.guest("guest-a", Some(("alice", "pw"))).await.expect("guest connects");
     let ids = alice_native.whoami().await.expect("whoami");
     assert!(ids.contains(&format!("digest:alice:{ALICE_HASH}")), "{ids:?}");
     let (data, _) = alice_native.get("/zk-made").await.expect("alice reads natively");
