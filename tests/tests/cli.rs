@@ -154,7 +154,8 @@ async fn t10_values_round_trip_and_missing_nodes_exit_4() {
     expect(baton(eps, &["get", "v"]), 2, "a relative path");
 }
 
-/// stat's readable times and owner; ls -R, ls --stat, rm -r; txn.
+/// stat's readable times and owner; container and TTL nodes reaped; ls -R,
+/// ls --stat, rm -r; txn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t20_subtrees_stat_and_txn() {
     let c = Cluster::start(3, &[]).await;
@@ -183,6 +184,23 @@ async fn t20_subtrees_stat_and_txn() {
     let j = json_lines(&expect(baton(eps, &["--json", "stat", "/t/eph"]), 0, "stat --json"));
     assert!(is_rfc3339(j[0]["stat"]["mtime_utc"].as_str().unwrap_or_default()), "{j:?}");
     assert_eq!(j[0]["stat"]["ephemeral_owner"], owner.session_id());
+    // Container and TTL nodes: stat shows them; the cluster deletes them
+    // once due (the container once its last child goes).
+    expect(baton(eps, &["create", "/box", "--container"]), 0, "create --container");
+    expect(baton(eps, &["create", "/box/item"]), 0, "a child");
+    expect(baton(eps, &["create", "/lease", "--ttl", "300"]), 0, "create --ttl");
+    assert!(expect(baton(eps, &["stat", "/box"]), 0, "stat").contains("container = true"));
+    let j = json_lines(&expect(baton(eps, &["--json", "stat", "/lease"]), 0, "stat --json"));
+    assert_eq!(j[0]["stat"]["ttl_ms"], 300, "{j:?}");
+    let bad = baton(eps, &["create", "/bad", "--ephemeral", "--ttl", "300"]);
+    assert!(stderr(&bad).contains("an ephemeral node cannot have a TTL"), "{}", stderr(&bad));
+    expect(bad, 1, "an ephemeral TTL node");
+    expect(baton(eps, &["rm", "/box/item"]), 0, "delete the child");
+    eventually(SECS(20), "/box and /lease reaped", || async {
+        let (b, l) = (owner.exists("/box").await.ok()?, owner.exists("/lease").await.ok()?);
+        (b.is_none() && l.is_none()).then_some(())
+    })
+    .await;
     // rm -r: the whole subtree, children first (another session's
     // ephemeral node included); rm -r / is refused.
     let out = json_lines(&expect(baton(eps, &["--json", "rm", "-r", "/t"]), 0, "rm -r"));
