@@ -148,7 +148,9 @@ struct Zreq {
 /// What a request needs to build its reply.
 enum What {
     /// Answered from `got[0]` by opcode.
-    Plain {
+    Plain,
+    /// A sync: its reply names its path.
+    Sync {
         path: String,
     },
     /// A read that registered watch `watch` (dropped again if the read failed).
@@ -567,9 +569,8 @@ impl Gateway {
             }
             Request::Create { c, .. } => {
                 // create, create2, createContainer: the reply's shape is the opcode's.
-                let path = c.path.clone();
                 match create_op(c) {
-                    Ok(create) => self.forward(reqs, x, o, What::Plain { path }, vec![(B::Create(create), true)]),
+                    Ok(create) => self.forward(reqs, x, o, What::Plain, vec![(B::Create(create), true)]),
                     Err(code) => {
                         self.answer(reqs, x, o, code, Response::Empty);
                         true
@@ -577,20 +578,20 @@ impl Gateway {
                 }
             }
             Request::Delete { path, version } => {
-                let d = DeleteOp { path: path.clone(), version: version_of(version) };
-                self.forward(reqs, x, o, What::Plain { path }, vec![(B::Delete(d), true)])
+                let d = DeleteOp { path, version: version_of(version) };
+                self.forward(reqs, x, o, What::Plain, vec![(B::Delete(d), true)])
             }
             Request::SetData { path, data, version } => {
-                let s = SetOp { path: path.clone(), data: data.into(), version: version_of(version) };
-                self.forward(reqs, x, o, What::Plain { path }, vec![(B::Set(s), true)])
+                let s = SetOp { path, data: data.into(), version: version_of(version) };
+                self.forward(reqs, x, o, What::Plain, vec![(B::Set(s), true)])
             }
             Request::SetAcl { path, acl, version } => {
                 let Some(acl) = acl_in(&acl) else {
                     self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
                     return true;
                 };
-                let a = SetAclOp { path: path.clone(), acl, version: version_of(version) };
-                self.forward(reqs, x, o, What::Plain { path }, vec![(B::SetAcl(a), true)])
+                let a = SetAclOp { path, acl, version: version_of(version) };
+                self.forward(reqs, x, o, What::Plain, vec![(B::SetAcl(a), true)])
             }
             Request::Exists { path, watch } => {
                 let (r, w) = self.read_req(path, watch.then_some(WatchKind::Exists));
@@ -612,7 +613,7 @@ impl Gateway {
                 // Any read through ReadIndex: once it is answered, this
                 // member has applied everything committed before the sync.
                 let r = ReadReq { path: path.clone(), stale: false, watch: None };
-                self.forward(reqs, x, o, What::Plain { path }, vec![(B::Exists(r), false)])
+                self.forward(reqs, x, o, What::Sync { path }, vec![(B::Exists(r), false)])
             }
             Request::Check { .. } => {
                 // Only inside a multi in ZooKeeper's client API.
@@ -677,7 +678,7 @@ impl Gateway {
                     };
                     bodies.push((B::AddWatch(AddWatchReq { watch: Some(spec) }), false));
                 }
-                self.forward(reqs, x, o, What::Plain { path }, bodies)
+                self.forward(reqs, x, o, What::Plain, bodies)
             }
             Request::SetWatches { relative_zxid, data, exist, child, persistent, persistent_recursive, .. } => {
                 // A reconnect's watches: re-registered by an attach, which
@@ -720,11 +721,9 @@ impl Gateway {
                     last_zxid: relative_zxid.max(0) as u64,
                     watches: specs,
                 };
-                self.forward(reqs, x, o, What::Plain { path: String::new() }, vec![(B::Attach(attach), false)])
+                self.forward(reqs, x, o, What::Plain, vec![(B::Attach(attach), false)])
             }
-            Request::WhoAmI => {
-                self.forward(reqs, x, o, What::Plain { path: String::new() }, vec![(B::Whoami(WhoAmIReq {}), false)])
-            }
+            Request::WhoAmI => self.forward(reqs, x, o, What::Plain, vec![(B::Whoami(WhoAmIReq {}), false)]),
             Request::CloseSession => {
                 self.closing = true;
                 self.forward(reqs, x, o, What::Close, vec![(B::CloseSession(CloseSessionReq {}), true)])
@@ -1108,7 +1107,7 @@ fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
             None => return Response::encode(header(err::NO_NODE), &Response::Empty),
         },
         (op::SYNC, _) => match &z.what {
-            What::Plain { path } => Response::Path(path.clone()),
+            What::Sync { path } => Response::Path(path.clone()),
             _ => Response::Empty,
         },
         (op::GET_DATA, Some(response::Body::Get(g))) => {
