@@ -97,6 +97,16 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A trailing boolean older peers leave out (then false): the connect
+    /// frames' `readOnly`.
+    pub fn trailing_bool(&mut self, what: &'static str) -> Result<bool, JuteError> {
+        if self.left() > 0 {
+            self.bool(what)
+        } else {
+            Ok(false)
+        }
+    }
+
     /// A length (or count) field: -1 is null, other negatives are refused,
     /// and a length longer than what is left cannot be right (every element
     /// takes at least `min_each` bytes).
@@ -386,18 +396,14 @@ pub struct ConnectRequest {
 impl ConnectRequest {
     pub fn decode(frame: &[u8]) -> Result<ConnectRequest, JuteError> {
         let mut r = Reader::new(frame);
-        let mut c = ConnectRequest {
+        Ok(ConnectRequest {
             protocol_version: r.int("connect.protocolVersion")?,
             last_zxid_seen: r.long("connect.lastZxidSeen")?,
             timeout_ms: r.int("connect.timeOut")?,
             session_id: r.long("connect.sessionId")?,
             passwd: r.bytes("connect.passwd")?,
-            read_only: false,
-        };
-        if r.left() > 0 {
-            c.read_only = r.bool("connect.readOnly")?;
-        }
-        Ok(c)
+            read_only: r.trailing_bool("connect.readOnly")?,
+        })
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -430,17 +436,13 @@ impl ConnectResponse {
 
     pub fn decode(frame: &[u8]) -> Result<ConnectResponse, JuteError> {
         let mut r = Reader::new(frame);
-        let mut c = ConnectResponse {
+        Ok(ConnectResponse {
             protocol_version: r.int("connect.protocolVersion")?,
             timeout_ms: r.int("connect.timeOut")?,
             session_id: r.long("connect.sessionId")?,
             passwd: r.bytes("connect.passwd")?,
-            read_only: false,
-        };
-        if r.left() > 0 {
-            c.read_only = r.bool("connect.readOnly")?;
-        }
-        Ok(c)
+            read_only: r.trailing_bool("connect.readOnly")?,
+        })
     }
 }
 
