@@ -12,6 +12,9 @@
 //!   workload on one target).
 //! - [`peer_lock`]: the lock-safety test against etcd (`baton-jepsen test
 //!   --target etcd --workload lock`).
+//! - [`peer_register`]: linearizability of reads and writes through
+//!   Baton's ZooKeeper port under member faults (`baton-jepsen test
+//!   --target baton-zk --workload register`).
 //! - [`scale`]: `baton-jepsen scale`, how far one cluster goes, one
 //!   dimension (nodes, sessions, watches, fan-out, lock queue, clients) at
 //!   a time (scale.json, scale.md, scale-<dim>.png).
@@ -19,5 +22,6 @@
 pub mod bench;
 pub mod compare;
 pub mod peer_lock;
+pub mod peer_register;
 pub mod scale;
 pub mod targets;
