@@ -265,7 +265,11 @@ pub async fn run(o: PeerRegisterOpts) -> anyhow::Result<(Validity, Value)> {
     println!(
         "[phase] setup: 3 batond members with their ZooKeeper ports (reads: {}{})",
         o.reads.name(),
-        if o.server_faults.is_empty() { String::new() } else { format!("; server faults ON: {}", o.server_faults.join(",")) }
+        if o.server_faults.is_empty() {
+            String::new()
+        } else {
+            format!("; server faults ON: {}", o.server_faults.join(","))
+        }
     );
     let opts = BatonOpts { proxied: true, server_faults: o.server_faults.clone(), extra_flags, ..BatonOpts::default() };
     let target = Arc::new(BatonZkTarget::start_opts(&o.out.join("cluster"), opts).await?);
