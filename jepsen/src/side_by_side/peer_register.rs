@@ -324,8 +324,13 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
     }
     run.stop.store(true, Ordering::SeqCst);
     println!("[phase] stopping clients");
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
     for t in tasks {
         let _ = tokio::time::timeout(OP_TIMEOUT + Duration::from_secs(5), t).await;
+    }
+    // A client still connecting (up to 10 s) is not waited for.
+    for a in aborts {
+        a.abort();
     }
     let h = run.take_history();
     h.write_jsonl(&o.out.join("history.jsonl"))?;
