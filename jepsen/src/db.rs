@@ -70,6 +70,8 @@ pub struct DbOpts {
     pub tls: bool,
     /// Open every member's ZooKeeper port (`--zk-addr`, [`Db::zk_endpoints`]).
     pub zk: bool,
+    /// More flags for every member (e.g. `--zk-linearizable-reads`).
+    pub extra_flags: Vec<String>,
 }
 
 pub struct Db {
@@ -103,6 +105,7 @@ fn member_flags(o: &DbOpts) -> Vec<String> {
         v.push(format!("--max-session-ms={}", ms.max(120_000)));
     }
     v.extend(o.server_faults.iter().map(|f| format!("--server-fault={f}")));
+    v.extend(o.extra_flags.iter().cloned());
     v
 }
 

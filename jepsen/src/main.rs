@@ -13,6 +13,7 @@ use baton_jepsen::runner::{run_test, TestOpts};
 use baton_jepsen::side_by_side::bench::{BenchWorkload, Summary};
 use baton_jepsen::side_by_side::compare::{self, CompareOpts};
 use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
+use baton_jepsen::side_by_side::peer_register::{self, PeerRegisterOpts, ZkReads};
 use baton_jepsen::side_by_side::scale::{self, Dim, ScaleOpts};
 use baton_jepsen::side_by_side::targets::{self, Kind};
 use baton_jepsen::workloads::Workload;
@@ -49,8 +50,9 @@ enum Cmd {
 
 #[derive(Args)]
 struct TestArgs {
-    /// baton, or etcd (workload lock only: the lock-safety test of
-    /// etcd's lock with and without a fence).
+    /// baton; etcd or baton-zk with workload lock (the lock-safety test
+    /// of the peer's lock with and without a fence); baton-zk with
+    /// workload register (linearizability through the ZooKeeper port).
     #[arg(long, value_enum, default_value = "baton")]
     target: Kind,
     #[arg(long, value_enum)]
@@ -85,6 +87,12 @@ struct TestArgs {
     /// and for every client.
     #[arg(long)]
     tls: bool,
+    /// baton-zk's register test: how reads go through the ZooKeeper port
+    /// (sync = `sync` then `getData`; linearizable = `getData` on members
+    /// with `--zk-linearizable-reads`; local = plain `getData`, a control
+    /// that is not linearizable under partition).
+    #[arg(long, value_enum, default_value = "sync")]
+    zk_reads: ZkReads,
 }
 
 #[derive(Args)]
@@ -266,6 +274,9 @@ async fn test(a: TestArgs) -> i32 {
         return 2;
     }
     let seed = a.seed.unwrap_or_else(rand::random);
+    if a.target == Kind::BatonZk && a.workload == Workload::Register {
+        return test_peer_register(a, seed).await;
+    }
     if a.target != Kind::Baton {
         return test_peer_lock(a, seed).await;
     }
@@ -292,7 +303,9 @@ async fn test(a: TestArgs) -> i32 {
 /// with and without a fence.
 async fn test_peer_lock(a: TestArgs, seed: u64) -> i32 {
     if !matches!(a.target, Kind::Etcd | Kind::BatonZk) || a.workload != Workload::Lock {
-        eprintln!("baton-jepsen: only --workload lock runs against a peer, against etcd or baton-zk");
+        eprintln!(
+            "baton-jepsen: against a peer only --workload lock runs (etcd, baton-zk), and register against baton-zk"
+        );
         return 2;
     }
     let out =
@@ -306,6 +319,27 @@ async fn test_peer_lock(a: TestArgs, seed: u64) -> i32 {
         out: out.clone(),
     };
     let r = interruptible(peer_lock::run(o)).await;
+    verdict(r.map(|(v, _)| v), &out)
+}
+
+/// `test --target baton-zk --workload register`: linearizability of
+/// reads and writes through Baton's ZooKeeper port
+/// (`side_by_side::peer_register`).
+async fn test_peer_register(a: TestArgs, seed: u64) -> i32 {
+    let out = a.out.unwrap_or_else(|| {
+        PathBuf::from(format!("jepsen/store/{}-baton-zk-register-{}-{seed}", stamp(), a.zk_reads.name()))
+    });
+    let o = PeerRegisterOpts {
+        target: a.target,
+        nemesis: a.nemesis,
+        time_limit: Duration::from_secs(a.time_limit),
+        concurrency: a.concurrency,
+        seed,
+        out: out.clone(),
+        reads: a.zk_reads,
+        server_faults: a.server_fault,
+    };
+    let r = interruptible(peer_register::run(o)).await;
     verdict(r.map(|(v, _)| v), &out)
 }
 

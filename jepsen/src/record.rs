@@ -80,6 +80,9 @@ pub enum OpError {
     TimedOut,
     /// No confirmation came: it may have happened.
     Unconfirmed(&'static str),
+    /// Another client's error (a peer test's ZooKeeper client): it may
+    /// have happened iff `ambiguous`.
+    Peer { error: String, ambiguous: bool },
 }
 
 impl OpError {
@@ -89,6 +92,7 @@ impl OpError {
             OpError::Client(e) => e.is_ambiguous(),
             OpError::TimedOut => false,
             OpError::Unconfirmed(_) => true,
+            OpError::Peer { ambiguous, .. } => *ambiguous,
         }
     }
 }
@@ -105,6 +109,7 @@ impl std::fmt::Display for OpError {
             OpError::Client(e) => e.fmt(f),
             OpError::TimedOut => f.write_str("timeout"),
             OpError::Unconfirmed(why) => f.write_str(why),
+            OpError::Peer { error, .. } => f.write_str(error),
         }
     }
 }

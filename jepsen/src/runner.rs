@@ -76,6 +76,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         session_ms: Some(o.session_timeout.as_millis() as u64),
         tls: o.tls,
         zk: false,
+        extra_flags: Vec::new(),
     })
     .await?;
     let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();

@@ -1,6 +1,7 @@
 //! The side-by-side's adapters against real clusters: Baton, etcd 3.4 and
-//! ZooKeeper 3.8 (installed from Debian by jepsen/peers when missing), and
-//! the etcd lock-safety test. Each peer cluster starts on a free block of
+//! ZooKeeper 3.8 (installed from Debian by jepsen/peers when missing), the
+//! etcd and baton-zk lock-safety tests, and linearizability through
+//! Baton's ZooKeeper port (t47-t49; t49 needs `batond-faulty`). Each peer cluster starts on a free block of
 //! loopback ports (`ScriptCluster::start`); the tests still take turns, so
 //! that one cluster at a time loads the machine.
 
@@ -11,6 +12,7 @@ use baton_checker::Validity;
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::side_by_side::bench::AnyTarget;
 use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
+use baton_jepsen::side_by_side::peer_register::{self, PeerRegisterOpts, ZkReads};
 use baton_jepsen::side_by_side::targets::{Kind, Target, TargetClient};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -134,4 +136,89 @@ async fn t45_baton_zk_lock_under_member_faults() {
         assert!(faults.contains(what), "no {what} fault in the run: {results:#}");
     }
     assert!(results["fenced"]["acked"].as_u64().unwrap_or(0) > 10, "too little progress: {results:#}");
+}
+
+/// One register run through Baton's ZooKeeper port (6 clients, 2 homed on
+/// each member).
+async fn zk_register(
+    reads: ZkReads,
+    nemesis: NemesisKind,
+    secs: u64,
+    seed: u64,
+    fault: Option<&str>,
+) -> (Validity, serde_json::Value) {
+    let _turn = TURN.lock().await;
+    let dir = tempfile::Builder::new().prefix("baton-zk-register-").tempdir().expect("tempdir");
+    let r = peer_register::run(PeerRegisterOpts {
+        target: Kind::BatonZk,
+        nemesis,
+        time_limit: Duration::from_secs(secs),
+        concurrency: 6,
+        seed,
+        out: dir.path().to_path_buf(),
+        reads,
+        server_faults: fault.map(|f| vec![f.to_string()]).unwrap_or_default(),
+    })
+    .await
+    .expect("run");
+    if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {
+        println!("kept {}", dir.keep().display());
+    }
+    r
+}
+
+fn ok_ops(results: &serde_json::Value, f: &str) -> u64 {
+    results["ops"][f]["ok"].as_u64().unwrap_or(0)
+}
+
+/// Valid, with every fault kind of `all` applied and enough reads and
+/// writes acknowledged that the verdict means something.
+fn assert_linearizable(valid: Validity, results: &serde_json::Value) {
+    let summary = serde_json::json!({"ops": results["ops"], "faults": results["faults"], "register": results["register"]["stats"]});
+    assert_eq!(valid, Validity::Valid, "not linearizable through the ZooKeeper port: {results:#}");
+    assert_eq!(results["register"]["stats"]["unknown_keys"], serde_json::json!([]), "{summary:#}");
+    let faults = results["faults"].to_string();
+    for what in ["kill -9", "SIGSTOP", "isolate"] {
+        assert!(faults.contains(what), "no {what} fault in the run: {summary:#}");
+    }
+    assert!(ok_ops(results, "read") > 500, "too few reads acknowledged: {summary:#}");
+    assert!(ok_ops(results, "write") + ok_ops(results, "cas") > 200, "too few writes acknowledged: {summary:#}");
+    assert!(ok_ops(results, "cas") > 20, "too few cas acknowledged: {summary:#}");
+}
+
+/// `sync` + `getData` through Baton's ZooKeeper port is linearizable with
+/// members killed -9 (and started again), SIGSTOPped and cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t47_baton_zk_register_linearizable_under_member_faults() {
+    let (valid, results) = zk_register(ZkReads::Sync, NemesisKind::All, 32, 7, None).await;
+    assert_linearizable(valid, &results);
+}
+
+/// Plain `getData` on members with `--zk-linearizable-reads`: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t48_baton_zk_linearizable_reads_under_member_faults() {
+    let (valid, results) = zk_register(ZkReads::Linearizable, NemesisKind::All, 32, 8, None).await;
+    assert_linearizable(valid, &results);
+}
+
+/// The checker catches a broken port: `batond-faulty --server-fault
+/// stale-reads` answers `sync` and reads from local state, and a member
+/// cut off from the others keeps serving its own state to its clients
+/// (`sync` + `getData` sees writes acknowledged by the majority go
+/// missing). Plain `getData` on the real server (ZooKeeper's own reads,
+/// sequentially consistent only) fails the same way: the control that
+/// shows the partition exposes what `sync` must prevent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t49_baton_zk_stale_reads_are_caught_through_the_zk_port() {
+    for (reads, fault) in [(ZkReads::Sync, Some("stale-reads")), (ZkReads::Local, None)] {
+        let (valid, results) = zk_register(reads, NemesisKind::Partition, 20, 9, fault).await;
+        let summary = serde_json::json!({"reads": reads.name(), "fault": fault, "ops": results["ops"], "faults": results["faults"]});
+        assert_eq!(valid, Validity::Invalid, "a stale read went unnoticed: {summary:#}");
+        let anomalies = results["register"]["anomalies"].as_array().cloned().unwrap_or_default();
+        assert!(
+            anomalies.iter().any(|a| a["anomaly"] == "not-linearizable"),
+            "no not-linearizable anomaly named: {results:#}"
+        );
+        assert!(results["faults"].to_string().contains("isolate"), "{summary:#}");
+    }
 }

@@ -1,7 +1,9 @@
 //! The side-by-side: Baton next to etcd 3.4 and ZooKeeper 3.8, the same
-//! workloads through one interface, one cluster at a time. Nothing here
-//! checks Baton's safety (the harness does); it measures, and it shows
-//! what a peer's lock allows.
+//! workloads through one interface, one cluster at a time. It measures,
+//! and it shows what a peer's lock allows; Baton's own safety is the
+//! harness's, except through the ZooKeeper port, which [`peer_lock`] and
+//! [`peer_register`] check with the peers' lock test and the harness's
+//! register checker.
 //!
 //! - [`targets`]: the [`targets::Target`] / [`targets::TargetClient`]
 //!   interface and its three adapters; etcd's and ZooKeeper's clusters
@@ -12,6 +14,9 @@
 //!   workload on one target).
 //! - [`peer_lock`]: the lock-safety test against etcd (`baton-jepsen test
 //!   --target etcd --workload lock`).
+//! - [`peer_register`]: linearizability of reads and writes through
+//!   Baton's ZooKeeper port under member faults (`baton-jepsen test
+//!   --target baton-zk --workload register`).
 //! - [`scale`]: `baton-jepsen scale`, how far one cluster goes, one
 //!   dimension (nodes, sessions, watches, fan-out, lock queue, clients) at
 //!   a time (scale.json, scale.md, scale-<dim>.png).
@@ -19,5 +24,6 @@
 pub mod bench;
 pub mod compare;
 pub mod peer_lock;
+pub mod peer_register;
 pub mod scale;
 pub mod targets;

@@ -217,6 +217,58 @@ pub async fn run(o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value
     }
 }
 
+/// A fault on one member of a target (the peer tests' nemesis turns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberFault {
+    /// kill -9, started again at the heal when the target can
+    /// ([`Target::restart`]).
+    Kill,
+    /// SIGSTOP, SIGCONT at the heal.
+    Stop,
+    /// Every peer link cut, both directions ([`Target::isolate`]); its
+    /// clients still reach it. Healed at the heal.
+    Isolate,
+}
+
+/// Applies `f` to member `m` (for `hold`, as the description says);
+/// returns the description and the heal.
+pub(crate) fn member_fault<T: Target>(
+    target: &Arc<T>,
+    m: usize,
+    f: MemberFault,
+    hold: Duration,
+) -> anyhow::Result<(String, Box<dyn FnOnce() + Send>)> {
+    let name = target.kind().name();
+    let t = target.clone();
+    Ok(match f {
+        MemberFault::Kill => {
+            target.kill(m)?;
+            let heal: Box<dyn FnOnce() + Send> = Box::new(move || {
+                if let Err(e) = t.restart(m) {
+                    eprintln!("[nemesis] starting member {} again: {e:#}", m + 1);
+                }
+            });
+            (format!("kill -9 {name} member {}", m + 1), heal)
+        }
+        MemberFault::Stop => {
+            target.pause(m, true)?;
+            let heal: Box<dyn FnOnce() + Send> = Box::new(move || {
+                let _ = t.pause(m, false);
+            });
+            (format!("SIGSTOP {name} member {} for {:.1} s", m + 1, hold.as_secs_f64()), heal)
+        }
+        MemberFault::Isolate => {
+            anyhow::ensure!(target.isolate(m, true)?, "{name}: this cluster's peer links cannot be cut");
+            let heal: Box<dyn FnOnce() + Send> = Box::new(move || {
+                if let Err(e) = t.isolate(m, false) {
+                    eprintln!("[nemesis] healing links: {e:#}");
+                }
+            });
+            (format!("isolate {name} member {} for {:.1} s", m + 1, hold.as_secs_f64()), heal)
+        }
+    })
+}
+
 /// Whether fault number `n` of `nemesis` kills a member (-9) rather than
 /// SIGSTOPping one (`all` takes turns: a client, a kill, a SIGSTOP).
 fn member_kill(nemesis: NemesisKind, n: usize) -> bool {
@@ -259,39 +311,24 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
     while Instant::now() + Duration::from_secs(8) < end && o.nemesis != NemesisKind::None {
         let hold_for = Duration::from_millis(rng.gen_range(3000..6000));
         let at = start.elapsed().as_secs_f64();
-        let what;
+        let what: String;
         let resume: Box<dyn FnOnce() + Send>;
         // The first pause always freezes a holder: that is the case the
         // test is about; later ones may SIGSTOP a member instead.
-        let member_fault = match o.nemesis {
+        let on_member = match o.nemesis {
             NemesisKind::Pause => faults > 0 && rng.gen_bool(0.25),
             NemesisKind::All => faults % 3 != 0,
             _ => true,
         };
         let kill = member_kill(o.nemesis, faults);
         faults += 1;
-        if member_fault {
+        if on_member {
             let m = rng.gen_range(0..target.members());
-            if kill && !killed_for_good {
-                target.kill(m)?;
-                what = format!("kill -9 {name} member {}", m + 1);
-                // A target that cannot start one member again (etcd.sh)
-                // gets one kill per run: a minority fault.
-                killed_for_good = !target.restart_supported();
-                let t = target.clone();
-                resume = Box::new(move || {
-                    if let Err(e) = t.restart(m) {
-                        eprintln!("[nemesis] starting member {} again: {e:#}", m + 1);
-                    }
-                });
-            } else {
-                target.pause(m, true)?;
-                let t = target.clone();
-                resume = Box::new(move || {
-                    let _ = t.pause(m, false);
-                });
-                what = format!("SIGSTOP {name} member {} for {:.1} s", m + 1, hold_for.as_secs_f64());
-            }
+            let f = if kill && !killed_for_good { MemberFault::Kill } else { MemberFault::Stop };
+            (what, resume) = member_fault(&target, m, f, hold_for)?;
+            // A target that cannot start one member again (etcd.sh) gets
+            // one kill per run: a minority fault.
+            killed_for_good |= f == MemberFault::Kill && !target.restart_supported();
         } else {
             // Prefer a client that holds the lock now (look for up to 2 s).
             let mut pick = None;

@@ -24,6 +24,26 @@ pub struct BatonTarget {
     endpoints: Vec<String>,
     tls: Option<ClientTls>,
     tls_dir: Option<std::path::PathBuf>,
+    /// Peer links through the kit's proxies ([`BatonOpts::proxied`]).
+    proxied: bool,
+}
+
+/// How [`BatonTarget::start_opts`] starts the members.
+#[derive(Debug, Clone, Default)]
+pub struct BatonOpts {
+    /// TLS on both ports.
+    pub tls: bool,
+    /// Every member opens its ZooKeeper port.
+    pub zk: bool,
+    /// Peer links through the kit's proxies, so that a member can be cut
+    /// off ([`Target::isolate`]); with the harness's test timing
+    /// (`crate::db`, module doc). Otherwise direct links and the server's
+    /// defaults, as a benchmark wants.
+    pub proxied: bool,
+    /// Deliberate bugs: runs `batond-faulty` with these `--server-fault`s.
+    pub server_faults: Vec<String>,
+    /// More flags for every member.
+    pub extra_flags: Vec<String>,
 }
 
 /// The client TLS a holder process uses (from `BATON_JEPSEN_TLS_DIR`).
@@ -42,16 +62,22 @@ impl BatonTarget {
     /// With `zk`, every member also opens its ZooKeeper port
     /// ([`BatonTarget::zk_endpoints`]).
     pub async fn start_with(dir: &Path, tls: bool, zk: bool) -> anyhow::Result<BatonTarget> {
+        Self::start_opts(dir, BatonOpts { tls, zk, ..BatonOpts::default() }).await
+    }
+
+    /// A cluster as `o` says (binary, links, member flags).
+    pub async fn start_opts(dir: &Path, o: BatonOpts) -> anyhow::Result<BatonTarget> {
         let db = Db::start(DbOpts {
             nodes: 3,
             slots: 0,
-            bin: locate_bin(false)?,
+            bin: locate_bin(!o.server_faults.is_empty())?,
             dir: dir.to_path_buf(),
-            server_faults: vec![],
-            direct: true,
-            session_ms: None,
-            tls,
-            zk,
+            server_faults: o.server_faults,
+            direct: !o.proxied,
+            session_ms: o.proxied.then_some(crate::db::SESSION_MS),
+            tls: o.tls,
+            zk: o.zk,
+            extra_flags: o.extra_flags,
         })
         .await?;
         let endpoints = db.direct_endpoints();
@@ -65,7 +91,7 @@ impl BatonTarget {
         }
         let _ = setup.close().await;
         let tls_dir = tls.as_ref().map(|_| dir.join("tls"));
-        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir })
+        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir, proxied: o.proxied })
     }
 
     /// The members' ZooKeeper ports (empty unless started with `zk`).
@@ -224,6 +250,14 @@ impl Target for BatonTarget {
 
     fn restart(&self, member: usize) -> anyhow::Result<bool> {
         self.with_db(|db| db.restart(member as u64 + 1))?;
+        Ok(true)
+    }
+
+    fn isolate(&self, member: usize, cut: bool) -> anyhow::Result<bool> {
+        if !self.proxied {
+            return Ok(false);
+        }
+        self.with_db(|db| if cut { db.proxies().isolate_peers(member as u64 + 1) } else { db.proxies().heal() });
         Ok(true)
     }
 }

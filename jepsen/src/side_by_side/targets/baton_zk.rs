@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::baton::BatonTarget;
+use super::baton::{BatonOpts, BatonTarget};
 use super::zookeeper::ZkClient;
 use super::{Kind, Target};
 
@@ -22,7 +22,12 @@ pub struct BatonZkTarget {
 
 impl BatonZkTarget {
     pub async fn start(dir: &Path) -> anyhow::Result<BatonZkTarget> {
-        let baton = BatonTarget::start_with(dir, false, true).await?;
+        Self::start_opts(dir, BatonOpts::default()).await
+    }
+
+    /// With `o`'s binary, links and flags (`zk` is always on).
+    pub async fn start_opts(dir: &Path, o: BatonOpts) -> anyhow::Result<BatonZkTarget> {
+        let baton = BatonTarget::start_opts(dir, BatonOpts { zk: true, ..o }).await?;
         let zk = baton.zk_endpoints();
         anyhow::ensure!(zk.len() == baton.members(), "every member needs a ZooKeeper port: {zk:?}");
         Ok(BatonZkTarget { baton, zk })
@@ -67,5 +72,9 @@ impl Target for BatonZkTarget {
 
     fn restart(&self, member: usize) -> anyhow::Result<bool> {
         self.baton.restart(member)
+    }
+
+    fn isolate(&self, member: usize, cut: bool) -> anyhow::Result<bool> {
+        self.baton.isolate(member, cut)
     }
 }

@@ -148,6 +148,12 @@ pub trait Target: Send + Sync + 'static {
     fn restart_supported(&self) -> bool {
         false
     }
+    /// Cuts every peer link of one member, both directions (`cut`), or
+    /// heals every link; its clients still reach it. False: this target's
+    /// members talk directly, nothing to cut.
+    fn isolate(&self, _member: usize, _cut: bool) -> anyhow::Result<bool> {
+        Ok(false)
+    }
     /// Stops every process it started (also done on drop).
     fn stop(&self);
     /// Environment a holder process (`baton-jepsen hold`) needs.

@@ -46,12 +46,12 @@ fn op_err(e: Error, write: bool) -> OpError {
     }
 }
 
-fn persistent() -> CreateOptions<'static> {
+pub(crate) fn persistent() -> CreateOptions<'static> {
     CreateMode::Persistent.with_acls(Acls::anyone_all())
 }
 
 /// Creates `path` and its missing parents (persistent, empty).
-async fn ensure_path(c: &Client, path: &str) -> Result<(), Error> {
+pub(crate) async fn ensure_path(c: &Client, path: &str) -> Result<(), Error> {
     let mut at = String::new();
     for part in path.split('/').filter(|p| !p.is_empty()) {
         at.push('/');
