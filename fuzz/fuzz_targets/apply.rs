@@ -8,6 +8,11 @@
 //! a small set of session ids (live, ended, or never created), with small
 //! sequence numbers so that retries and the exactly-once window are hit.
 //!
+//! Creates may ask for container and TTL nodes (bad combinations
+//! included), and `Reap` entries list what the state machine itself finds
+//! due at the entry's time plus arbitrary stale ones (wrong `czxid` or
+//! `pzxid`), as a leader's late or repeated entry would.
+//!
 //! Invariants, checked after every command:
 //! - no panic;
 //! - `applied()` is the index just applied (monotone);
@@ -25,7 +30,7 @@ use std::collections::HashMap;
 use arbitrary::Arbitrary;
 use baton_proto::{
     client_write, command, op, CheckFenceOp, CheckOp, ClientWrite, CloseSessionReq, Command, CreateOp, DeleteOp,
-    ExpireSessions, MultiOp, NewSession, Op, SetOp,
+    ExpireSessions, MultiOp, NewSession, Op, ReapNode, ReapNodes, SetOp,
 };
 use baton_server::state::StateMachine;
 use libfuzzer_sys::fuzz_target;
@@ -50,6 +55,8 @@ enum Step {
     },
     /// An entry without a state change (a new leader's empty entry).
     Skip,
+    /// A `ReapNodes` entry: what is due now, plus stale entries.
+    Reap(Vec<(PathRef, u8, u8)>),
 }
 
 /// A session: one created earlier (live or ended), or an unknown id.
@@ -72,6 +79,9 @@ struct Create {
     ephemeral: bool,
     sequential: bool,
     parents: bool,
+    container: bool,
+    /// TTL in tens of ms, 0 for none (mod 4).
+    ttl: u8,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -135,10 +145,13 @@ impl Known {
             sequential: c.sequential,
             parents: c.parents,
             acl: Vec::new(),
+            container: c.container,
+            ttl_ms: (c.ttl % 4) as u64 * 10,
         }
     }
 
-    fn command(&self, step: &Step, index: u64) -> Option<Command> {
+    fn command(&self, step: &Step, index: u64, sm: &StateMachine) -> Option<Command> {
+        let time_ms = index as i64 * 10;
         let body = match step {
             Step::NewSession { timeout_ms } => {
                 command::Body::NewSession(NewSession { timeout_ms: *timeout_ms as u32, secret: vec![1; 16].into() })
@@ -156,8 +169,17 @@ impl Known {
                 op: Some(self.write_op(op)),
             }),
             Step::Skip => return None,
+            Step::Reap(stale) => {
+                let mut nodes = sm.due_for_reaping(time_ms);
+                nodes.extend(stale.iter().take(4).map(|(p, czxid, pzxid)| ReapNode {
+                    path: self.path(p),
+                    czxid: *czxid as u64 % 64,
+                    pzxid: *pzxid as u64 % 64,
+                }));
+                command::Body::Reap(ReapNodes { nodes })
+            }
         };
-        Some(Command { origin: 1, request_id: index, time_ms: index as i64 * 10, body: Some(body) })
+        Some(Command { origin: 1, request_id: index, time_ms, body: Some(body) })
     }
 
     fn write_op(&self, w: &WriteOp) -> client_write::Op {
@@ -231,7 +253,7 @@ fuzz_target!(|steps: Vec<Step>| {
     for (i, step) in steps.iter().take(64).enumerate() {
         let index = i as u64 + 1;
         let before = sm.applied();
-        match known.command(step, index) {
+        match known.command(step, index, &sm) {
             Some(cmd) => {
                 let out = sm.apply(index, &cmd);
                 let twin_out = twin.apply(index, &cmd);
