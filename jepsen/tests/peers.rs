@@ -1,7 +1,7 @@
 //! The side-by-side's adapters against real clusters: Baton, etcd 3.4 and
 //! ZooKeeper 3.8 (installed from Debian by jepsen/peers when missing), the
 //! etcd and baton-zk lock-safety tests, and linearizability through
-//! Baton's ZooKeeper port (t47-t49; t49 needs `batond-faulty`). Each peer cluster starts on a free block of
+//! Baton's ZooKeeper port (t46-t49; t46 and t49 need `batond-faulty`). Each peer cluster starts on a free block of
 //! loopback ports (`ScriptCluster::start`); the tests still take turns, so
 //! that one cluster at a time loads the machine.
 
@@ -184,6 +184,28 @@ fn assert_linearizable(valid: Validity, results: &serde_json::Value) {
     assert!(ok_ops(results, "read") > 500, "too few reads acknowledged: {summary:#}");
     assert!(ok_ops(results, "write") + ok_ops(results, "cas") > 200, "too few writes acknowledged: {summary:#}");
     assert!(ok_ops(results, "cas") > 20, "too few cas acknowledged: {summary:#}");
+}
+
+/// The `protocol` checker catches a port that replies CONNECTION_LOSS
+/// (-4), an error code no ZooKeeper server sends (`batond-faulty
+/// --server-fault zk-loss-reply`, what the port did until a failover
+/// benchmark stalled on it): the `leader` nemesis kills, stops and cuts off
+/// the leader, and the writes and syncs with no leader get -4. The real
+/// port under the same faults: linearizable, and no such error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t46_baton_zk_replies_only_what_zookeeper_sends() {
+    let (valid, results) = zk_register(ZkReads::Sync, NemesisKind::Leader, 26, 5, Some("zk-loss-reply")).await;
+    let summary =
+        serde_json::json!({"ops": results["ops"], "faults": results["faults"], "protocol": results["protocol"]});
+    assert_eq!(valid, Validity::Invalid, "a -4 reply went unnoticed: {summary:#}");
+    assert!(results["protocol"]["off_protocol_errors"].as_u64().unwrap_or(0) > 0, "{summary:#}");
+    assert!(results["faults"].to_string().contains("kill -9"), "{summary:#}");
+
+    let (valid, results) = zk_register(ZkReads::Sync, NemesisKind::Leader, 26, 5, None).await;
+    let summary =
+        serde_json::json!({"ops": results["ops"], "faults": results["faults"], "protocol": results["protocol"]});
+    assert_eq!(results["protocol"]["off_protocol_errors"], 0, "{summary:#}");
+    assert_linearizable(valid, &results);
 }
 
 /// `sync` + `getData` through Baton's ZooKeeper port is linearizable with

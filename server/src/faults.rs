@@ -44,10 +44,14 @@ pub struct Faults {
     /// RocksDB's default point-in-time WAL recovery and no value checksums:
     /// a damaged WAL loses its tail silently and the member serves.
     pub lenient_storage: bool,
+    /// The ZooKeeper port answers an unknown outcome or a member with no
+    /// leader with a CONNECTION_LOSS reply, as it did before, instead of
+    /// closing the connection (zk/mod.rs).
+    pub zk_loss_reply: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -60,6 +64,7 @@ pub const NAMES: [&str; 12] = [
     "attach-from-local-state",
     "no-deadline-rebuild",
     "lenient-storage",
+    "zk-loss-reply",
 ];
 
 impl Faults {
@@ -80,6 +85,7 @@ impl Faults {
                 "attach-from-local-state" => f.attach_from_local_state = true,
                 "no-deadline-rebuild" => f.no_deadline_rebuild = true,
                 "lenient-storage" => f.lenient_storage = true,
+                "zk-loss-reply" => f.zk_loss_reply = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -114,4 +120,5 @@ impl Faults {
     query!(attach_from_local_state);
     query!(no_deadline_rebuild);
     query!(lenient_storage);
+    query!(zk_loss_reply);
 }

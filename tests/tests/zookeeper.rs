@@ -13,6 +13,11 @@
 //! NO_WATCHER for a watch that is not there.
 //! t20: a ZooKeeper session resumes on another member after its member is
 //! killed -9, keeps its ephemeral node, and still gets its watch.
+//! t21: a session on the leader when it is killed -9: its watches (exists
+//! on a present node, data, children, exists on a missing node) fire on
+//! the member it moves to, for changes made while it was away and after;
+//! a write on another member right after the kill ends in a connection
+//! loss, never in a reply code ZooKeeper does not send.
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -348,6 +353,98 @@ async fn t20_a_session_resumes_on_another_member_with_its_id_and_password() {
     .await;
     let again = zk::Client::connector().with_session(info).connect(&eps[2]).await;
     assert!(matches!(again, Err(zk::Error::SessionExpired)), "{:?}", again.map(|c| c.session_id()));
+}
+
+/// `op` again after a connection loss, as a ZooKeeper application retries
+/// a write ("may have happened"): NoNode or NodeExists after a loss is the
+/// write having landed.
+async fn retried<F, Fut>(what: &str, mut op: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), zk::Error>>,
+{
+    for attempt in 0..100 {
+        match op().await {
+            Ok(()) => return,
+            Err(zk::Error::NoNode | zk::Error::NodeExists) if attempt > 0 => return,
+            Err(zk::Error::ConnectionLoss) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+    panic!("{what}: 100 connection losses in a row");
+}
+
+/// The member (1-based) whose `cons` lists session `sid`.
+async fn member_serving(eps: &[String], sid: zk::SessionId) -> u64 {
+    let needle = format!("sid={:#x},", sid.0);
+    for (i, ep) in eps.iter().enumerate() {
+        let cons = String::from_utf8(send_and_read_to_close(ep, b"cons").await).unwrap_or_default();
+        if cons.contains(&needle) {
+            return i as u64 + 1;
+        }
+    }
+    panic!("no member lists session {needle}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t21_watches_follow_a_session_through_its_members_kill() {
+    let mut c = Cluster::start_zk(3, &["--zk-4lw-whitelist=cons,srvr,ruok"]).await;
+    let eps = c.zk_endpoints();
+    // `a` knows every member; it is on the leader, which is killed.
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let mut a = connect(&eps).await;
+    for _ in 0..30 {
+        if member_serving(&eps, a.session_id()).await == leader {
+            break;
+        }
+        a = connect(&eps).await;
+    }
+    let m = member_serving(&eps, a.session_id()).await;
+    assert_eq!(m, leader, "30 sessions and none on the leader");
+    a.create("/w", b"", &anyone()).await.expect("create /w");
+    for n in ["gone-early", "gone-late", "data", "kept"] {
+        a.create(&format!("/w/{n}"), b"0", &anyone()).await.expect("create");
+    }
+    // An exists-watch on a node that exists (ZooKeeper's lock recipe waits
+    // so on the node ahead), a data watch, a children watch, an
+    // exists-watch on a missing node.
+    let (_, early) = a.check_and_watch_stat("/w/gone-early").await.expect("exists + watch");
+    let (_, late) = a.check_and_watch_stat("/w/gone-late").await.expect("exists + watch");
+    let (_, _, data) = a.get_and_watch_data("/w/data").await.expect("get + watch");
+    let (_, _, kids) = a.get_and_watch_children("/w/kept").await.expect("children + watch");
+    let (none, born) = a.check_and_watch_stat("/w/born").await.expect("exists + watch");
+    assert!(none.is_none());
+    let other = if m == 1 { 2 } else { 1 };
+    let b = connect(&eps[other as usize - 1..other as usize]).await;
+    c.kill(m);
+    // Changes while `a` is away, and once it is back. Right after the
+    // leader's death a write may end in a connection loss (the member
+    // closes the connection: "may have happened"); `b` retries as a
+    // ZooKeeper application does, taking NoNode / NodeExists after a loss
+    // as its own write having landed.
+    let b = &b;
+    retried("delete", move || b.delete("/w/gone-early", None)).await;
+    retried("set", move || async move { b.set_data("/w/data", b"1", None).await.map(|_| ()) }).await;
+    baton_tests::eventually(Duration::from_secs(20), "a back on another member", || async {
+        a.check_stat("/w").await.ok().map(|_| ())
+    })
+    .await;
+    retried("delete", move || b.delete("/w/gone-late", None)).await;
+    retried("create", move || async move { b.create("/w/kept/child", b"", &anyone()).await.map(|_| ()) }).await;
+    retried("create", move || async move { b.create("/w/born", b"", &anyone()).await.map(|_| ()) }).await;
+    let within = |w: zk::OneshotWatcher| async move {
+        tokio::time::timeout(Duration::from_secs(10), w.changed()).await.expect("the event within 10 s")
+    };
+    let e = within(early).await;
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeDeleted, "/w/gone-early"));
+    let e = within(data).await;
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeDataChanged, "/w/data"));
+    let e = within(late).await;
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeDeleted, "/w/gone-late"));
+    let e = within(kids).await;
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeChildrenChanged, "/w/kept"));
+    let e = within(born).await;
+    assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeCreated, "/w/born"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

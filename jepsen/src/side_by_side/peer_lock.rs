@@ -24,9 +24,10 @@
 //! Checker, per counter: every acknowledged write was meant as +1, so with
 //! no lost update the final value is at least the acknowledged count (and
 //! at most that plus the indeterminate writes), and no two acknowledged
-//! writes wrote the same value. The verdict is the fenced counter's; the
-//! unfenced counter's lost updates are reported as what the lock alone
-//! allows.
+//! writes wrote the same value. The verdict is the fenced counter's, and
+//! for `baton-zk` also the `protocol` checker's (no error code a ZooKeeper
+//! server never sends, peer_register.rs); the unfenced counter's lost
+//! updates are reported as what the lock alone allows.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -290,6 +291,7 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
         o.out.display()
     );
     let tallies = Arc::new(Mutex::new(Tallies::default()));
+    let off_before = super::targets::zookeeper::off_protocol();
     let stop = Arc::new(AtomicBool::new(false));
     let slots: Vec<Arc<Slot>> = (0..o.concurrency.max(2))
         .map(|_| {
@@ -385,7 +387,10 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
     let mut t = std::mem::take(&mut *tallies.lock().unwrap_or_else(|p| p.into_inner()));
     t.unfenced.final_value = fu;
     t.fenced.final_value = ff;
-    let valid = if t.fenced.valid() { Validity::Valid } else { Validity::Invalid };
+    // The protocol checker (ZooKeeper clients): no error code a ZooKeeper
+    // server never sends (peer_register.rs says why).
+    let off = super::targets::zookeeper::off_protocol() - off_before;
+    let valid = if t.fenced.valid() && off == 0 { Validity::Valid } else { Validity::Invalid };
     let summary = |c: &CounterTally| {
         json!({
             "acked": c.acked.len(),
@@ -406,8 +411,9 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
         "faults": t.pauses,
         "unfenced": summary(&t.unfenced),
         "fenced": summary(&t.fenced),
+        "off_protocol_errors": off,
         "valid": valid.as_str(),
-        "note": "valid is the fenced counter's verdict; the unfenced counter shows what the lock alone allows",
+        "note": "valid is the fenced counter's verdict and no off-protocol error; the unfenced counter shows what the lock alone allows",
     });
     std::fs::write(o.out.join("results.json"), serde_json::to_string_pretty(&results)?)?;
     println!(

@@ -1,6 +1,6 @@
 //! Linearizability of reads and writes through Baton's ZooKeeper port
 //! under member faults (`baton-jepsen test --target baton-zk --workload
-//! register --nemesis none|pause|kill|partition|all [--zk-reads
+//! register --nemesis none|pause|kill|partition|leader|all [--zk-reads
 //! sync|linearizable|local]`).
 //!
 //! Cluster: 3 `batond` members with their ZooKeeper ports, peer links
@@ -47,12 +47,21 @@
 //! `peer_lock::member_fault`): `kill` kills -9 a member and starts it
 //! again, `pause` SIGSTOPs and SIGCONTs it, `partition` cuts every peer
 //! link of it (its clients still reach it), `all` takes turns: kill,
-//! SIGSTOP, cut.
+//! SIGSTOP, cut; `leader` takes the same turns on the current leader.
 //!
-//! Checker: `baton_checker::register` (per key, WGL search) from "0" at
-//! version 0, exactly as for the native register workload. `results.json`
-//! has the checker's result, the ops by kind and outcome and the faults;
-//! `history.jsonl` the history. The verdict is the checker's.
+//! Checkers:
+//! - `register`: `baton_checker::register` (per key, WGL search) from "0"
+//!   at version 0, exactly as for the native register workload.
+//! - `protocol`: no op ended in an error code no ZooKeeper server sends
+//!   (the crate's "unexpected error code", e.g. a CONNECTION_LOSS reply:
+//!   ZooKeeper's clients make that one up when a connection drops, and
+//!   `zookeeper-client` does not expect it on the wire). The port once
+//!   replied -4 to writes and syncs with no leader; the planted
+//!   `zk-loss-reply` fault brings that back and `leader` catches it
+//!   (peers.rs t46).
+//!
+//! `results.json` has both results, the ops by kind and outcome and the
+//! faults; `history.jsonl` the history. The run is valid when both are.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -70,7 +79,7 @@ use zookeeper_client::{Client, Error};
 use super::peer_lock::{member_fault, MemberFault};
 use super::targets::baton::BatonOpts;
 use super::targets::baton_zk::BatonZkTarget;
-use super::targets::zookeeper::{ensure_path, persistent};
+use super::targets::zookeeper::{ensure_path, off_protocol_text, persistent};
 use super::targets::{Kind, Target};
 use crate::nemesis::NemesisKind;
 use crate::record::{Call, OpError, Run};
@@ -255,9 +264,14 @@ pub async fn run(o: PeerRegisterOpts) -> anyhow::Result<(Validity, Value)> {
     }
     if !matches!(
         o.nemesis,
-        NemesisKind::None | NemesisKind::Pause | NemesisKind::Kill | NemesisKind::Partition | NemesisKind::All
+        NemesisKind::None
+            | NemesisKind::Pause
+            | NemesisKind::Kill
+            | NemesisKind::Partition
+            | NemesisKind::Leader
+            | NemesisKind::All
     ) {
-        anyhow::bail!("against baton-zk's register the nemesis is none, pause, kill, partition or all");
+        anyhow::bail!("against baton-zk's register the nemesis is none, pause, kill, partition, leader or all");
     }
     std::fs::create_dir_all(&o.out)?;
     let extra_flags =
@@ -310,7 +324,10 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
     tokio::time::sleep(Duration::from_secs(2).min(o.time_limit)).await;
     while Instant::now() + Duration::from_secs(8) < end && o.nemesis != NemesisKind::None {
         let hold = Duration::from_millis(rng.gen_range(3000..6000));
-        let m = rng.gen_range(0..target.members());
+        let mut m = rng.gen_range(0..target.members());
+        if o.nemesis == NemesisKind::Leader {
+            m = target.leader().await.unwrap_or(m);
+        }
         let at = start.elapsed().as_secs_f64();
         let (what, heal) = member_fault(&target, m, turn(o.nemesis, faults.len()), hold)?;
         println!("[nemesis] {at:6.1}s {what}");
@@ -337,6 +354,8 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
     println!("[phase] checking {} history entries", h.ops.len());
     let result = check(&h);
     let ops = tally(&h);
+    let off: Vec<&str> = h.ops.iter().filter_map(|op| op.error.as_deref()).filter(|e| off_protocol_text(e)).collect();
+    let valid = if off.is_empty() { result.valid } else { Validity::Invalid };
     let results = json!({
         "target": "baton-zk",
         "workload": "register",
@@ -347,15 +366,23 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
         "faults": faults,
         "ops": ops,
         "register": result,
-        "valid": result.valid.as_str(),
+        "protocol": {
+            "off_protocol_errors": off.len(),
+            "examples": off.iter().take(3).collect::<Vec<_>>(),
+            "valid": off.is_empty(),
+        },
+        "valid": valid.as_str(),
     });
     std::fs::write(o.out.join("results.json"), serde_json::to_string_pretty(&results)?)?;
     println!("ops: {}", serde_json::to_string(&ops)?);
     for a in &result.anomalies {
         println!("anomaly: {}", a.get("explain").and_then(Value::as_str).unwrap_or("?"));
     }
-    println!("register checker: {} ({} faults)", result.valid.as_str(), faults.len());
-    Ok((result.valid, results))
+    if let Some(e) = off.first() {
+        println!("protocol checker: {} errors no ZooKeeper server sends (first: {e})", off.len());
+    }
+    println!("register checker: {} ({} faults); verdict {}", result.valid.as_str(), faults.len(), valid.as_str());
+    Ok((valid, results))
 }
 
 #[cfg(test)]

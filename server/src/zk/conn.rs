@@ -104,6 +104,7 @@ pub(super) async fn handle(
         rx,
         w: FramedWrite::new(wr, baton_proto::codec(usize::MAX)),
         linearizable: zk.linearizable_reads,
+        loss_reply: cfg.faults.zk_loss_reply(),
         session: 0,
         timeout_ms: 0,
         stats: None,
@@ -181,6 +182,9 @@ struct Gateway {
     rx: UnboundedReceiver<baton_proto::ServerFrame>,
     w: Wr,
     linearizable: bool,
+    /// The `zk-loss-reply` server fault (faults.rs): send CONNECTION_LOSS
+    /// replies instead of closing.
+    loss_reply: bool,
     session: u64,
     /// The session's negotiated timeout.
     timeout_ms: i32,
@@ -427,6 +431,14 @@ impl Gateway {
             let Some(reply) = reqs.get_mut(&serial).and_then(|z| z.reply.take()) else { break };
             self.queue.pop_front();
             let z = reqs.remove(&serial);
+            if lost_connection(&reply) && !self.loss_reply {
+                // What ZooKeeper's clients call a connection loss happens
+                // here for real: the replies before it are out, this and
+                // every later one are not, and the client reconnects.
+                debug!("zookeeper: the outcome of a request is unknown here; closing");
+                let _ = SinkExt::<bytes::Bytes>::flush(&mut self.w).await;
+                return false;
+            }
             let close = z.as_ref().is_some_and(|z| matches!(z.what, What::Close));
             if let (Some(s), Some(z)) = (&self.stats, &z) {
                 let zxid = reply.get(4..12).and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
@@ -975,9 +987,16 @@ fn multi_op(r: Request) -> Result<baton_proto::Op, i32> {
     Ok(baton_proto::Op { op: Some(op) })
 }
 
+/// A reply whose header carries CONNECTION_LOSS (bytes 12..16 after the
+/// xid and zxid): one the connection closes at instead of sending.
+fn lost_connection(reply: &[u8]) -> bool {
+    reply.get(12..16).and_then(|b| b.try_into().ok()).map(i32::from_be_bytes) == Some(err::CONNECTION_LOSS)
+}
+
 /// Baton's error codes as ZooKeeper's. Ambiguous ones (the write may have
-/// happened) are CONNECTION_LOSS, which ZooKeeper's clients treat as "may
-/// have happened" too.
+/// happened) and a member with no leader are CONNECTION_LOSS, which no
+/// reply carries: the connection closes there (`flush`), and ZooKeeper's
+/// clients treat the loss as "may have happened", as ZooKeeper's do.
 pub(crate) fn zk_err(code: i32) -> i32 {
     use ErrorCode as E;
     match E::try_from(code) {
@@ -1034,6 +1053,10 @@ fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
     let header = |e: i32| ReplyHeader { xid: z.xid, zxid, err: e };
     let first = z.got.first().cloned().unwrap_or_default();
     let code = zk_err(first.error);
+    if z.got.iter().any(|r| zk_err(r.error) == err::CONNECTION_LOSS) {
+        // Never sent: `flush` closes the connection at this reply.
+        return Response::encode(header(err::CONNECTION_LOSS), &Response::Empty);
+    }
     match &z.what {
         What::MultiRead { ops } => {
             let results = ops

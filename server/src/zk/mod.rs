@@ -44,6 +44,16 @@
 //!   next server. Pings are keepalives (sessions.rs: a member vouches for a
 //!   session only through the leader); a ping that is not vouched for gets
 //!   no reply, so the client's own timeout sees the trouble.
+//! - **No reply carries CONNECTION_LOSS (-4).** ZooKeeper never sends it:
+//!   a client makes it up when its connection drops, and every client
+//!   treats it as "may have happened", then reconnects and re-registers
+//!   its watches. So a request whose outcome is unknown here (a timeout, a
+//!   leader change after the write was sent) or that no leader can serve
+//!   closes the connection once the replies before it are out; that one
+//!   and every later one get no reply (conn.rs `flush`). Replying -4
+//!   instead left `zookeeper-client` with an unexpected error code on a
+//!   lock node's delete, and a set-watches that failed so left its
+//!   watches unregistered (zookeeper.rs t21).
 //! - **Writes** carry a sequence number the member draws: from 1 for a new
 //!   session, and for a resumed one from the session's next free number
 //!   ([`crate::state::StateMachine::session_next_seq`]) plus [`SEQ_GAP`],

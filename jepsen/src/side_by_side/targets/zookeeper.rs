@@ -38,10 +38,46 @@ impl ZkTarget {
     }
 }
 
+/// Errors no ZooKeeper server sends, counted since the process started
+/// ([`off_protocol`]): an error code the client does not expect on the
+/// wire. The peer tests' `protocol` checker fails a run that saw one.
+static OFF_PROTOCOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn off_protocol() -> u64 {
+    OFF_PROTOCOL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts `e` if no ZooKeeper server sends it.
+fn note(e: &Error) {
+    if matches!(e, Error::UnexpectedErrorCode(_)) {
+        OFF_PROTOCOL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// True for an error's text (as a history records it) that
+/// `zookeeper-client` gives for a code no ZooKeeper server sends.
+pub(crate) fn off_protocol_text(e: &str) -> bool {
+    e.contains("unexpected error code")
+}
+
+/// A ZooKeeper error as the harness's: a write that ends in anything but
+/// an answer the server gave about the write itself (a connection loss, a
+/// timeout, an I/O error, a code the client does not know) may have
+/// happened.
 fn op_err(e: Error, write: bool) -> OpError {
+    note(&e);
     match e {
         Error::SessionExpired | Error::ClientClosed => OpError::SessionLost(e.to_string()),
-        Error::ConnectionLoss | Error::Timeout if write => OpError::Indeterminate(e.to_string()),
+        Error::NoNode
+        | Error::NodeExists
+        | Error::BadVersion
+        | Error::NotEmpty
+        | Error::NoAuth
+        | Error::NoChildrenForEphemerals
+        | Error::InvalidAcl
+        | Error::BadArguments(_)
+        | Error::RuntimeInconsistent => OpError::Failed(e.to_string()),
+        e if write => OpError::Indeterminate(e.to_string()),
         e => OpError::Failed(e.to_string()),
     }
 }
@@ -170,7 +206,8 @@ impl ZkClient {
             let mut kids = match self.client.list_children(dir).await {
                 Ok(k) => k,
                 Err(Error::SessionExpired) => return Err(OpError::SessionLost("session expired".into())),
-                Err(_) => {
+                Err(e) => {
+                    note(&e);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -190,7 +227,10 @@ impl ZkClient {
                     WAKEUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(Error::SessionExpired) => return Err(OpError::SessionLost("session expired".into())),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => {
+                    note(&e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
         }
     }
@@ -218,7 +258,12 @@ impl TargetClient for ZkClient {
                 Err(Error::ConnectionLoss) | Err(Error::Timeout) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(e) => return Err(op_err(e, true)),
+                Err(e) => {
+                    // The node may still be there: the next `lock` clears it.
+                    let dir = held.path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
+                    self.set_suspect(Some(dir));
+                    return Err(op_err(e, true));
+                }
             }
         }
         let dir = held.path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
