@@ -1,6 +1,6 @@
 //! The lock safety test against a peer's own lock recipe (`baton-jepsen
 //! test --target etcd|baton-zk --workload lock --nemesis
-//! none|pause|kill|all`). Against etcd it reproduces the finding of
+//! none|pause|kill|leader|all`). Against etcd it reproduces the finding of
 //! Jepsen's etcd 3.4.3 analysis: a lock alone does not make a
 //! read-modify-write safe, because a holder that pauses past its lease
 //! keeps going after someone else was granted the lock. Against
@@ -19,7 +19,9 @@
 //! freeze). Kill kills -9 a member: etcd's once (etcd.sh cannot restart
 //! one member), one of a target that can restart its members
 //! ([`Target::restart`]) in turns, each started again after its fault.
-//! `all` takes turns: a client freeze, a kill, a SIGSTOP.
+//! `leader` kills -9 and SIGSTOPs the current leader in turns (the
+//! failover the side-by-side measures, under the checker). `all` takes
+//! turns: a client freeze, a kill, a SIGSTOP.
 //!
 //! Checker, per counter: every acknowledged write was meant as +1, so with
 //! no lost update the final value is at least the acknowledged count (and
@@ -199,8 +201,11 @@ async fn round<C: TargetClient>(c: &C, slot: &Slot, t: &Mutex<Tallies>) -> Resul
 }
 
 pub async fn run(o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value)> {
-    if !matches!(o.nemesis, NemesisKind::None | NemesisKind::Pause | NemesisKind::Kill | NemesisKind::All) {
-        anyhow::bail!("against a peer's lock the nemesis is none, pause, kill or all");
+    if !matches!(
+        o.nemesis,
+        NemesisKind::None | NemesisKind::Pause | NemesisKind::Kill | NemesisKind::Leader | NemesisKind::All
+    ) {
+        anyhow::bail!("against a peer's lock the nemesis is none, pause, kill, leader or all");
     }
     std::fs::create_dir_all(&o.out)?;
     match o.target {
@@ -275,6 +280,7 @@ pub(crate) fn member_fault<T: Target>(
 fn member_kill(nemesis: NemesisKind, n: usize) -> bool {
     match nemesis {
         NemesisKind::Kill => true,
+        NemesisKind::Leader => n.is_multiple_of(2),
         NemesisKind::All => n % 3 == 1,
         _ => false,
     }
@@ -325,7 +331,10 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
         let kill = member_kill(o.nemesis, faults);
         faults += 1;
         if on_member {
-            let m = rng.gen_range(0..target.members());
+            let mut m = rng.gen_range(0..target.members());
+            if o.nemesis == NemesisKind::Leader {
+                m = target.leader().await.unwrap_or(m);
+            }
             let f = if kill && !killed_for_good { MemberFault::Kill } else { MemberFault::Stop };
             (what, resume) = member_fault(&target, m, f, hold_for)?;
             // A target that cannot start one member again (etcd.sh) gets
