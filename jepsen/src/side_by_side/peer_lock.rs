@@ -275,6 +275,16 @@ pub(crate) fn member_fault<T: Target>(
     })
 }
 
+/// The member a member fault of `nemesis` hits: the current leader for
+/// `leader` (a random one if none is known), else a random one.
+pub(crate) async fn fault_target<T: Target>(target: &Arc<T>, nemesis: NemesisKind, rng: &mut StdRng) -> usize {
+    let any = rng.gen_range(0..target.members());
+    if nemesis == NemesisKind::Leader {
+        return target.leader().await.unwrap_or(any);
+    }
+    any
+}
+
 /// Whether fault number `n` of `nemesis` kills a member (-9) rather than
 /// SIGSTOPping one (`all` takes turns: a client, a kill, a SIGSTOP).
 fn member_kill(nemesis: NemesisKind, n: usize) -> bool {
@@ -331,10 +341,7 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
         let kill = member_kill(o.nemesis, faults);
         faults += 1;
         if on_member {
-            let mut m = rng.gen_range(0..target.members());
-            if o.nemesis == NemesisKind::Leader {
-                m = target.leader().await.unwrap_or(m);
-            }
+            let m = fault_target(&target, o.nemesis, &mut rng).await;
             let f = if kill && !killed_for_good { MemberFault::Kill } else { MemberFault::Stop };
             (what, resume) = member_fault(&target, m, f, hold_for)?;
             // A target that cannot start one member again (etcd.sh) gets

@@ -33,10 +33,13 @@
 //! (`crate::record::Run::op`): a read that errs or gets no answer in 5 s
 //! is `fail` (it had no effect). A write is `fail` only on an answer that
 //! says it was not applied (`BADVERSION`, `NONODE`, `NODEEXISTS`,
-//! `NOAUTH`, `BADARGUMENTS`, `INVALIDACL`, `UNIMPLEMENTED`); anything else
-//! (`CONNECTIONLOSS`, the port's answer to an ambiguous Baton error or no
-//! leader; `SESSIONEXPIRED`, which the client gives every pending request
-//! when the session ends, answered or not; no answer in 5 s) is `info`:
+//! `NOAUTH`, `BADARGUMENTS`, `INVALIDACL`, `UNIMPLEMENTED`, ...: the list
+//! is `targets::zookeeper::write_surely_failed`, which the lock test's
+//! client shares); anything else (`CONNECTIONLOSS`, which the client
+//! reports when the port closes the connection on an ambiguous Baton
+//! error or no leader; `SESSIONEXPIRED`, which the client gives every
+//! pending request when the session ends, answered or not; no answer in
+//! 5 s) is `info`:
 //! the process is retired (a new process id), and that client only reads
 //! for the next second, which keeps a cut-off member's clients reading
 //! without piling up indeterminate writes. A session that ended is
@@ -76,10 +79,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use zookeeper_client::{Client, Error};
 
-use super::peer_lock::{member_fault, MemberFault};
+use super::peer_lock::{fault_target, member_fault, MemberFault};
 use super::targets::baton::BatonOpts;
 use super::targets::baton_zk::BatonZkTarget;
-use super::targets::zookeeper::{ensure_path, off_protocol_text, persistent};
+use super::targets::zookeeper::{ensure_path, off_protocol_text, persistent, write_surely_failed};
 use super::targets::{Kind, Target};
 use crate::nemesis::NemesisKind;
 use crate::record::{Call, OpError, Run};
@@ -142,16 +145,7 @@ fn turn(nemesis: NemesisKind, n: usize) -> MemberFault {
 /// Whether a write that failed with `e` may still have been applied (see
 /// the module doc: only an answer that says otherwise is definite).
 fn write_may_have_happened(e: &Error) -> bool {
-    !matches!(
-        e,
-        Error::BadVersion
-            | Error::NoNode
-            | Error::NodeExists
-            | Error::NoAuth
-            | Error::BadArguments(_)
-            | Error::InvalidAcl
-            | Error::Unimplemented
-    )
+    !write_surely_failed(e)
 }
 
 fn key_path(k: &str) -> String {
@@ -324,10 +318,7 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
     tokio::time::sleep(Duration::from_secs(2).min(o.time_limit)).await;
     while Instant::now() + Duration::from_secs(8) < end && o.nemesis != NemesisKind::None {
         let hold = Duration::from_millis(rng.gen_range(3000..6000));
-        let mut m = rng.gen_range(0..target.members());
-        if o.nemesis == NemesisKind::Leader {
-            m = target.leader().await.unwrap_or(m);
-        }
+        let m = fault_target(&target, o.nemesis, &mut rng).await;
         let at = start.elapsed().as_secs_f64();
         let (what, heal) = member_fault(&target, m, turn(o.nemesis, faults.len()), hold)?;
         println!("[nemesis] {at:6.1}s {what}");

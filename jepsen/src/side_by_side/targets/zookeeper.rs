@@ -60,24 +60,32 @@ pub(crate) fn off_protocol_text(e: &str) -> bool {
     e.contains("unexpected error code")
 }
 
-/// A ZooKeeper error as the harness's: a write that ends in anything but
-/// an answer the server gave about the write itself (a connection loss, a
-/// timeout, an I/O error, a code the client does not know) may have
-/// happened.
+/// True when a write that failed with `e` was surely not applied: the
+/// server answered about the write itself. Anything else (a connection
+/// loss, a timeout, an expired session, an I/O error, a code the client
+/// does not know) may have happened.
+pub(crate) fn write_surely_failed(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::NoNode
+            | Error::NodeExists
+            | Error::BadVersion
+            | Error::NotEmpty
+            | Error::NoAuth
+            | Error::NoChildrenForEphemerals
+            | Error::InvalidAcl
+            | Error::BadArguments(_)
+            | Error::Unimplemented
+            | Error::RuntimeInconsistent
+    )
+}
+
+/// A ZooKeeper error as the harness's (writes: [`write_surely_failed`]).
 fn op_err(e: Error, write: bool) -> OpError {
     note(&e);
     match e {
         Error::SessionExpired | Error::ClientClosed => OpError::SessionLost(e.to_string()),
-        Error::NoNode
-        | Error::NodeExists
-        | Error::BadVersion
-        | Error::NotEmpty
-        | Error::NoAuth
-        | Error::NoChildrenForEphemerals
-        | Error::InvalidAcl
-        | Error::BadArguments(_)
-        | Error::RuntimeInconsistent => OpError::Failed(e.to_string()),
-        e if write => OpError::Indeterminate(e.to_string()),
+        e if write && !write_surely_failed(&e) => OpError::Indeterminate(e.to_string()),
         e => OpError::Failed(e.to_string()),
     }
 }
@@ -252,6 +260,7 @@ impl TargetClient for ZkClient {
 
     async fn unlock(&self, held: ZkLock) -> OpResult<()> {
         // Retried through connection losses for the same reason.
+        let mut failed = OpError::Indeterminate("could not delete the lock node".into());
         for _ in 0..200 {
             match self.client.delete(&held.path, None).await {
                 Ok(()) | Err(Error::NoNode) => return Ok(()),
@@ -259,16 +268,15 @@ impl TargetClient for ZkClient {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => {
-                    // The node may still be there: the next `lock` clears it.
-                    let dir = held.path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
-                    self.set_suspect(Some(dir));
-                    return Err(op_err(e, true));
+                    failed = op_err(e, true);
+                    break;
                 }
             }
         }
+        // The node may still be there: the next `lock` clears it.
         let dir = held.path.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
         self.set_suspect(Some(dir));
-        Err(OpError::Indeterminate("could not delete the lock node".into()))
+        Err(failed)
     }
 
     async fn token(&self, held: &ZkLock) -> OpResult<u64> {
