@@ -81,6 +81,11 @@ check() {
     echo "advisories: note: the snapshot is over 90 days old; refresh it (docs/advisories.md)"
   fi
   cd "$root"
+  # cargo-deny reads every crate of Cargo.lock, for every platform, from the
+  # local registry and runs offline: on a new machine (no ~/.cargo/registry
+  # yet) it fails with "failed to download ... --offline was specified".
+  # Fetch them first; on a kept machine this is a no-op.
+  cargo fetch --locked --quiet
   BATON_ADVISORY_DBS="$tmp" cargo deny --offline --locked --log-level warn check advisories
 }
 
