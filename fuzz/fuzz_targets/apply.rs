@@ -166,6 +166,7 @@ impl Known {
                 secret: vec![1; 16].into(),
                 identities: Vec::new(),
                 superuser: false,
+                epoch: 0,
                 op: Some(self.write_op(op)),
             }),
             Step::Skip => return None,

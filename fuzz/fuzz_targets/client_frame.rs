@@ -123,7 +123,8 @@ impl Conn {
             | B::Multi(_)
             | B::SetAcl(_)
             | B::AddUser(_)
-            | B::RemoveUser(_) => {
+            | B::RemoveUser(_)
+            | B::ClaimSession(_) => {
                 let Some(sid) = self.session else { return };
                 if !self.state.read().map(|sm| sm.session_exists(sid)).unwrap_or(false) {
                     return;
@@ -137,6 +138,7 @@ impl Conn {
                     B::SetAcl(a) => client_write::Op::SetAcl(a),
                     B::AddUser(u) => client_write::Op::AddUser(u),
                     B::RemoveUser(u) => client_write::Op::RemoveUser(u),
+                    B::ClaimSession(c) => client_write::Op::ClaimSession(c),
                     _ => return,
                 };
                 // As a plain client: the connection's secret, no identity.
@@ -147,6 +149,7 @@ impl Conn {
                     secret: SECRET.to_vec().into(),
                     identities: Vec::new(),
                     superuser: false,
+                    epoch: whole.epoch,
                     op: Some(op),
                 }));
             }

@@ -48,10 +48,17 @@ pub struct Faults {
     /// leader with a CONNECTION_LOSS reply, as it did before, instead of
     /// closing the connection (zk/mod.rs).
     pub zk_loss_reply: bool,
+    /// The ZooKeeper port resumes a session without claiming it through
+    /// the log, numbering its writes from the applied state's next free
+    /// sequence number plus 2^20, as it did before (finding Z2).
+    pub zk_resume_without_claim: bool,
+    /// A cached reply is returned for a matching sequence number without
+    /// comparing its op's digest, as before (finding Z2).
+    pub reply_without_digest: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 15] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -65,6 +72,8 @@ pub const NAMES: [&str; 13] = [
     "no-deadline-rebuild",
     "lenient-storage",
     "zk-loss-reply",
+    "zk-resume-without-claim",
+    "reply-without-digest",
 ];
 
 impl Faults {
@@ -86,6 +95,8 @@ impl Faults {
                 "no-deadline-rebuild" => f.no_deadline_rebuild = true,
                 "lenient-storage" => f.lenient_storage = true,
                 "zk-loss-reply" => f.zk_loss_reply = true,
+                "zk-resume-without-claim" => f.zk_resume_without_claim = true,
+                "reply-without-digest" => f.reply_without_digest = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -121,4 +132,6 @@ impl Faults {
     query!(no_deadline_rebuild);
     query!(lenient_storage);
     query!(zk_loss_reply);
+    query!(zk_resume_without_claim);
+    query!(reply_without_digest);
 }

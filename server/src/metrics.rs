@@ -184,5 +184,6 @@ pub fn request_kind(body: Option<&baton_proto::request::Body>) -> &'static str {
         Some(B::Members(_)) => "members",
         Some(B::MemberChange(_)) => "member_change",
         Some(B::Snapshot(_)) => "snapshot",
+        Some(B::ClaimSession(_)) => "claim_session",
     }
 }

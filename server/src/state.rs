@@ -32,11 +32,26 @@
 //! # Applying a client write, in order (`apply_write`)
 //! 1. Unknown session: `SESSION_EXPIRED`.
 //! 2. The entry's secret is not the session's: `SESSION_MOVED`.
+//! 2a. `claim_session` (the ZooKeeper port's resume, ZooKeeper's owner
+//!    change): the entry's index becomes the session's epoch, the
+//!    exactly-once window is emptied (no cached reply, floor 0), and the
+//!    reply is OK at that index; nothing is cached. The claiming
+//!    connection sends its writes under that epoch, numbered from 1.
+//! 2b. The write's epoch is below the session's: `SESSION_MOVED` (a
+//!    connection the session has moved away from: it definitely did not
+//!    run). Above it: `BAD_REQUEST` (no claim made it).
 //! 3. If `acked_below` is higher than the session's stored value, store it
 //!    and drop every cached reply with a lower `seq`.
 //! 4. `seq == 0`: `BAD_REQUEST`.
 //! 5. A cached reply for this `seq`: return it unchanged (same `zxid`, same
-//!    result, no change, no event); the driver rewrites only its `id`.
+//!    result, no change, no event); the driver rewrites only its `id`. The
+//!    reply is cached with a digest of its write's op ([`op_digest`]); a
+//!    write whose op has another digest gets `STALE_SEQUENCE` and does not
+//!    run: a reused sequence number is a definite error, never another
+//!    write's reply (finding Z2: two connections of one session numbered
+//!    their writes alike, and the second's create was answered with the
+//!    first's path and never ran). Replies cached before digests (0) match
+//!    any op.
 //! 6. `seq < acked_below`: `STALE_SEQUENCE` (the client said it had the
 //!    answer, or the answer left the window; this attempt does not run).
 //! 7. `close_session`: end the session; its reply is not cached (a retry
@@ -158,8 +173,10 @@ struct Session {
     timeout_ms: u32,
     secret: Bytes,
     acked_below: u64,
-    /// seq -> encoded Response.
-    replies: BTreeMap<u64, Bytes>,
+    /// The index of the session's last `claim_session` (0: never claimed).
+    epoch: u64,
+    /// seq -> (digest of the write's op, encoded Response).
+    replies: BTreeMap<u64, (u64, Bytes)>,
     /// Bytes in `replies`. Derived, not persisted.
     reply_bytes: usize,
     /// Paths of this session's ephemeral nodes. Derived, not persisted.
@@ -281,12 +298,12 @@ impl StateMachine {
     /// Checks a session's secret (constant-time enough for our purpose: the
     /// secret is random and compared whole).
     /// The lowest write sequence number session `id` can use that meets
-    /// neither a cached reply nor the floor (the ZooKeeper port numbers its
-    /// writes from here: ZooKeeper clients have no sequence numbers).
-    pub fn session_next_seq(&self, id: u64) -> Option<u64> {
+    /// neither a cached reply nor the floor, and its epoch (only the
+    /// `zk-resume-without-claim` fault numbers writes from here).
+    pub fn session_next_seq(&self, id: u64) -> Option<(u64, u64)> {
         let s = self.sessions.get(&id)?;
         let cached = s.replies.last_key_value().map_or(0, |(seq, _)| seq + 1);
-        Some(s.acked_below.max(cached).max(1))
+        Some((s.acked_below.max(cached).max(1), s.epoch))
     }
 
     /// Session `id`'s ephemeral nodes (ZooKeeper's `getEphemerals`).
@@ -496,6 +513,7 @@ impl StateMachine {
                         timeout_ms: ns.timeout_ms,
                         secret: ns.secret.clone(),
                         acked_below: 0,
+                        epoch: 0,
                         replies: BTreeMap::new(),
                         reply_bytes: 0,
                         ephemerals: BTreeSet::new(),
@@ -555,18 +573,45 @@ impl StateMachine {
         if session.secret != w.secret {
             return error_response(index, ErrorCode::SessionMoved, format!("wrong secret for session {sid:#x}"));
         }
+        if matches!(w.op, Some(baton_proto::client_write::Op::ClaimSession(_))) {
+            session.epoch = index;
+            session.acked_below = 0;
+            session.replies.clear();
+            session.reply_bytes = 0;
+            self.dirty_sessions.insert(sid);
+            return Response { zxid: index, body: Some(response::Body::Empty(Empty {})), ..Default::default() };
+        }
+        if w.epoch != session.epoch {
+            let (code, msg) = if w.epoch < session.epoch {
+                (
+                    ErrorCode::SessionMoved,
+                    format!("session {sid:#x} moved to another connection (epoch {})", session.epoch),
+                )
+            } else {
+                (ErrorCode::BadRequest, format!("epoch {} was never claimed for session {sid:#x}", w.epoch))
+            };
+            return error_response(index, code, msg);
+        }
         // Exactly-once bookkeeping.
         if w.acked_below > session.acked_below {
             session.acked_below = w.acked_below;
             let keep = session.replies.split_off(&w.acked_below);
-            session.reply_bytes -= session.replies.values().map(Bytes::len).sum::<usize>();
+            session.reply_bytes -= session.replies.values().map(|(_, r)| r.len()).sum::<usize>();
             session.replies = keep;
             self.dirty_sessions.insert(sid);
         }
         if w.seq == 0 {
             return error_response(index, ErrorCode::BadRequest, "write without a sequence number");
         }
-        if let Some(cached) = session.replies.get(&w.seq) {
+        let digest = op_digest(w);
+        if let Some((cached_digest, cached)) = session.replies.get(&w.seq) {
+            if *cached_digest != 0 && *cached_digest != digest && !self.faults.reply_without_digest() {
+                return error_response(
+                    index,
+                    ErrorCode::StaleSequence,
+                    format!("write {} of session {sid:#x} is numbered like an earlier, different write", w.seq),
+                );
+            }
             if let Ok(resp) = Response::decode(cached.clone()) {
                 return resp;
             }
@@ -606,7 +651,7 @@ impl StateMachine {
         if let Some(session) = self.sessions.get_mut(&sid) {
             let encoded: Bytes = resp.encode_to_vec().into();
             session.reply_bytes += encoded.len();
-            if let Some(old) = session.replies.insert(w.seq, encoded) {
+            if let Some((_, old)) = session.replies.insert(w.seq, (digest, encoded)) {
                 session.reply_bytes -= old.len();
             }
             while session.replies.len() > MAX_CACHED_REPLIES || session.reply_bytes > MAX_CACHED_REPLY_BYTES {
@@ -615,7 +660,7 @@ impl StateMachine {
                 // older) gets a definite STALE_SEQUENCE instead of running
                 // a second time (finding S5).
                 match session.replies.pop_first() {
-                    Some((evicted, bytes)) => {
+                    Some((evicted, (_, bytes))) => {
                         session.reply_bytes -= bytes.len();
                         session.acked_below = session.acked_below.max(evicted + 1);
                     }
@@ -954,7 +999,9 @@ impl Txn<'_> {
             Some(W::SetAcl(a)) => single(self.set_acl(a).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
             Some(W::AddUser(u)) => single(self.add_user(u).map(|_| response::Body::Empty(Empty {}))),
             Some(W::RemoveUser(u)) => single(self.remove_user(&u.name).map(|_| response::Body::Empty(Empty {}))),
-            Some(W::CloseSession(_)) | None => Err(Box::new((ErrorCode::BadRequest, "unknown write".into(), None))),
+            Some(W::CloseSession(_)) | Some(W::ClaimSession(_)) | None => {
+                Err(Box::new((ErrorCode::BadRequest, "unknown write".into(), None)))
+            }
         }
     }
 
@@ -1360,8 +1407,13 @@ fn session_record(id: u64, s: &Session) -> SessionRecord {
         id,
         timeout_ms: s.timeout_ms,
         secret: s.secret.clone(),
-        replies: s.replies.iter().map(|(seq, r)| CachedReply { seq: *seq, response: r.clone() }).collect(),
+        replies: s
+            .replies
+            .iter()
+            .map(|(seq, (digest, r))| CachedReply { seq: *seq, response: r.clone(), digest: *digest })
+            .collect(),
         acked_below: s.acked_below,
+        epoch: s.epoch,
     }
 }
 
@@ -1370,10 +1422,28 @@ fn session_from_record(r: SessionRecord) -> Session {
         timeout_ms: r.timeout_ms,
         secret: r.secret,
         acked_below: r.acked_below,
+        epoch: r.epoch,
         reply_bytes: r.replies.iter().map(|c| c.response.len()).sum(),
-        replies: r.replies.into_iter().map(|c| (c.seq, c.response)).collect(),
+        replies: r.replies.into_iter().map(|c| (c.seq, (c.digest, c.response))).collect(),
         ephemerals: BTreeSet::new(),
     }
+}
+
+/// A digest of a write's op (FNV-1a over its encoding; never 0, which
+/// marks a reply cached before digests): the same on every member, so a
+/// replay is answered alike everywhere.
+fn op_digest(w: &ClientWrite) -> u64 {
+    let bytes = w.op.as_ref().map(|op| {
+        let mut buf = Vec::with_capacity(op.encoded_len());
+        op.encode(&mut buf);
+        buf
+    });
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes.iter().flatten() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h | 1
 }
 
 /// An error reply at `zxid`.
@@ -1420,6 +1490,67 @@ mod tests {
             })),
             ..Default::default()
         }
+    }
+
+    fn code(a: &Applied) -> i32 {
+        a.reply.as_ref().map_or(-1, |r| r.error)
+    }
+
+    #[test]
+    fn a_reused_sequence_number_with_another_op_is_refused_never_answered_with_the_first_reply() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let create = |p: &str| W::Create(CreateOp { path: p.into(), ..Default::default() });
+        let first = sm.apply(2, &op(7, create("/w1")));
+        assert_eq!(code(&first), 0);
+        // The same write again: its first reply, unchanged.
+        let again = sm.apply(3, &op(7, create("/w1")));
+        assert_eq!(again.reply, first.reply);
+        // Another write with that number: refused, not run.
+        let other = sm.apply(4, &op(7, create("/w2")));
+        assert_eq!(code(&other), ErrorCode::StaleSequence as i32, "{:?}", other.reply);
+        assert!(sm.exists("/w2").unwrap().is_none());
+        // The digest survives a snapshot.
+        let mut restored = StateMachine::new();
+        restored.restore(&sm.snapshot()).unwrap();
+        let other = restored.apply(5, &op(7, create("/w2")));
+        assert_eq!(code(&other), ErrorCode::StaleSequence as i32);
+    }
+
+    #[test]
+    fn a_claim_moves_the_session_to_a_new_epoch_and_older_writes_fail_session_moved() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let create = |p: &str| W::Create(CreateOp { path: p.into(), ..Default::default() });
+        let with_epoch = |seq: u64, epoch: u64, w: W| {
+            let mut c = op(seq, w);
+            if let Some(command::Body::Write(cw)) = &mut c.body {
+                cw.epoch = epoch;
+            }
+            c
+        };
+        assert_eq!(code(&sm.apply(2, &op(1, create("/a")))), 0);
+        let claim = sm.apply(3, &op(1, W::ClaimSession(baton_proto::ClaimSessionReq {})));
+        assert_eq!(code(&claim), 0);
+        assert_eq!(claim.reply.as_ref().map(|r| r.zxid), Some(3));
+        // The old connection's next write (epoch 0): moved, not run.
+        let old = sm.apply(4, &op(2, create("/old")));
+        assert_eq!(code(&old), ErrorCode::SessionMoved as i32);
+        assert!(sm.exists("/old").unwrap().is_none());
+        // The claiming connection numbers from 1 again under epoch 3.
+        let new = sm.apply(5, &with_epoch(1, 3, create("/new")));
+        assert_eq!(code(&new), 0, "{:?}", new.reply);
+        assert!(sm.exists("/new").unwrap().is_some());
+        // An epoch no claim made.
+        assert_eq!(code(&sm.apply(6, &with_epoch(2, 9, create("/x")))), ErrorCode::BadRequest as i32);
+        // The epoch survives a snapshot.
+        let mut restored = StateMachine::new();
+        restored.restore(&sm.snapshot()).unwrap();
+        assert_eq!(code(&restored.apply(7, &op(3, create("/old2")))), ErrorCode::SessionMoved as i32);
     }
 
     /// What a flush stages for the node at `path`: "put", "delete" or "".

@@ -324,6 +324,7 @@ impl Runner {
             // Golden scripts run without ACLs (acl.rs has its own tests).
             identities: Vec::new(),
             superuser: false,
+            epoch: 0,
             op: Some(write_op),
         }));
         Ok(())

@@ -101,6 +101,17 @@ impl Cluster {
         Self::start_spec(n, extra, false, Links::Direct, true).await
     }
 
+    /// [`Cluster::start_zk`] with `batond-faulty` and the deliberate bugs
+    /// `faults` switched on (`--server-fault`; server/src/faults.rs): how a
+    /// test proves it catches the bug it guards against.
+    pub async fn start_zk_faulty(n: u64, faults: &str, extra: &[&str]) -> Cluster {
+        let bin = baton_kit::locate(Bin::BatondFaulty).unwrap_or_else(|e| panic!("{e}"));
+        let mut extra: Vec<&str> = extra.to_vec();
+        let flag = format!("--server-fault={faults}");
+        extra.push(&flag);
+        Self::start_spec_bin(n, &extra, false, Links::Direct, true, bin).await
+    }
+
     /// The members' ZooKeeper ports, member 1 first.
     pub fn zk_endpoints(&self) -> Vec<String> {
         self.kit.zk_endpoints()
@@ -167,6 +178,10 @@ impl Cluster {
     }
 
     async fn start_spec(n: u64, extra: &[&str], tls: bool, links: Links, zk: bool) -> Cluster {
+        Self::start_spec_bin(n, extra, tls, links, zk, batond_bin()).await
+    }
+
+    async fn start_spec_bin(n: u64, extra: &[&str], tls: bool, links: Links, zk: bool, bin: PathBuf) -> Cluster {
         let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
         let (tls, kit_tls) = match tls {
             true => {
@@ -183,7 +198,7 @@ impl Cluster {
             tls: kit_tls,
             links,
             zk,
-            ..ClusterSpec::new(n, dir.path(), batond_bin())
+            ..ClusterSpec::new(n, dir.path(), bin)
         };
         let kit = baton_kit::Cluster::start(spec, Duration::from_secs(20)).await.unwrap_or_else(|e| panic!("{e:#}"));
         Cluster { dir, kit, tls }

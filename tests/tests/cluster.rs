@@ -264,6 +264,7 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
         id,
         seq: 1,
         acked_below: 1,
+        epoch: 0,
         body: Some(request::Body::Create(CreateOp { path: "/once-".into(), sequential: true, ..Default::default() })),
     };
     // Send, then drop the connection without reading the reply.
@@ -292,6 +293,7 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
             id: 4,
             seq: 2,
             acked_below: 2,
+            epoch: 0,
             body: Some(request::Body::Create(CreateOp { path: "/two".into(), ..Default::default() })),
         })
         .await;

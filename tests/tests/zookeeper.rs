@@ -18,6 +18,14 @@
 //! the member it moves to, for changes made while it was away and after;
 //! a write on another member right after the kill ends in a connection
 //! loss, never in a reply code ZooKeeper does not send.
+//! t22: a resumed session's connections never share a write's sequence
+//! number (finding Z2): a create sent to a paused member's connection and
+//! dropped, the session resumed on the leader, the member resumed, a
+//! create on the new connection is answered with its own path and runs;
+//! the old one is refused SESSION_MOVED. With `zk-resume-without-claim`
+//! and `reply-without-digest` planted, the same steps answer the new
+//! create with the old one's reply (the finding); with the first alone,
+//! the op digest turns the clash into a definite error.
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -445,6 +453,131 @@ async fn t21_watches_follow_a_session_through_its_members_kill() {
     assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeChildrenChanged, "/w/kept"));
     let e = within(born).await;
     assert_eq!((e.event_type, e.path.as_str()), (zk::EventType::NodeCreated, "/w/born"));
+}
+
+/// A ZooKeeper connection spoken by hand (jute), for steps a client
+/// library hides: resuming a session by id and password, a request sent
+/// to a paused member and the connection dropped.
+struct RawZk {
+    s: tokio::net::TcpStream,
+    xid: i32,
+}
+
+impl RawZk {
+    /// Connects (session 0: a new one) and returns the session's id and
+    /// password; None if the member did not answer or refused.
+    async fn connect(addr: &str, session: i64, passwd: &[u8]) -> Option<(RawZk, i64, Vec<u8>)> {
+        use tokio::io::AsyncWriteExt;
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let c = baton_proto::jute::ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: 0,
+            timeout_ms: 10_000,
+            session_id: session,
+            passwd: passwd.to_vec(),
+            read_only: false,
+        };
+        s.write_all(&framed(&c.encode())).await.ok()?;
+        let mut raw = RawZk { s, xid: 0 };
+        let frame = raw.frame(Duration::from_secs(15)).await?;
+        let r = baton_proto::jute::ConnectResponse::decode(&frame).ok()?;
+        (r.session_id != 0).then_some((raw, r.session_id, r.passwd))
+    }
+
+    async fn frame(&mut self, limit: Duration) -> Option<Vec<u8>> {
+        use tokio::io::AsyncReadExt;
+        let read = async {
+            let mut len = [0u8; 4];
+            self.s.read_exact(&mut len).await.ok()?;
+            let mut f = vec![0u8; u32::from_be_bytes(len) as usize];
+            self.s.read_exact(&mut f).await.ok()?;
+            Some(f)
+        };
+        tokio::time::timeout(limit, read).await.ok().flatten()
+    }
+
+    async fn send_create(&mut self, path: &str) {
+        use baton_proto::jute;
+        use tokio::io::AsyncWriteExt;
+        self.xid += 1;
+        let acl = vec![jute::Acl { perms: 31, scheme: "world".into(), id: "anyone".into() }];
+        let c =
+            jute::Create { path: path.into(), data: vec![], acl, flags: jute::create_mode::PERSISTENT, ttl_ms: None };
+        let req = jute::Request::Create { op: jute::op::CREATE, c };
+        self.s.write_all(&framed(&req.encode(self.xid))).await.expect("send create");
+    }
+
+    /// The reply to the last create: (error code, path if OK).
+    async fn create_reply(&mut self) -> (i32, Option<String>) {
+        use baton_proto::jute;
+        loop {
+            let f = self.frame(Duration::from_secs(20)).await.expect("a reply to the create");
+            let mut r = jute::Reader::new(&f);
+            let h = jute::ReplyHeader::read(&mut r).expect("reply header");
+            if h.xid != self.xid {
+                continue; // a ping's answer or a notification
+            }
+            if h.err != 0 {
+                return (h.err, None);
+            }
+            match jute::Response::decode_body(jute::op::CREATE, &mut r).expect("create reply") {
+                jute::Response::Path(p) => return (0, Some(p)),
+                other => panic!("create answered {other:?}"),
+            }
+        }
+    }
+}
+
+/// Finding Z2's steps; returns the new connection's create reply and
+/// whether `/w2` exists afterwards.
+async fn resumed_connections_race(c: &mut Cluster) -> ((i32, Option<String>), bool) {
+    let eps = c.zk_endpoints();
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let f = if leader == 1 { 2 } else { 1 };
+    let (first, sid, pw) = RawZk::connect(&eps[leader as usize - 1], 0, &[0; 16]).await.expect("a new session");
+    drop(first);
+    // The session resumed on follower F, F paused, a create sent on F's
+    // connection and the connection dropped (the client gave up on F).
+    let (mut on_f, _, _) = RawZk::connect(&eps[f as usize - 1], sid, &pw).await.expect("resumed on F");
+    c.pause(f, true);
+    on_f.send_create("/w1").await;
+    drop(on_f);
+    // Resumed on the leader while F sleeps; then F wakes and sends /w1.
+    let (mut on_l, _, _) = RawZk::connect(&eps[leader as usize - 1], sid, &pw).await.expect("resumed on the leader");
+    c.pause(f, false);
+    let status = c.status(leader).await.expect("leader status");
+    c.wait_applied(f, status.applied_index, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    on_l.send_create("/w2").await;
+    let reply = on_l.create_reply().await;
+    let z = connect(&eps).await;
+    let w2 = z.check_stat("/w2").await.expect("exists /w2").is_some();
+    (reply, w2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t22_a_resumed_session_never_answers_a_write_with_another_writes_reply() {
+    // Planted: the old numbering. The new connection's create is answered
+    // with the old one's reply (or refused), and /w2 is not made.
+    let mut bad = Cluster::start_zk_faulty(3, "zk-resume-without-claim,reply-without-digest", &[]).await;
+    let ((code, path), w2) = resumed_connections_race(&mut bad).await;
+    eprintln!("planted, both guards off: /w2 answered {code} {path:?}, made: {w2}");
+    assert_eq!((code, path.as_deref(), w2), (0, Some("/w1"), false), "the planted bug (finding Z2) did not show");
+    drop(bad);
+    // Either guard alone turns it into a definite error: with the digest
+    // on, the old numbering's clash is refused, not answered as /w1.
+    let mut half = Cluster::start_zk_faulty(3, "zk-resume-without-claim", &[]).await;
+    let ((code, path), w2) = resumed_connections_race(&mut half).await;
+    assert!(code != 0 && path.is_none() && !w2, "a clash under the old numbering: {code} {path:?} {w2}");
+    drop(half);
+    let mut c = Cluster::start_zk(3, &[]).await;
+    let ((code, path), w2) = resumed_connections_race(&mut c).await;
+    assert_eq!((code, path.as_deref()), (0, Some("/w2")), "the new connection's create answered as its own");
+    assert!(w2, "/w2 was made");
+    // The old connection's create came after the claim: SESSION_MOVED,
+    // never run.
+    let z = connect(&c.zk_endpoints()).await;
+    assert!(z.check_stat("/w1").await.expect("exists /w1").is_none(), "/w1 ran after its connection was moved from");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

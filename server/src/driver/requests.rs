@@ -6,7 +6,7 @@
 //! Every request on a connection bound to a session touches the session
 //! (sessions.rs). Then, by kind:
 //! - **Writes** (`create`, `set`, `delete`, `multi`, `close_session`,
-//!   `set_acl`, `add_user`, `remove_user`): the connection must be bound to
+//!   `set_acl`, `add_user`, `remove_user`, `claim_session`): the connection must be bound to
 //!   a session (`BAD_REQUEST`) that exists here (`SESSION_EXPIRED`);
 //!   `precheck_write` refuses a `multi` over `--max-multi-ops`
 //!   (`TOO_LARGE`), an empty op in a `multi` (`BAD_REQUEST`), `seq` 0
@@ -218,7 +218,8 @@ impl Driver {
             | Some(B::Multi(_))
             | Some(B::SetAcl(_))
             | Some(B::AddUser(_))
-            | Some(B::RemoveUser(_)) => {
+            | Some(B::RemoveUser(_))
+            | Some(B::ClaimSession(_)) => {
                 let Some(sid) = session else {
                     return self.reply_err(
                         conn,
@@ -242,6 +243,7 @@ impl Driver {
                     Some(B::SetAcl(a)) => client_write::Op::SetAcl(a),
                     Some(B::AddUser(u)) => client_write::Op::AddUser(u),
                     Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
+                    Some(B::ClaimSession(c)) => client_write::Op::ClaimSession(c),
                     _ => return,
                 };
                 let caller = self.caller(conn);
@@ -250,6 +252,7 @@ impl Driver {
                         session_id: sid,
                         seq: req.seq,
                         acked_below: req.acked_below,
+                        epoch: req.epoch,
                         secret,
                         identities: caller.identities,
                         superuser: caller.superuser,

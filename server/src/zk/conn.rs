@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::driver::{read, SharedState};
 use crate::message::{ConnTx, Input};
 use crate::shutdown::Signal;
+use baton_proto::ClaimSessionReq;
 
 /// Time a client has to send its connect request (or a four-letter word).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -111,6 +112,8 @@ pub(super) async fn handle(
         secret: Vec::new(),
         next_id: 1,
         next_seq: 1,
+        epoch: 0,
+        resume_without_claim: cfg.faults.zk_resume_without_claim(),
         writes: std::collections::BTreeSet::new(),
         queue: VecDeque::new(),
         by_id: HashMap::new(),
@@ -193,6 +196,11 @@ struct Gateway {
     secret: Vec<u8>,
     next_id: u64,
     next_seq: u64,
+    /// The session epoch this connection's writes go under: 0 for a
+    /// session it created, else its claim's index (state.rs).
+    epoch: u64,
+    /// The `zk-resume-without-claim` server fault (faults.rs).
+    resume_without_claim: bool,
     /// Sequence numbers of this connection's writes without a reply.
     writes: std::collections::BTreeSet<u64>,
     /// Requests in the order they came, by serial (= the first Baton id).
@@ -339,10 +347,16 @@ impl Gateway {
                     let sm = read(&self.state);
                     (sm.session_timeout(sid), sm.session_next_seq(sid))
                 };
-                let (Some(timeout), Some(next)) = (timeout, next) else { return self.expired().await };
+                let (Some(timeout), Some((next, epoch))) = (timeout, next) else { return self.expired().await };
                 self.session = sid;
                 self.secret = c.passwd.clone();
-                self.next_seq = next + SEQ_GAP;
+                if self.resume_without_claim {
+                    // Deliberate bug (Z2): number from the applied state.
+                    self.next_seq = next + SEQ_GAP;
+                    self.epoch = epoch;
+                } else if !self.claim(limit).await {
+                    return false;
+                }
                 self.connected(timeout as i32).await
             }
             Ok(ErrorCode::SessionExpired) | Ok(ErrorCode::SessionMoved) => self.expired().await,
@@ -350,6 +364,30 @@ impl Gateway {
                 debug!(error = r.error, "zookeeper: session {sid:#x} not resumed here: {}", r.message);
                 false
             }
+        }
+    }
+
+    /// Claims the resumed session for this connection through the log
+    /// (mod.rs, "Writes"): this connection's writes go under the claim's
+    /// index as their epoch, numbered from 1. False: close (the client
+    /// tries again, here or elsewhere).
+    async fn claim(&mut self, limit: Duration) -> bool {
+        let id = self.id();
+        let body = request::Body::ClaimSession(ClaimSessionReq {});
+        if !self.send(baton_proto::Request { id, seq: 1, body: Some(body), ..Default::default() }) {
+            return false;
+        }
+        match self.response_to(id, limit).await {
+            Some(r) if r.error == ErrorCode::Ok as i32 => {
+                self.epoch = r.zxid;
+                self.next_seq = 1;
+                true
+            }
+            Some(r) => {
+                debug!(error = r.error, "zookeeper: session {:#x} not claimed here: {}", self.session, r.message);
+                false
+            }
+            None => false,
         }
     }
 
@@ -497,6 +535,7 @@ impl Gateway {
             let id = self.id();
             let mut req = baton_proto::Request { id, body: Some(body), ..Default::default() };
             if is_write {
+                req.epoch = self.epoch;
                 req.seq = self.next_seq;
                 self.next_seq += 1;
                 self.writes.insert(req.seq);

@@ -54,10 +54,21 @@
 //!   instead left `zookeeper-client` with an unexpected error code on a
 //!   lock node's delete, and a set-watches that failed so left its
 //!   watches unregistered (zookeeper.rs t21).
-//! - **Writes** carry a sequence number the member draws: from 1 for a new
-//!   session, and for a resumed one from the session's next free number
-//!   ([`crate::state::StateMachine::session_next_seq`]) plus [`SEQ_GAP`],
-//!   past anything an earlier connection may still have in flight.
+//! - **A resume claims the session through the log** (ZooKeeper's owner
+//!   change): once the attach is served, the connection proposes
+//!   `claim_session` and is answered only when it applied; its index is
+//!   the session's new *epoch* (state.rs, step 2a). Every write of the
+//!   connection carries that epoch and a sequence number from 1 (a session
+//!   this connection created has epoch 0). A write still in flight from an
+//!   older connection of the session (one on a member that was paused, or
+//!   a second live connection) applies after the claim as `SESSION_MOVED`
+//!   (-118): definitely not run. So two connections never share a sequence
+//!   number, and a reply cached for one never answers the other (finding
+//!   Z2: a resume numbered from the *applied* state's next free number, a
+//!   paused member's connection had drawn the same one, and the new
+//!   connection's `create /w2` was answered with `/w1`'s reply and never
+//!   ran). As a second guard, a replay needs the same op (state.rs step
+//!   5). A claim that fails closes the connection: the client reconnects.
 //!   ZooKeeper clients never retry a write, so the exactly-once window
 //!   only ever holds this connection's outstanding writes.
 //! - **Reads** are ZooKeeper's by default: served from this member's state
@@ -110,8 +121,8 @@ use crate::driver::SharedState;
 use crate::message::Input;
 use crate::shutdown::Signal;
 
-/// How far past a resumed session's next free sequence number a new
-/// connection starts (more than any connection's `--max-inflight`).
+/// How far past a resumed session's next free sequence number the
+/// `zk-resume-without-claim` fault starts a connection (the old rule).
 pub const SEQ_GAP: u64 = 1 << 20;
 
 /// Settings of the ZooKeeper port.
