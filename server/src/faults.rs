@@ -55,10 +55,15 @@ pub struct Faults {
     /// A cached reply is returned for a matching sequence number without
     /// comparing its op's digest, as before (finding Z2).
     pub reply_without_digest: bool,
+    /// The ZooKeeper port writes replies, events and ping answers without
+    /// a vouched-for keepalive (zk/vouch.rs), as it did before: a member
+    /// cut off from its peers keeps its ZooKeeper clients connected
+    /// (finding Z1).
+    pub zk_speak_unvouched: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -74,6 +79,7 @@ pub const NAMES: [&str; 15] = [
     "zk-loss-reply",
     "zk-resume-without-claim",
     "reply-without-digest",
+    "zk-speak-unvouched",
 ];
 
 impl Faults {
@@ -97,6 +103,7 @@ impl Faults {
                 "zk-loss-reply" => f.zk_loss_reply = true,
                 "zk-resume-without-claim" => f.zk_resume_without_claim = true,
                 "reply-without-digest" => f.reply_without_digest = true,
+                "zk-speak-unvouched" => f.zk_speak_unvouched = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -134,4 +141,5 @@ impl Faults {
     query!(zk_loss_reply);
     query!(zk_resume_without_claim);
     query!(reply_without_digest);
+    query!(zk_speak_unvouched);
 }

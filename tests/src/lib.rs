@@ -112,6 +112,20 @@ impl Cluster {
         Self::start_spec_bin(n, &extra, false, Links::Direct, true, bin).await
     }
 
+    /// [`Cluster::start_proxied`] with the ZooKeeper port open on every
+    /// member (ZooKeeper clients connect to it directly, not through a
+    /// proxy: [`Proxies::isolate_peers`] leaves them connected); with
+    /// `faults`, `batond-faulty` and those deliberate bugs.
+    pub async fn start_proxied_zk(n: u64, faults: Option<&str>, extra: &[&str]) -> Cluster {
+        let links = Links::Proxied { slots: 1 };
+        let Some(faults) = faults else { return Self::start_spec(n, extra, false, links, true).await };
+        let bin = baton_kit::locate(Bin::BatondFaulty).unwrap_or_else(|e| panic!("{e}"));
+        let mut extra: Vec<&str> = extra.to_vec();
+        let flag = format!("--server-fault={faults}");
+        extra.push(&flag);
+        Self::start_spec_bin(n, &extra, false, links, true, bin).await
+    }
+
     /// The members' ZooKeeper ports, member 1 first.
     pub fn zk_endpoints(&self) -> Vec<String> {
         self.kit.zk_endpoints()

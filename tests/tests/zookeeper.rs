@@ -26,6 +26,11 @@
 //! and `reply-without-digest` planted, the same steps answer the new
 //! create with the old one's reply (the finding); with the first alone,
 //! the op digest turns the clash into a definite error.
+//! t23: a member cut off from its peers, its ZooKeeper client's link kept
+//! (finding Z1): the client, reading every 300 ms, gets no reply and is
+//! not `SyncConnected` from the moment another session sees its ephemeral
+//! node gone (its lock taken over). With `zk-speak-unvouched` planted the
+//! client goes on reading after that, as the review saw.
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -578,6 +583,105 @@ async fn t22_a_resumed_session_never_answers_a_write_with_another_writes_reply()
     // never run.
     let z = connect(&c.zk_endpoints()).await;
     assert!(z.check_stat("/w1").await.expect("exists /w1").is_none(), "/w1 ran after its connection was moved from");
+}
+
+/// What a ZooKeeper client on a cut-off member saw, against the instant
+/// another session saw its ephemeral node gone.
+struct CutOff {
+    /// Reads answered OK after the takeover.
+    reads_after: usize,
+    /// The client's state at the takeover.
+    state_then: zk::SessionState,
+}
+
+/// Finding Z1's steps: client A (4 s session) only on follower X holds an
+/// ephemeral node and reads every 300 ms; X's peer links are cut; client B
+/// on the others waits for the node to go; then 3 s more of A's reads.
+async fn cut_off_member(c: &Cluster) -> CutOff {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    let eps = c.zk_endpoints();
+    let leader = c.wait_leader(Duration::from_secs(20)).await;
+    let x = if leader == 1 { 2 } else { 1 };
+    let a = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(&eps[x as usize - 1])
+        .await
+        .expect("A connects to X");
+    let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    a.create("/holder", b"", &eph).await.expect("A's ephemeral");
+    a.create("/data", b"", &anyone()).await.expect("/data");
+    let reads: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let states: Arc<Mutex<Vec<(Instant, zk::SessionState)>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (a, reads, stop) = (a.clone(), reads.clone(), stop.clone());
+        tokio::spawn(async move {
+            for _ in 0..400 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let r = tokio::time::timeout(Duration::from_secs(1), a.get_data("/data")).await;
+                if matches!(r, Ok(Ok(_))) {
+                    reads.lock().unwrap().push(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let watcher = {
+        let (mut w, states, stop) = (a.state_watcher(), states.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(s) = tokio::time::timeout(Duration::from_millis(200), w.changed()).await {
+                    states.lock().unwrap().push((Instant::now(), s));
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!reads.lock().unwrap().is_empty(), "A reads before the cut");
+    c.proxies().isolate_peers(x);
+    let others: Vec<String> =
+        eps.iter().enumerate().filter(|(i, _)| *i as u64 + 1 != x).map(|(_, e)| e.clone()).collect();
+    let b = connect(&others).await;
+    let takeover = baton_tests::eventually(Duration::from_secs(30), "A's ephemeral gone for B", || async {
+        b.check_stat("/holder").await.ok()?.is_none().then(Instant::now)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = reader.await;
+    let _ = watcher.await;
+    c.proxies().heal();
+    let reads_after = reads.lock().unwrap().iter().filter(|t| **t > takeover).count();
+    let state_then = states
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| *t <= takeover)
+        .map(|(_, s)| *s)
+        .last()
+        .unwrap_or(zk::SessionState::SyncConnected);
+    eprintln!("A: {reads_after} reads after the takeover; state then {state_then:?}");
+    CutOff { reads_after, state_then }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t23_a_cut_off_member_never_keeps_a_zookeeper_client_connected_past_its_expiry() {
+    let bad = Cluster::start_proxied_zk(3, Some("zk-speak-unvouched"), &[]).await;
+    let seen = cut_off_member(&bad).await;
+    assert!(
+        seen.reads_after > 0 && seen.state_then == zk::SessionState::SyncConnected,
+        "the planted fault (finding Z1) did not show: {} reads after, {:?}",
+        seen.reads_after,
+        seen.state_then
+    );
+    drop(bad);
+    let c = Cluster::start_proxied_zk(3, None, &[]).await;
+    let seen = cut_off_member(&c).await;
+    assert_eq!(seen.reads_after, 0, "A read from the cut-off member after its session's node was gone");
+    assert_ne!(seen.state_then, zk::SessionState::SyncConnected, "A was connected when B took over");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

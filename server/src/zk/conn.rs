@@ -24,6 +24,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::debug;
 
 use super::stats::{self, Stats};
+use super::vouch::{Answer, Vouch};
 use super::{words, ZkSettings, SEQ_GAP};
 use crate::config::Config;
 use crate::driver::{read, SharedState};
@@ -114,10 +115,14 @@ pub(super) async fn handle(
         next_seq: 1,
         epoch: 0,
         resume_without_claim: cfg.faults.zk_resume_without_claim(),
+        speak_unvouched: cfg.faults.zk_speak_unvouched(),
         writes: std::collections::BTreeSet::new(),
         queue: VecDeque::new(),
         by_id: HashMap::new(),
-        pings: HashMap::new(),
+        vouch: Vouch::new(Duration::ZERO, Instant::now()),
+        out: VecDeque::new(),
+        out_bytes: 0,
+        max_out: cfg.limits.max_queued_bytes,
         watches: HashMap::new(),
         next_watch: 1,
         closing: false,
@@ -201,14 +206,25 @@ struct Gateway {
     epoch: u64,
     /// The `zk-resume-without-claim` server fault (faults.rs).
     resume_without_claim: bool,
+    /// The `zk-speak-unvouched` server fault (faults.rs).
+    speak_unvouched: bool,
     /// Sequence numbers of this connection's writes without a reply.
     writes: std::collections::BTreeSet<u64>,
     /// Requests in the order they came, by serial (= the first Baton id).
     queue: VecDeque<u64>,
     /// Baton id -> the serial of the request it belongs to.
     by_id: HashMap<u64, u64>,
-    /// Keepalives sent for pings: Baton id -> nothing more to know.
-    pings: HashMap<u64, ()>,
+    /// The session rule (vouch.rs): when a packet may be written, and the
+    /// gateway's own keepalives.
+    vouch: Vouch,
+    /// Frames ready to be written, in the order they became ready (a
+    /// reply once every earlier request's is out, events and ping answers
+    /// as they come); held while [`Vouch::may_send`] says no.
+    out: VecDeque<Out>,
+    /// Bytes in `out`; over `max_out` the connection closes, as a native
+    /// one whose client does not read.
+    out_bytes: usize,
+    max_out: usize,
     /// This connection's watches by id (a one-shot watch is forgotten when
     /// it fires).
     watches: HashMap<u64, Watch>,
@@ -391,8 +407,28 @@ impl Gateway {
         }
     }
 
+    /// Answers the connect, once a keepalive of the session was vouched
+    /// for (vouch.rs: the answer is a packet like any other).
     async fn connected(&mut self, timeout_ms: i32) -> bool {
         self.timeout_ms = timeout_ms;
+        let t = Duration::from_millis(timeout_ms.max(0) as u64);
+        let now = Instant::now();
+        self.vouch = Vouch::new(t, now);
+        let id = self.id();
+        self.vouch.sent(id, now);
+        let body = request::Body::Keepalive(KeepaliveReq {});
+        if !self.send(baton_proto::Request { id, body: Some(body), ..Default::default() }) {
+            return false;
+        }
+        let r = self.response_to(id, t.max(Duration::from_secs(1))).await;
+        match r.map(|r| keepalive_answer(r.error)) {
+            Some(Answer::Vouched) => self.vouch.answered(Answer::Vouched, Instant::now()),
+            Some(Answer::Expired) => return self.expired().await,
+            _ => {
+                debug!(session = self.session, "zookeeper: no keepalive vouched for at connect; closing");
+                return false;
+            }
+        }
         let resp = ConnectResponse {
             protocol_version: PROTOCOL_VERSION,
             timeout_ms,
@@ -418,11 +454,18 @@ impl Gateway {
 
     async fn run(&mut self, mut frames: Rd, max_inflight: usize, mut signal: Signal) {
         let mut reqs: Zreqs = HashMap::new();
+        let gauge = self.tx.gauge();
         loop {
+            let now = Instant::now();
+            if self.vouch.due(now) && !self.keepalive(now) {
+                return;
+            }
+            let wake = tokio::time::Instant::from_std(self.vouch.next_wake(now));
             let room = self.queue.len() + self.waiting.len() < max_inflight && !self.closing;
             tokio::select! {
                 f = frames.next(), if room => {
                     let Some(Ok(frame)) = f else { return };
+                    self.vouch.heard(Instant::now());
                     crate::metrics::client_bytes(frame.len(), 0);
                     if let Some(s) = &self.stats {
                         s.received();
@@ -437,68 +480,129 @@ impl Gateway {
                 }
                 f = self.rx.recv() => {
                     let Some(f) = f else { return };
-                    // A ping's answer or a notification goes out at once.
-                    let now = match f.frame {
+                    // Off the driver's queue: credit the gauge the driver
+                    // charged (finding Z4: uncredited, every connection went
+                    // silent after 64 MiB of replies in all).
+                    gauge.written(prost::Message::encoded_len(&f));
+                    match f.frame {
+                        Some(server_frame::Frame::Response(r)) if self.vouch.is_mine(r.id) => {
+                            let answer = keepalive_answer(r.error);
+                            self.vouch.answered(answer, Instant::now());
+                            if answer == Answer::Expired {
+                                // The client learns it at its next connect.
+                                debug!(session = self.session, "zookeeper: session expired; closing");
+                                return;
+                            }
+                        }
                         Some(server_frame::Frame::Response(r)) => {
-                            let now = self.response(&mut reqs, r);
+                            self.response(&mut reqs, r);
                             if !self.release_waiting(&mut reqs) {
                                 return;
                             }
-                            now
                         }
-                        Some(server_frame::Frame::Event(e)) => self.event(e),
-                        None => None,
-                    };
-                    if let Some(frame) = now {
-                        if !self.write_now(frame).await {
-                            return;
+                        Some(server_frame::Frame::Event(e)) => {
+                            if let Some(frame) = self.event(e) {
+                                if let Some(s) = &self.stats {
+                                    s.sent();
+                                }
+                                self.push(Out::Frame(frame));
+                            }
                         }
+                        None => {}
                     }
                 }
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = gauge.closed().cancelled() => return,
                 _ = signal.wait() => return,
             }
-            if !self.flush(&mut reqs).await || (self.closing && self.queue.is_empty()) {
+            self.collect(&mut reqs);
+            if self.out_bytes > self.max_out {
+                tracing::warn!(
+                    queued = self.out_bytes,
+                    "a ZooKeeper client is not reading its replies and events: closing its connection"
+                );
+                return;
+            }
+            let now = Instant::now();
+            if !self.drain(now).await {
+                return;
+            }
+            self.vouch.holding(!self.out.is_empty(), now);
+            if self.vouch.must_close(now) {
+                debug!(session = self.session, "zookeeper: no keepalive vouched for in time; closing");
+                return;
+            }
+            if self.closing && self.queue.is_empty() && self.out.is_empty() {
                 return;
             }
         }
     }
 
-    /// Writes the replies that are due, in request order. False: close.
-    async fn flush(&mut self, reqs: &mut Zreqs) -> bool {
+    /// Sends the gateway's keepalive for the session (vouch.rs). False:
+    /// the driver is gone.
+    fn keepalive(&mut self, now: Instant) -> bool {
+        let id = self.id();
+        self.vouch.sent(id, now);
+        let body = request::Body::Keepalive(KeepaliveReq {});
+        self.send(baton_proto::Request { id, body: Some(body), ..Default::default() })
+    }
+
+    fn push(&mut self, o: Out) {
+        if let Out::Frame(f) = &o {
+            self.out_bytes += f.len();
+        }
+        self.out.push_back(o);
+    }
+
+    /// Moves the replies that are due, in request order, to `out`.
+    fn collect(&mut self, reqs: &mut Zreqs) {
         while let Some(serial) = self.queue.front().copied() {
             let Some(reply) = reqs.get_mut(&serial).and_then(|z| z.reply.take()) else { break };
             self.queue.pop_front();
             let z = reqs.remove(&serial);
             if lost_connection(&reply) && !self.loss_reply {
                 // What ZooKeeper's clients call a connection loss happens
-                // here for real: the replies before it are out, this and
-                // every later one are not, and the client reconnects.
-                debug!("zookeeper: the outcome of a request is unknown here; closing");
-                let _ = SinkExt::<bytes::Bytes>::flush(&mut self.w).await;
-                return false;
+                // here for real: the replies before it go out, this and
+                // every later one do not, and the client reconnects.
+                self.push(Out::Close);
+                return;
             }
             let close = z.as_ref().is_some_and(|z| matches!(z.what, What::Close));
             if let (Some(s), Some(z)) = (&self.stats, &z) {
                 let zxid = reply.get(4..12).and_then(|b| b.try_into().ok()).map_or(0, u64::from_be_bytes);
                 s.replied(stats::op_name(z.op), z.xid, zxid, z.at.elapsed());
             }
-            crate::metrics::client_bytes(0, reply.len());
-            if self.w.feed(bytes::Bytes::from(reply)).await.is_err() {
-                return false;
-            }
+            self.push(Out::Frame(reply));
             if close {
-                let _ = SinkExt::<bytes::Bytes>::flush(&mut self.w).await;
-                return false;
+                self.push(Out::Close);
+                return;
             }
         }
-        SinkExt::<bytes::Bytes>::flush(&mut self.w).await.is_ok()
     }
 
-    async fn write_now(&mut self, frame: Vec<u8>) -> bool {
-        if let Some(s) = &self.stats {
-            s.sent();
+    /// Writes what `out` holds while the session rule allows. False: close.
+    async fn drain(&mut self, now: Instant) -> bool {
+        let mut wrote = false;
+        while let Some(o) = self.out.front() {
+            match o {
+                Out::Close => {
+                    debug!("zookeeper: closing after the replies before it");
+                    let _ = SinkExt::<bytes::Bytes>::flush(&mut self.w).await;
+                    return false;
+                }
+                Out::Frame(_) if !self.vouch.may_send(now) && !self.speak_unvouched => break,
+                Out::Frame(_) => {
+                    let Some(Out::Frame(f)) = self.out.pop_front() else { break };
+                    self.out_bytes -= f.len();
+                    crate::metrics::client_bytes(0, f.len());
+                    if self.w.feed(bytes::Bytes::from(f)).await.is_err() {
+                        return false;
+                    }
+                    wrote = true;
+                }
+            }
         }
-        self.w.send(bytes::Bytes::from(frame)).await.is_ok()
+        !wrote || SinkExt::<bytes::Bytes>::flush(&mut self.w).await.is_ok()
     }
 
     fn applied(&self) -> i64 {
@@ -613,10 +717,15 @@ impl Gateway {
         }
         match req {
             Request::Ping => {
-                let id = self.id();
-                self.pings.insert(id, ());
-                let body = B::Keepalive(KeepaliveReq {});
-                self.send(baton_proto::Request { id, body: Some(body), ..Default::default() })
+                // Answered here, outside the request order as in
+                // ZooKeeper, and written only while the session rule
+                // allows (vouch.rs): held, it asks for a keepalive.
+                let h = ReplyHeader { xid: xid::PING, zxid: self.applied(), err: err::OK };
+                if let Some(s) = &self.stats {
+                    s.sent();
+                }
+                self.push(Out::Frame(Response::encode(h, &Response::Empty)));
+                true
             }
             Request::Create { c, .. } => {
                 // create, create2, createContainer: the reply's shape is the opcode's.
@@ -852,20 +961,8 @@ impl Gateway {
         }
     }
 
-    /// A Baton response. Returns a frame to write at once (a ping's
-    /// answer, outside the order).
-    fn response(&mut self, reqs: &mut Zreqs, r: baton_proto::Response) -> Option<Vec<u8>> {
-        if self.pings.remove(&r.id).is_some() {
-            if r.error == ErrorCode::Ok as i32 {
-                let h = ReplyHeader { xid: xid::PING, zxid: r.zxid as i64, err: err::OK };
-                return Some(Response::encode(h, &Response::Empty));
-            }
-            if r.error == ErrorCode::SessionExpired as i32 {
-                // The client learns it at its next connect.
-                self.closing = true;
-            }
-            return None;
-        }
+    /// A Baton response to a request of the client's.
+    fn response(&mut self, reqs: &mut Zreqs, r: baton_proto::Response) -> Option<()> {
         let serial = self.by_id.remove(&r.id)?;
         let z = reqs.get_mut(&serial)?;
         z.got.push(r);
@@ -877,7 +974,7 @@ impl Gateway {
         }
         z.reply = Some(build(z, &mut self.watches));
         self.outstanding = self.outstanding.saturating_sub(1);
-        None
+        Some(())
     }
 
     /// A Baton watch event as a ZooKeeper notification (None: not one of
@@ -895,6 +992,21 @@ impl Gateway {
             _ => return None,
         };
         Some(jute::notification(e.zxid as i64, kind, &e.path))
+    }
+}
+
+/// A frame ready to be written, or the point where the connection closes.
+enum Out {
+    Frame(Vec<u8>),
+    Close,
+}
+
+/// What the answer to one of the gateway's keepalives means.
+fn keepalive_answer(code: i32) -> Answer {
+    match ErrorCode::try_from(code) {
+        Ok(ErrorCode::Ok) => Answer::Vouched,
+        Ok(ErrorCode::SessionExpired) | Ok(ErrorCode::SessionMoved) => Answer::Expired,
+        _ => Answer::Refused,
     }
 }
 

@@ -41,9 +41,21 @@
 //!   answered as ZooKeeper does (timeout 0, session id 0), which the client
 //!   reports as an expired session. A member that cannot reach a leader
 //!   closes the connection without an answer, and the client tries the
-//!   next server. Pings are keepalives (sessions.rs: a member vouches for a
-//!   session only through the leader); a ping that is not vouched for gets
-//!   no reply, so the client's own timeout sees the trouble.
+//!   next server.
+//! - **A member speaks only while it can vouch for the session**
+//!   ([`vouch`], the rule and its margin): the connection sends its own
+//!   keepalives (answered only once a quorum recorded them, sessions.rs)
+//!   and writes a reply, notification or ping answer only within a window
+//!   after the latest vouched one was sent, short enough that the client's
+//!   own read timeout ends before the cluster could commit the session's
+//!   expiry. Otherwise the packet waits, in order, for the next vouched
+//!   keepalive, and a packet that waited `T/3` closes the connection (the
+//!   client reconnects elsewhere). A member cut off from its peers so
+//!   falls silent, then closes, well before another session can take
+//!   over a lock its client held (finding Z1: it used to serve reads and
+//!   keep the client `CONNECTED` until the cut healed). Pings are answered
+//!   here under the same rule; the connect answer waits for a first
+//!   vouched keepalive.
 //! - **No reply carries CONNECTION_LOSS (-4).** ZooKeeper never sends it:
 //!   a client makes it up when its connection drops, and every client
 //!   treats it as "may have happened", then reconnects and re-registers
@@ -105,6 +117,7 @@
 
 mod conn;
 mod stats;
+pub mod vouch;
 mod words;
 
 use std::sync::atomic::{AtomicU64, Ordering};
