@@ -31,6 +31,9 @@
 //! not `SyncConnected` from the moment another session sees its ephemeral
 //! node gone (its lock taken over). With `zk-speak-unvouched` planted the
 //! client goes on reading after that, as the review saw.
+//! t24: replies far past `--max-queued-bytes` in total, read as they come,
+//! keep flowing (finding Z4: the port never credited the queue's gauge,
+//! so every connection fell silent after 64 MiB of replies in all).
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -682,6 +685,19 @@ async fn t23_a_cut_off_member_never_keeps_a_zookeeper_client_connected_past_its_
     let seen = cut_off_member(&c).await;
     assert_eq!(seen.reads_after, 0, "A read from the cut-off member after its session's node was gone");
     assert_ne!(seen.state_then, zk::SessionState::SyncConnected, "A was connected when B took over");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t24_replies_past_the_queue_limit_in_total_keep_flowing() {
+    let c = Cluster::start_zk(3, &["--max-queued-bytes=65536"]).await;
+    let a = connect(&c.zk_endpoints()[..1]).await;
+    a.create("/big", &[7u8; 20_000], &anyone()).await.expect("create /big");
+    // 60 reads of 20 kB: 1.2 MB through a 64 kB queue, one at a time.
+    for i in 0..60 {
+        let r = tokio::time::timeout(Duration::from_secs(5), a.get_data("/big")).await;
+        let (data, _) = r.unwrap_or_else(|_| panic!("read {i} unanswered")).expect("get /big");
+        assert_eq!(data.len(), 20_000);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
