@@ -18,11 +18,12 @@
 //!   oldest reply evicted from a full window) fails with STALE_SEQUENCE and
 //!   never runs: at most once, however many writes are in flight.
 //! - Sequential suffixes come from a per-parent counter that only grows.
-//!   Names ending in ten digits are the counter's: a plain (non-sequential)
-//!   create of one fails with INVALID_PATH (a plain `lock-0000000042`
-//!   would otherwise jam the counter, or sort into a lock queue as its
-//!   holder, forever). A sequential create still skips numbers that are
-//!   taken (by data from before this rule).
+//!   A sequential create skips numbers whose name is taken, so a plain
+//!   create of any valid name, one ending in ten digits included, can
+//!   never jam the counter: it is accepted, as ZooKeeper accepts it (real
+//!   names end so: epoch seconds, order ids, a uuid's hex; finding Z11,
+//!   kazoo's own tests failed on one). Who may put a plain node into a
+//!   lock's folder is the folder's ACL's business, as in ZooKeeper.
 //!
 //! - A client write runs only with its session's secret: the entry carries
 //!   the secret the proposing member took from the connection's attach or
@@ -1063,12 +1064,6 @@ impl Txn<'_> {
         acl::validate(&c.acl)?;
         check_kind(c)?;
         let node_acl = if c.acl.is_empty() { p.acl.clone() } else { self.caller.expand(&c.acl)? };
-        if !c.sequential && ends_in_sequence(base_name(&c.path)) {
-            return err(
-                ErrorCode::InvalidPath,
-                format!("{}: names ending in ten digits are made only by sequential creates", c.path),
-            );
-        }
         let mut seq = p.next_seq;
         let path = if c.sequential {
             loop {
@@ -1364,11 +1359,6 @@ fn check_version(path: &str, n: &Node, expected: Option<i32>) -> Result<(), OpEr
 
 fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
-}
-
-/// True when `name` ends in ten ASCII digits (a sequential suffix).
-fn ends_in_sequence(name: &str) -> bool {
-    name.len() >= 10 && name.as_bytes()[name.len() - 10..].iter().all(u8::is_ascii_digit)
 }
 
 fn root_node() -> Node {

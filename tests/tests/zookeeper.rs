@@ -74,6 +74,14 @@ async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
     assert!(stat.czxid > 0, "czxid is the log index that created the node");
     assert_eq!(a.create("/app", b"x", &anyone()).await.unwrap_err(), zk::Error::NodeExists);
     assert_eq!(a.create("/no/parent", b"", &anyone()).await.unwrap_err(), zk::Error::NoNode);
+    // Any valid name, one ending in ten digits included (epoch seconds),
+    // as ZooKeeper (finding Z11: refused BadArguments before).
+    a.create("/tens", b"", &anyone()).await.expect("create /tens");
+    a.create("/tens/job-1733212345", b"", &anyone()).await.expect("a name ending in ten digits");
+    let seq = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+    a.create("/tens/n-0000000000", b"", &anyone()).await.expect("a name like a sequential one");
+    let (_, seq_name) = a.create("/tens/n-", b"", &seq).await.expect("sequential");
+    assert_eq!(seq_name.into_i64(), 1, "the sequential create skipped the taken number");
     // createContainer (Curator makes its recipes' parents so): a node that
     // takes children, marked as ZooKeeper marks it (t12 has its reaping).
     let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
