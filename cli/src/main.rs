@@ -25,6 +25,7 @@ mod acl;
 mod admin;
 mod conn;
 mod elect;
+mod holder;
 mod lock;
 mod node;
 mod output;
@@ -229,8 +230,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("bad duration {s:?}"))
 }
 
+fn main() {
+    // `baton __hold ...`: the keeper of a `lock`/`elect` command
+    // (holder.rs), before any runtime or argument parsing.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(holder::ARG) {
+        holder::main(&args[2..]);
+    }
+    cli_main();
+}
+
 #[tokio::main]
-async fn main() {
+async fn cli_main() {
     // Like other command-line tools: `baton ls -R / | head` ends quietly
     // when `head` exits, instead of panicking on a broken pipe.
     // SAFETY: called before any thread writes to a pipe; SIG_DFL is valid.

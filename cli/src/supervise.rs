@@ -5,6 +5,9 @@
 //! Invariants:
 //! - the child never outlives a loss the CLI saw: the CLI waits for it to
 //!   exit before it returns;
+//! - the child's group never outlives the CLI, however the CLI dies
+//!   (`kill -9`, the OOM killer): a keeper process between them stops it
+//!   (holder.rs);
 //! - SIGINT and SIGTERM sent to the CLI are passed on to the child's group
 //!   (a terminal's Ctrl-C does not reach it directly: it has its own group),
 //!   and the CLI exits with the child's code;
@@ -89,8 +92,10 @@ impl Supervised {
         lost: impl Future<Output = SessionState>,
         what: &str,
     ) -> anyhow::Result<i32> {
-        let mut cmd = tokio::process::Command::new(&self.command[0]);
-        cmd.args(&self.command[1..]).process_group(0).env("BATON_ENDPOINTS", endpoints.join(","));
+        // Through the keeper (holder.rs): the command's group never
+        // outlives this process, however it dies.
+        let (mut cmd, _keeper) = crate::holder::command(&self.command, self.grace)?;
+        cmd.process_group(0).env("BATON_ENDPOINTS", endpoints.join(","));
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let mut interrupts = Interrupts::new()?;
         let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run {:?}: {e}", self.command[0]))?;

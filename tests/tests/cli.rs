@@ -1,6 +1,7 @@
 //! The `baton` CLI through its real binary: exit codes, values in and out
 //! (stdin, files, hex, base64, non-UTF-8 through --json), subtrees (ls -R,
 //! rm -r), txn, the lock kinds (--shared, --limit, --nonblock), signals,
+//! a holder killed -9 taking its command's whole group with it (t35),
 //! failing fast without a cluster, and `watch`. Every cluster address is
 //! given as `localhost:PORT` (host names must work).
 //!
@@ -319,6 +320,45 @@ async fn t30_lock_kinds_nonblock_and_signals() {
 /// unreachable ones are each listed with why (exit 5, within the dial
 /// timeout); a member that accepts but never answers fails within
 /// --command-timeout, every endpoint's state listed.
+/// True while process `pid` runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    state.is_some_and(|s| s != "Z")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t35_a_holder_killed_9_takes_its_command_and_its_children_with_it() {
+    // Finding Z3: `baton lock` killed -9 (the OOM killer) left its command
+    // running while the next `baton lock` was granted the lock.
+    let c = Cluster::start(3, &[]).await;
+    let eps = &endpoints(&c);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sh_file, bg_file) = (dir.path().join("sh"), dir.path().join("bg"));
+    // A shell with a child of its own, as a job script has.
+    let script = format!("sleep 60 & echo $! > {}; echo $$ > {}; wait", bg_file.display(), sh_file.display());
+    let args = ["lock", "--session-timeout", "3s", "--grace", "1s", "job", "--", "sh", "-c", &script];
+    let mut first = spawn_baton(eps, &args);
+    let read_pid = |f: &Path| std::fs::read_to_string(f).ok().and_then(|s| s.trim().parse::<i32>().ok());
+    let (sh, bg) = eventually(SECS(15), "the first holder's command runs", || async {
+        Some((read_pid(&sh_file)?, read_pid(&bg_file)?))
+    })
+    .await;
+    assert!(running(sh) && running(bg));
+    signal(first.id() as i32, libc::SIGKILL);
+    let _ = first.wait();
+    // The next holder, once the session expired, finds nothing of the
+    // first one's command running.
+    let check = format!(
+        "for p in {sh} {bg}; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); \
+         [ -n \"$s\" ] && [ \"$s\" != Z ] && echo \"alive $p\"; done; echo granted"
+    );
+    let out = expect(baton(eps, &["lock", "--timeout", "15s", "job", "--", "sh", "-c", &check]), 0, "the next holder");
+    assert!(out.contains("granted"), "{out}");
+    assert!(!out.contains("alive"), "the killed holder's command still ran when the lock passed on: {out}");
+    assert!(!running(sh) && !running(bg));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t50_fail_fast_and_clearly_without_a_cluster() {
     for bad in ["foo", "localhost:99999", "localhost:0", "http://localhost:7101", "::1:7101", ""] {
