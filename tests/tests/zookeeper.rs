@@ -34,6 +34,8 @@
 //! t24: replies far past `--max-queued-bytes` in total, read as they come,
 //! keep flowing (finding Z4: the port never credited the queue's gauge,
 //! so every connection fell silent after 64 MiB of replies in all).
+//! t25: `multiRead` keeps to `--max-multi-ops` and `--max-reply-bytes`
+//! (finding Z6: 60 reads of a 1 MB node made one 60 MB reply).
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -706,6 +708,33 @@ async fn t24_replies_past_the_queue_limit_in_total_keep_flowing() {
         let (data, _) = r.unwrap_or_else(|_| panic!("read {i} unanswered")).expect("get /big");
         assert_eq!(data.len(), 20_000);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t25_multi_read_keeps_to_the_op_and_reply_caps() {
+    let c = Cluster::start_zk(3, &["--max-multi-ops=8", "--max-reply-bytes=100000"]).await;
+    let a = connect(&c.zk_endpoints()[..1]).await;
+    a.create("/big", &[7u8; 30_000], &anyone()).await.expect("create /big");
+    let reads = |n: usize| {
+        let mut r = a.new_multi_reader();
+        for _ in 0..n {
+            r.add_get_data("/big").expect("add");
+        }
+        async move { r.commit().await }
+    };
+    // Three reads of 30 kB: 90 kB, under the cap.
+    assert_eq!(reads(3).await.expect("three reads").len(), 3);
+    // Four: 120 kB, over it; refused whole.
+    assert!(matches!(reads(4).await, Err(zk::Error::BadArguments(_))), "a reply over --max-reply-bytes");
+    // Nine ops: over --max-multi-ops (of a small node too).
+    a.create("/small", b"x", &anyone()).await.expect("create /small");
+    let mut r = a.new_multi_reader();
+    for _ in 0..9 {
+        r.add_get_data("/small").expect("add");
+    }
+    assert!(matches!(r.commit().await, Err(zk::Error::BadArguments(_))), "more ops than --max-multi-ops");
+    // The connection and the member go on.
+    assert_eq!(a.get_data("/small").await.expect("get").0, b"x");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

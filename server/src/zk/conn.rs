@@ -123,6 +123,8 @@ pub(super) async fn handle(
         out: VecDeque::new(),
         out_bytes: 0,
         max_out: cfg.limits.max_queued_bytes,
+        max_multi_ops: cfg.limits.max_multi_ops,
+        max_reply_bytes: cfg.limits.max_reply_bytes,
         watches: HashMap::new(),
         next_watch: 1,
         closing: false,
@@ -150,6 +152,9 @@ struct Zreq {
     seqs: Vec<u64>,
     /// The reply, once built.
     reply: Option<Vec<u8>>,
+    /// Bytes of the responses in `got`; past `--max-reply-bytes` their
+    /// bodies are dropped and the reply is refused (a `multiRead`).
+    bytes: usize,
     /// When its frame was read.
     at: Instant,
 }
@@ -225,6 +230,10 @@ struct Gateway {
     /// one whose client does not read.
     out_bytes: usize,
     max_out: usize,
+    /// `--max-multi-ops` and `--max-reply-bytes`, for a `multiRead`'s ops
+    /// and its whole reply (each of its reads is capped by the driver).
+    max_multi_ops: usize,
+    max_reply_bytes: usize,
     /// This connection's watches by id (a one-shot watch is forgotten when
     /// it fires).
     watches: HashMap<u64, Watch>,
@@ -623,6 +632,7 @@ impl Gateway {
                 got: vec![],
                 seqs: vec![],
                 reply: Some(reply),
+                bytes: 0,
                 at: Instant::now(),
             },
         );
@@ -654,7 +664,8 @@ impl Gateway {
             }
         }
         let got = Vec::with_capacity(want);
-        reqs.insert(serial, Zreq { xid: x, op: o, what, want, got, seqs, reply: None, at: Instant::now() });
+        let at = Instant::now();
+        reqs.insert(serial, Zreq { xid: x, op: o, what, want, got, seqs, reply: None, at, bytes: 0 });
         self.queue.push_back(serial);
         self.outstanding += 1;
         true
@@ -795,6 +806,12 @@ impl Gateway {
                 self.forward(reqs, x, o, What::Multi { ops: kinds }, vec![(B::Multi(MultiOp { ops: out }), true)])
             }
             Request::MultiRead(ops) => {
+                if ops.len() > self.max_multi_ops {
+                    // As a multi write over the cap (TOO_LARGE, answered
+                    // BAD_ARGUMENTS on this port): nothing is read.
+                    self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
+                    return true;
+                }
                 let kinds: Vec<i32> = ops.iter().map(Request::op).collect();
                 let mut bodies = Vec::with_capacity(ops.len());
                 for r in ops {
@@ -965,6 +982,11 @@ impl Gateway {
     fn response(&mut self, reqs: &mut Zreqs, r: baton_proto::Response) -> Option<()> {
         let serial = self.by_id.remove(&r.id)?;
         let z = reqs.get_mut(&serial)?;
+        let mut r = r;
+        z.bytes += prost::Message::encoded_len(&r);
+        if z.bytes > self.max_reply_bytes {
+            r.body = None;
+        }
         z.got.push(r);
         if z.got.len() < z.want {
             return None;
@@ -972,7 +994,17 @@ impl Gateway {
         for s in &z.seqs {
             self.writes.remove(s);
         }
-        z.reply = Some(build(z, &mut self.watches));
+        let mut reply = build(z, &mut self.watches);
+        if matches!(z.what, What::MultiRead { .. })
+            && (z.bytes > self.max_reply_bytes || reply.len() > self.max_reply_bytes)
+        {
+            // The reads' sum over `--max-reply-bytes`: refused whole, as
+            // the driver refuses one reply over it (finding Z6: 60 reads
+            // of a 1 MB node gave one 60 MB reply).
+            let h = ReplyHeader { xid: z.xid, zxid: self.applied(), err: err::BAD_ARGUMENTS };
+            reply = Response::encode(h, &Response::Empty);
+        }
+        z.reply = Some(reply);
         self.outstanding = self.outstanding.saturating_sub(1);
         Some(())
     }
