@@ -36,6 +36,9 @@
 //! so every connection fell silent after 64 MiB of replies in all).
 //! t25: `multiRead` keeps to `--max-multi-ops` and `--max-reply-bytes`
 //! (finding Z6: 60 reads of a 1 MB node made one 60 MB reply).
+//! t26: a watch the member refused (`--max-watches`, an invalid path) is
+//! not kept by the port: `checkWatches` finds none (finding Z5: refused
+//! watches piled up in the port, past the cap).
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -525,6 +528,25 @@ impl RawZk {
         self.s.write_all(&framed(&req.encode(self.xid))).await.expect("send create");
     }
 
+    /// Sends `req` with the next xid.
+    async fn send(&mut self, req: baton_proto::jute::Request) {
+        use tokio::io::AsyncWriteExt;
+        self.xid += 1;
+        self.s.write_all(&framed(&req.encode(self.xid))).await.expect("send");
+    }
+
+    /// The error code of the reply to the last request sent.
+    async fn reply_err(&mut self) -> i32 {
+        use baton_proto::jute;
+        loop {
+            let f = self.frame(Duration::from_secs(20)).await.expect("a reply");
+            let h = jute::ReplyHeader::read(&mut jute::Reader::new(&f)).expect("reply header");
+            if h.xid == self.xid {
+                return h.err;
+            }
+        }
+    }
+
     /// The reply to the last create: (error code, path if OK).
     async fn create_reply(&mut self) -> (i32, Option<String>) {
         use baton_proto::jute;
@@ -735,6 +757,31 @@ async fn t25_multi_read_keeps_to_the_op_and_reply_caps() {
     assert!(matches!(r.commit().await, Err(zk::Error::BadArguments(_))), "more ops than --max-multi-ops");
     // The connection and the member go on.
     assert_eq!(a.get_data("/small").await.expect("get").0, b"x");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t26_refused_watches_are_not_kept() {
+    use baton_proto::jute::{err, Request};
+    let c = Cluster::start_zk(3, &["--max-watches=3"]).await;
+    let (mut z, _, _) = RawZk::connect(&c.zk_endpoints()[0], 0, &[0; 16]).await.expect("a session");
+    let mut codes = Vec::new();
+    for i in 0..6 {
+        z.send(Request::Exists { path: format!("/w{i}"), watch: true }).await;
+        codes.push(z.reply_err().await);
+    }
+    assert_eq!(codes[..3], [err::NO_NODE; 3], "three watches fit");
+    assert!(codes[3..].iter().all(|c| *c == err::THROTTLED_OP), "past --max-watches: {codes:?}");
+    // A data watch (ZooKeeper's type 2 covers exists) on /w0 is there; on
+    // /w5 it was refused, so there is none.
+    z.send(Request::CheckWatches { path: "/w0".into(), kind: 2 }).await;
+    assert_eq!(z.reply_err().await, err::OK);
+    z.send(Request::CheckWatches { path: "/w5".into(), kind: 2 }).await;
+    assert_eq!(z.reply_err().await, err::NO_WATCHER, "a refused watch was kept");
+    // An addWatch on an invalid path: refused, nothing kept.
+    z.send(Request::AddWatch { path: "/bad/".into(), mode: baton_proto::jute::watch_mode::PERSISTENT }).await;
+    assert_eq!(z.reply_err().await, err::BAD_ARGUMENTS);
+    z.send(Request::CheckWatches { path: "/bad/".into(), kind: 3 }).await;
+    assert_eq!(z.reply_err().await, err::NO_WATCHER);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -171,6 +171,11 @@ enum What {
     Watched {
         watch: Option<u64>,
     },
+    /// An addWatch or setWatches whose watches `ids` were recorded here
+    /// (dropped again if the driver refused them).
+    Watches {
+        ids: Vec<u64>,
+    },
     /// The opcodes of the multi's operations.
     Multi {
         ops: Vec<i32>,
@@ -671,7 +676,11 @@ impl Gateway {
         true
     }
 
+    /// A read's request, with a watch of `kind` recorded here only for a
+    /// valid path (an invalid one is refused by the driver: nothing is
+    /// kept for it; finding Z5). A failed read forgets it again (`build`).
     fn read_req(&mut self, path: String, kind: Option<WatchKind>) -> (ReadReq, Option<u64>) {
+        let kind = kind.filter(|_| baton_proto::validate_path(&path).is_ok());
         let watch = kind.map(|k| {
             let id = self.next_watch;
             self.next_watch += 1;
@@ -841,9 +850,15 @@ impl Gateway {
                         return true;
                     }
                 };
+                if baton_proto::validate_path(&path).is_err() {
+                    self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
+                    return true;
+                }
                 let mut bodies = Vec::new();
+                let mut ids = Vec::new();
                 for k in kinds {
                     let id = self.next_watch;
+                    ids.push(id);
                     self.next_watch += 1;
                     self.watches.insert(id, Watch { path: path.clone(), kind: *k, persistent: true });
                     let spec = WatchSpec {
@@ -855,12 +870,19 @@ impl Gateway {
                     };
                     bodies.push((B::AddWatch(AddWatchReq { watch: Some(spec) }), false));
                 }
-                self.forward(reqs, x, o, What::Plain, bodies)
+                self.forward(reqs, x, o, What::Watches { ids }, bodies)
             }
             Request::SetWatches { relative_zxid, data, exist, child, persistent, persistent_recursive, .. } => {
                 // A reconnect's watches: re-registered by an attach, which
                 // fires at once what each missed since `relative_zxid`.
+                let all = [&data, &exist, &child, &persistent, &persistent_recursive];
+                if all.iter().any(|l| l.iter().any(|p| baton_proto::validate_path(p).is_err())) {
+                    // Nothing recorded for a path the driver would refuse.
+                    self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
+                    return true;
+                }
                 let mut specs = Vec::new();
+                let mut ids = Vec::new();
                 let lists: [(&Vec<String>, WatchKind, bool); 5] = [
                     (&data, WatchKind::Data, false),
                     (&exist, WatchKind::Exists, false),
@@ -878,6 +900,7 @@ impl Gateway {
                             let id = self.next_watch;
                             self.next_watch += 1;
                             self.watches.insert(id, Watch { path: p.clone(), kind: k, persistent });
+                            ids.push(id);
                             // Only an exist watch was set on a missing node
                             // (a persistent one is re-added quietly, as
                             // ZooKeeper does; what changed since shows).
@@ -898,7 +921,7 @@ impl Gateway {
                     last_zxid: relative_zxid.max(0) as u64,
                     watches: specs,
                 };
-                self.forward(reqs, x, o, What::Plain, vec![(B::Attach(attach), false)])
+                self.forward(reqs, x, o, What::Watches { ids }, vec![(B::Attach(attach), false)])
             }
             Request::WhoAmI => self.forward(reqs, x, o, What::Plain, vec![(B::Whoami(WhoAmIReq {}), false)]),
             Request::CloseSession => {
@@ -1294,12 +1317,21 @@ fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
         _ => {}
     }
     if code != err::OK {
-        if let What::Watched { watch: Some(w) } = z.what {
-            // A failed get or children registers no watch; exists does
-            // (on a missing node: it fires on create).
-            if z.op != op::EXISTS {
-                watches.remove(&w);
+        // A failed read, addWatch or setWatches registered nothing at the
+        // driver: forget what was recorded here (finding Z5: refused
+        // watches were kept, past `--max-watches`). An exists on a missing
+        // node is not a failure here (it answers NO_NODE below, and its
+        // watch fires on the create).
+        match &z.what {
+            What::Watched { watch: Some(w) } => {
+                watches.remove(w);
             }
+            What::Watches { ids } => {
+                for w in ids {
+                    watches.remove(w);
+                }
+            }
+            _ => {}
         }
         return Response::encode(header(code), &Response::Empty);
     }
