@@ -39,6 +39,8 @@
 //! t26: a watch the member refused (`--max-watches`, an invalid path) is
 //! not kept by the port: `checkWatches` finds none (finding Z5: refused
 //! watches piled up in the port, past the cap).
+//! t27: one notification per connection per change, however many of the
+//! connection's watches it fires (finding Z9: one each before).
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -547,6 +549,23 @@ impl RawZk {
         }
     }
 
+    /// The notifications (xid -1) that come within `limit`, as (type, path).
+    async fn notifications(&mut self, limit: Duration) -> Vec<(i32, String)> {
+        use baton_proto::jute;
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut out = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(tokio::time::Instant::now()) {
+            let Some(f) = self.frame(left).await else { break };
+            let mut r = jute::Reader::new(&f);
+            let h = jute::ReplyHeader::read(&mut r).expect("header");
+            if h.xid == -1 {
+                let (kind, _, path) = jute::decode_notification(&mut r).expect("notification");
+                out.push((kind, path));
+            }
+        }
+        out
+    }
+
     /// The reply to the last create: (error code, path if OK).
     async fn create_reply(&mut self) -> (i32, Option<String>) {
         use baton_proto::jute;
@@ -782,6 +801,37 @@ async fn t26_refused_watches_are_not_kept() {
     assert_eq!(z.reply_err().await, err::BAD_ARGUMENTS);
     z.send(Request::CheckWatches { path: "/bad/".into(), kind: 3 }).await;
     assert_eq!(z.reply_err().await, err::NO_WATCHER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t27_one_notification_per_connection_per_change() {
+    use baton_proto::jute::{err, event, watch_mode, Request};
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let other = connect(&eps).await;
+    other.create("/n", b"0", &anyone()).await.expect("create /n");
+    let (mut z, _, _) = RawZk::connect(&eps[0], 0, &[0; 16]).await.expect("a session");
+    // An exists and a data watch on /n: one change, one notification.
+    z.send(Request::Exists { path: "/n".into(), watch: true }).await;
+    assert_eq!(z.reply_err().await, err::OK);
+    z.send(Request::GetData { path: "/n".into(), watch: true }).await;
+    assert_eq!(z.reply_err().await, err::OK);
+    other.set_data("/n", b"1", None).await.expect("set");
+    let seen = z.notifications(Duration::from_millis(1500)).await;
+    assert_eq!(seen, vec![(event::NODE_DATA_CHANGED, "/n".to_string())], "one change, one notification");
+    // A persistent recursive watch on / and an exists watch on /n: again one.
+    z.send(Request::AddWatch { path: "/".into(), mode: watch_mode::PERSISTENT_RECURSIVE }).await;
+    assert_eq!(z.reply_err().await, err::OK);
+    z.send(Request::Exists { path: "/n".into(), watch: true }).await;
+    assert_eq!(z.reply_err().await, err::OK);
+    other.set_data("/n", b"2", None).await.expect("set");
+    let seen = z.notifications(Duration::from_millis(1500)).await;
+    assert_eq!(seen, vec![(event::NODE_DATA_CHANGED, "/n".to_string())], "recursive and exists: one notification");
+    // The one-shot watch was used up: the next change comes once, through
+    // the recursive watch.
+    other.set_data("/n", b"3", None).await.expect("set");
+    let seen = z.notifications(Duration::from_millis(1500)).await;
+    assert_eq!(seen, vec![(event::NODE_DATA_CHANGED, "/n".to_string())]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

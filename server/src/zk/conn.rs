@@ -124,6 +124,7 @@ pub(super) async fn handle(
         out_bytes: 0,
         max_out: cfg.limits.max_queued_bytes,
         max_multi_ops: cfg.limits.max_multi_ops,
+        notified: (0, Vec::new()),
         max_reply_bytes: cfg.limits.max_reply_bytes,
         watches: HashMap::new(),
         next_watch: 1,
@@ -239,6 +240,9 @@ struct Gateway {
     /// and its whole reply (each of its reads is capped by the driver).
     max_multi_ops: usize,
     max_reply_bytes: usize,
+    /// The notifications sent for the latest entry's changes: its index,
+    /// and (event type, path) of each.
+    notified: (u64, Vec<(i32, String)>),
     /// This connection's watches by id (a one-shot watch is forgotten when
     /// it fires).
     watches: HashMap<u64, Watch>,
@@ -1046,6 +1050,18 @@ impl Gateway {
             Ok(baton_proto::EventType::NodeChildrenChanged) => jute::event::NODE_CHILDREN_CHANGED,
             _ => return None,
         };
+        // One notification per connection per change, as ZooKeeper sends
+        // (finding Z9): a second watch of this connection that the same
+        // change fires (a data and an exists watch on one node, a
+        // recursive one above it) was consumed above, and sends nothing.
+        // One entry's events come together, so the entry's are enough.
+        if self.notified.0 != e.zxid {
+            self.notified = (e.zxid, Vec::new());
+        }
+        if self.notified.1.iter().any(|(k, p)| *k == kind && *p == e.path) {
+            return None;
+        }
+        self.notified.1.push((kind, e.path.clone()));
         Some(jute::notification(e.zxid as i64, kind, &e.path))
     }
 }
