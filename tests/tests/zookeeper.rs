@@ -41,6 +41,10 @@
 //! watches piled up in the port, past the cap).
 //! t27: one notification per connection per change, however many of the
 //! connection's watches it fires (finding Z9: one each before).
+//! t28: a reply the port answers itself (getAllChildrenNumber,
+//! getEphemerals, checkWatches) never shows an older state than an
+//! earlier reply of the session, while another client writes (finding
+//! Z10: it was computed at once, ahead of earlier reads).
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -537,14 +541,31 @@ impl RawZk {
         self.s.write_all(&framed(&req.encode(self.xid))).await.expect("send");
     }
 
+    /// Sends `reqs` in one write (numbered on from the last xid).
+    async fn send_all(&mut self, reqs: Vec<baton_proto::jute::Request>) {
+        use tokio::io::AsyncWriteExt;
+        let mut bytes = Vec::new();
+        for r in reqs {
+            self.xid += 1;
+            bytes.extend(framed(&r.encode(self.xid)));
+        }
+        self.s.write_all(&bytes).await.expect("send");
+    }
+
     /// The error code of the reply to the last request sent.
     async fn reply_err(&mut self) -> i32 {
+        self.reply_to(self.xid).await.err
+    }
+
+    /// The header of the reply to request `xid` (skipping notifications,
+    /// ping answers and earlier replies).
+    async fn reply_to(&mut self, xid: i32) -> baton_proto::jute::ReplyHeader {
         use baton_proto::jute;
         loop {
             let f = self.frame(Duration::from_secs(20)).await.expect("a reply");
             let h = jute::ReplyHeader::read(&mut jute::Reader::new(&f)).expect("reply header");
-            if h.xid == self.xid {
-                return h.err;
+            if h.xid == xid {
+                return h;
             }
         }
     }
@@ -832,6 +853,51 @@ async fn t27_one_notification_per_connection_per_change() {
     other.set_data("/n", b"3", None).await.expect("set");
     let seen = z.notifications(Duration::from_millis(1500)).await;
     assert_eq!(seen, vec![(event::NODE_DATA_CHANGED, "/n".to_string())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t28_replies_the_port_answers_itself_keep_the_sessions_order() {
+    use baton_proto::jute::Request;
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    connect(&eps[..1]).await.create("/load", b"", &anyone()).await.expect("create /load");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Eight writers on the same member keep its driver applying while the
+    // reads below wait in its queue.
+    let mut load = Vec::new();
+    for w in 0..8 {
+        let (stop, writer) = (stop.clone(), connect(&eps[..1]).await);
+        load.push(tokio::spawn(async move {
+            for i in 0..5_000 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let _ = writer.create(&format!("/load/w{w}-{i}"), b"", &anyone()).await;
+            }
+        }));
+    }
+    let (mut z, _, _) = RawZk::connect(&eps[0], 0, &[0; 16]).await.expect("a session");
+    let mut behind = 0;
+    for i in 0..300 {
+        // A read the member serves, then one the port answers itself,
+        // pipelined: the second reflects at least what the first did.
+        let second = match i % 3 {
+            0 => Request::GetAllChildrenNumber { path: "/load".into() },
+            1 => Request::GetEphemerals { prefix: "/".into() },
+            _ => Request::CheckWatches { path: "/load".into(), kind: 3 },
+        };
+        z.send_all(vec![Request::Exists { path: "/load".into(), watch: false }, second]).await;
+        let (a, b) = (z.reply_to(z.xid - 1).await, z.reply_to(z.xid).await);
+        if b.zxid < a.zxid {
+            behind += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for l in load {
+        let _ = l.await;
+    }
+    eprintln!("{behind} of 300 behind");
+    assert_eq!(behind, 0, "{behind} of 300 self-answered replies showed an older state than the read before them");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

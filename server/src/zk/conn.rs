@@ -292,6 +292,11 @@ enum Class {
     Linear,
     /// Through the log.
     Write,
+    /// Answered by the port itself from this member's state
+    /// (getAllChildrenNumber, getEphemerals, checkWatches, removeWatches):
+    /// only once every earlier request is answered, so its reply never
+    /// shows an older state than theirs (finding Z10).
+    Here,
 }
 
 fn class_of(req: &Request, linearizable: bool) -> Class {
@@ -303,6 +308,10 @@ fn class_of(req: &Request, linearizable: bool) -> Class {
         | Request::Multi(_)
         | Request::CloseSession => Class::Write,
         Request::Sync { .. } | Request::SetWatches { .. } => Class::Linear,
+        Request::GetAllChildrenNumber { .. }
+        | Request::GetEphemerals { .. }
+        | Request::CheckWatches { .. }
+        | Request::RemoveWatches { .. } => Class::Here,
         Request::Exists { .. }
         | Request::GetData { .. }
         | Request::GetChildren { .. }
@@ -706,7 +715,7 @@ impl Gateway {
             s.queued();
         }
         let c = class_of(&req, self.linearizable);
-        if !self.waiting.is_empty() || (self.outstanding > 0 && self.class != c) {
+        if !self.waiting.is_empty() || (self.outstanding > 0 && (self.class != c || c == Class::Here)) {
             self.waiting.push_back((x, o, req));
             return true;
         }
@@ -718,7 +727,7 @@ impl Gateway {
     fn release_waiting(&mut self, reqs: &mut Zreqs) -> bool {
         while let Some((_, _, req)) = self.waiting.front() {
             let c = class_of(req, self.linearizable);
-            if self.outstanding > 0 && self.class != c {
+            if self.outstanding > 0 && (self.class != c || c == Class::Here) {
                 return true;
             }
             let Some((x, o, req)) = self.waiting.pop_front() else { return true };
