@@ -26,7 +26,10 @@
 //!   classed (local reads, ReadIndex reads, writes) and only one class is
 //!   in flight at a time: a request of another class waits, with every
 //!   request after it, until those are answered. Requests of one class
-//!   are answered in the order they came.
+//!   are answered in the order they came. What this port answers itself
+//!   from the member's state (getAllChildrenNumber, getEphemerals,
+//!   checkWatches, removeWatches) waits for every earlier request, so its
+//!   reply never shows an older state than theirs (finding Z10).
 //! - **A watch event after the reply that set its watch, and before the
 //!   reply that reflects its change.** The driver queues an entry's events
 //!   before its replies on the connection (watches.rs), in log order.
