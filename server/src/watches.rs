@@ -51,7 +51,16 @@
 //!   registered again (a persistent one is); otherwise it is registered.
 //!   The driver checks every watch first: one with an invalid path or an
 //!   unknown kind fails the whole attach (`INVALID_PATH` / `BAD_REQUEST`),
-//!   and no watch is registered.
+//!   and no watch is registered. A watch on a node the connection may not
+//!   READ (all but a one-shot `EXISTS`) is skipped: not registered, nothing
+//!   replayed (finding Z8).
+//!
+//! # Who sees a recursive watch's events
+//! A recursive watch's event names a node below the watched one; the
+//! driver sends it only to a connection that may READ that node (a node
+//! that is gone: its nearest ancestor still there), live, replayed, or
+//! after a snapshot install (`Driver::visible`; ZooKeeper 3.8.4's fix for
+//! CVE-2024-23944). [`Fired::recursive`] marks them.
 //!
 //! # What a watch missed ([`missed_event`])
 //! | Kind | Node now | Condition | Event |
@@ -99,6 +108,10 @@ pub struct Fired {
     pub watch_id: u64,
     pub ty: EventType,
     pub path: String,
+    /// Fired by a recursive watch: `path` may be a node below the watched
+    /// one, which its watcher may not be allowed to see (the driver
+    /// filters these by READ: [`crate::acl`], CVE-2024-23944's class).
+    pub recursive: bool,
 }
 
 /// path -> watches on it. A BTreeMap so that iteration (snapshot installs)
@@ -184,7 +197,7 @@ impl Watches {
             while let Some(cut) = at.rfind('/') {
                 at = if cut == 0 { "/" } else { &at[..cut] };
                 for w in self.by_path.get(at).into_iter().flatten().filter(|w| w.kind == Recursive) {
-                    fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string() });
+                    fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string(), recursive: true });
                 }
                 if at == "/" {
                     break;
@@ -195,7 +208,8 @@ impl Watches {
         let per_conn = &mut self.per_conn;
         list.retain(|w| {
             if kinds.contains(&w.kind) {
-                fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string() });
+                let recursive = w.kind == Recursive;
+                fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string(), recursive });
                 if !w.persistent {
                     Self::forget(per_conn, w.conn);
                 }
@@ -228,7 +242,14 @@ impl Watches {
                 if missed.is_empty() {
                     return true;
                 }
-                out.extend(missed.into_iter().map(|(ty, p)| Fired { conn: w.conn, watch_id: w.id, ty, path: p }));
+                let recursive = w.kind == WatchKind::Recursive;
+                out.extend(missed.into_iter().map(|(ty, p)| Fired {
+                    conn: w.conn,
+                    watch_id: w.id,
+                    ty,
+                    path: p,
+                    recursive,
+                }));
                 // A persistent watch goes on from here.
                 w.since = sm.applied();
                 w.existed = sm.stat_of(path).is_some();

@@ -45,6 +45,10 @@
 //! getEphemerals, checkWatches) never shows an older state than an
 //! earlier reply of the session, while another client writes (finding
 //! Z10: it was computed at once, ahead of earlier reads).
+//! t29: watches re-registered by setWatches2 and recursive watches see
+//! only what their connection may READ (finding Z8, CVE-2024-23944's
+//! class): an unauthenticated client refused `getChildren /secret` gets
+//! no name under it, neither replayed from relativeZxid 0 nor live.
 //! t30: zkCli.sh's scripted session, its output asserted.
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
@@ -560,12 +564,24 @@ impl RawZk {
     /// The header of the reply to request `xid` (skipping notifications,
     /// ping answers and earlier replies).
     async fn reply_to(&mut self, xid: i32) -> baton_proto::jute::ReplyHeader {
+        self.reply_noting(xid).await.0
+    }
+
+    /// The header of the reply to request `xid`, and the notifications
+    /// that came before it, as (type, path).
+    async fn reply_noting(&mut self, xid: i32) -> (baton_proto::jute::ReplyHeader, Vec<(i32, String)>) {
         use baton_proto::jute;
+        let mut notes = Vec::new();
         loop {
             let f = self.frame(Duration::from_secs(20)).await.expect("a reply");
-            let h = jute::ReplyHeader::read(&mut jute::Reader::new(&f)).expect("reply header");
+            let mut r = jute::Reader::new(&f);
+            let h = jute::ReplyHeader::read(&mut r).expect("reply header");
+            if h.xid == -1 {
+                let (kind, _, path) = jute::decode_notification(&mut r).expect("notification");
+                notes.push((kind, path));
+            }
             if h.xid == xid {
-                return h;
+                return (h, notes);
             }
         }
     }
@@ -898,6 +914,52 @@ async fn t28_replies_the_port_answers_itself_keep_the_sessions_order() {
     }
     eprintln!("{behind} of 300 behind");
     assert_eq!(behind, 0, "{behind} of 300 self-answered replies showed an older state than the read before them");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t29_watches_show_only_what_their_connection_may_read() {
+    use baton_proto::jute::{err, op, watch_mode, Request};
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints();
+    let alice = connect(&eps).await;
+    alice.auth("digest", b"alice:pw").await.expect("auth");
+    // base64(SHA-1("alice:pw")), as zookeeper_acl.rs.
+    let only_alice = zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("digest", "alice:V55/p2T0OpjQ+low3NVAH4aLvm0="));
+    let secret = zk::CreateMode::Persistent.with_acls(zk::Acls::new(std::slice::from_ref(&only_alice)));
+    alice.create("/open", b"", &anyone()).await.expect("create /open");
+    alice.create("/secret", b"", &secret).await.expect("create /secret");
+    alice.create("/secret/plans", b"", &secret).await.expect("create /secret/plans");
+    let (mut z, _, _) = RawZk::connect(&eps[0], 0, &[0; 16]).await.expect("a session");
+    z.send(Request::GetChildren { op: op::GET_CHILDREN, path: "/secret".into(), watch: false }).await;
+    assert_eq!(z.reply_err().await, err::NO_AUTH, "the guest may not list /secret");
+    // A reconnect's watches from relativeZxid 0: recursive on /secret and
+    // on /, a child watch on /secret.
+    z.send(Request::SetWatches {
+        op: op::SET_WATCHES2,
+        relative_zxid: 0,
+        data: vec![],
+        exist: vec![],
+        child: vec!["/secret".into()],
+        persistent: vec![],
+        persistent_recursive: vec!["/secret".into(), "/".into()],
+    })
+    .await;
+    let (_, replayed) = z.reply_noting(z.xid).await;
+    assert!(
+        replayed.iter().all(|(_, p)| !p.starts_with("/secret")),
+        "setWatches2 replayed names under /secret to the guest: {replayed:?}"
+    );
+    // Live changes: under /secret (hidden), under /open (seen).
+    alice.create("/secret/more", b"", &secret).await.expect("create /secret/more");
+    alice.set_data("/secret/plans", b"x", None).await.expect("set /secret/plans");
+    alice.create("/open/news", b"", &anyone()).await.expect("create /open/news");
+    let seen = z.notifications(Duration::from_millis(1500)).await;
+    let leaked: Vec<&(i32, String)> = seen.iter().filter(|(_, p)| p.starts_with("/secret")).collect();
+    assert!(leaked.is_empty(), "the guest saw names under /secret: {leaked:?} (all: {seen:?})");
+    assert!(seen.iter().any(|(_, p)| p == "/open/news"), "the recursive watch on / still sees what it may: {seen:?}");
+    // addWatch on /secret is refused, as getChildren was.
+    z.send(Request::AddWatch { path: "/secret".into(), mode: watch_mode::PERSISTENT_RECURSIVE }).await;
+    assert_eq!(z.reply_err().await, err::NO_AUTH);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

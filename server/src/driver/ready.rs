@@ -211,14 +211,14 @@ impl Driver {
         crate::metrics::snapshot("installed", t.elapsed());
         self.raw.mut_store().apply_snapshot(snap, batch)?;
         // Watches registered before may have missed changes in between.
-        let fired = {
-            let st = self.state();
-            let sm = read(&st);
-            self.watches.after_snapshot(&sm)
-        };
-        for f in fired {
-            self.send_event(&f, index);
+        let st = self.state();
+        let sm = read(&st);
+        for f in self.watches.after_snapshot(&sm) {
+            if self.visible(&sm, &f) {
+                self.send_event(&f, index);
+            }
         }
+        drop(sm);
         self.members_changed();
         Ok(())
     }
@@ -288,7 +288,9 @@ impl Driver {
         crate::metrics::lock_changes(&sm, &applied.changes);
         for ch in &applied.changes {
             for f in self.watches.fire(ch) {
-                self.send_event(&f, index);
+                if self.visible(&sm, &f) {
+                    self.send_event(&f, index);
+                }
             }
         }
         for sid in &applied.ended_sessions {

@@ -432,10 +432,25 @@ impl Driver {
         let st = self.state();
         let sm = read(&st);
         self.sessions.touch(a.session_id, &sm, now);
+        let caller = self.caller(conn);
         for spec in &a.watches {
+            // READ on the node, as the read or add_watch that first set it
+            // needed (a one-shot exists watch needs nothing); a watch on a
+            // node this connection may not read is not registered and
+            // replays nothing (finding Z8: setWatches handed an
+            // unauthenticated client every name under a node it could not
+            // list).
+            let one_shot_exists = spec.kind == WatchKind::Exists as i32 && !spec.persistent;
+            if !one_shot_exists && sm.check_read(&spec.path, &caller, "watch").is_err() {
+                continue;
+            }
             let missed = missed_events(&sm, spec, a.last_zxid);
+            let recursive = spec.kind == WatchKind::Recursive as i32;
             for (ty, path) in &missed {
-                self.send_event(&Fired { conn, watch_id: spec.watch_id, ty: *ty, path: path.clone() }, sm.applied());
+                let f = Fired { conn, watch_id: spec.watch_id, ty: *ty, path: path.clone(), recursive };
+                if self.visible(&sm, &f) {
+                    self.send_event(&f, sm.applied());
+                }
             }
             // A one-shot that fired is done; a persistent one goes on.
             if missed.is_empty() || spec.persistent || spec.kind == WatchKind::Recursive as i32 {
@@ -443,6 +458,27 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// Whether `f` may go to its connection: an event of a recursive watch
+    /// names a node below the watched one, and goes only to a connection
+    /// that may READ that node (for a node that is gone, its nearest
+    /// ancestor still there), as ZooKeeper 3.8.4 filters them
+    /// (CVE-2024-23944). Other events name the watched node itself, which
+    /// the watch's registration already checked.
+    pub(super) fn visible(&self, sm: &StateMachine, f: &Fired) -> bool {
+        if !f.recursive {
+            return true;
+        }
+        let caller = self.caller(f.conn);
+        let mut at = f.path.as_str();
+        while at != "/" && sm.stat_of(at).is_none() {
+            at = match at.rfind('/') {
+                Some(0) | None => "/",
+                Some(i) => &at[..i],
+            };
+        }
+        sm.check_read(at, &caller, "watch").is_ok()
     }
 
     pub(super) fn send_event(&self, f: &Fired, zxid: u64) {
