@@ -3,8 +3,9 @@
 //! The reader decodes `ClientFrame`s and hands requests to the driver; the
 //! writer sends what the driver queued for this connection (responses and
 //! watch events, in the order the driver produced them, which is log order).
-//! Caps (config.rs `Limits`): at most `max_connections` connections (one
-//! more is answered BUSY and closed); a connection has at most
+//! Caps (config.rs `Limits`): at most `max_connections` connections, this
+//! port's and the ZooKeeper port's together (one more is answered BUSY and
+//! closed); a connection has at most
 //! `max_inflight` requests without a response (the reader waits for a slot
 //! before reading more, which bounds the driver's input queue per
 //! connection); its outbound queue holds at most `max_queued_bytes`
@@ -69,9 +70,9 @@ pub async fn serve(
     state: SharedState,
     fast_reads: bool,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    open: Arc<Semaphore>,
     mut signal: Signal,
 ) {
-    let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
     let cfg = Arc::new(cfg);
     loop {
         let accepted = tokio::select! {

@@ -508,6 +508,9 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let fast_reads = !cfg.faults.any();
     let (state, lcfg) = (node.shared_state(), cfg.clone());
     let sig = shutdown.signal();
+    // One `--max-connections` for both client ports (finding Z7: each
+    // port had its own, twice the documented number).
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_connections));
     if let Some(l) = zk_listener {
         let zk = baton_server::zk::ZkSettings {
             linearizable_reads: a.zk_linearizable_reads,
@@ -515,9 +518,12 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         };
         let (state, zcfg) = (node.shared_state(), cfg.clone());
         let tls = client_tls.clone();
-        rt.spawn(baton_server::zk::serve(l, in_tx.clone(), zcfg, zk, state, tls, shutdown.signal()));
+        let open = open.clone();
+        rt.spawn(baton_server::zk::serve(l, in_tx.clone(), zcfg, zk, state, tls, open, shutdown.signal()));
     }
-    rt.spawn(baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls, sig));
+    let listen =
+        baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls, open, sig);
+    rt.spawn(listen);
     let stop = in_tx.clone();
     rt.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};

@@ -53,6 +53,9 @@
 //! t40: bad input (garbage, oversized and truncated frames, an unknown
 //! opcode after the handshake) closes that connection only; the member
 //! keeps serving, and four-letter words follow the whitelist.
+//! t41: one `--max-connections` for both client ports (finding Z7: each
+//! port had its own): ZooKeeper connections fill it, a native one is
+//! refused BUSY, and gets in once one closes.
 
 use std::time::Duration;
 
@@ -1091,4 +1094,35 @@ async fn t40_bad_input_closes_one_connection_and_four_letter_words_follow_the_wh
     b.create("/after", b"", &anyone()).await.expect("a new session works");
     let st = c.status(1).await.expect("member 1 answers its status");
     assert!(st.applied_index > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t41_one_connection_cap_for_both_client_ports() {
+    use baton_tests::raw::RawConn;
+    let c = Cluster::start_zk(3, &["--max-connections=3"]).await;
+    let zk_ep = &c.zk_endpoints()[0];
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(RawZk::connect(zk_ep, 0, &[0; 16]).await.expect("a ZooKeeper session").0);
+    }
+    let mut native = RawConn::connect(&c.endpoint(1)).await;
+    let r = native.recv().await.expect("an answer to the fourth connection");
+    assert_eq!(r.error, baton_proto::ErrorCode::Busy as i32, "{r:?}");
+    drop(held.pop());
+    let status = baton_proto::Request {
+        id: 1,
+        body: Some(baton_proto::request::Body::Status(baton_proto::StatusReq {})),
+        ..Default::default()
+    };
+    let answered = baton_tests::eventually(Duration::from_secs(10), "a native connection once a slot is free", || {
+        let ep = c.endpoint(1);
+        let status = status.clone();
+        async move {
+            let mut n = RawConn::connect(&ep).await;
+            let r = n.call(status).await;
+            (r.error == 0).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(answered.error, 0);
 }

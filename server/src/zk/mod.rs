@@ -172,8 +172,8 @@ pub(crate) fn next_conn() -> u64 {
     NEXT_CONN.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Accepts ZooKeeper clients until shutdown. At most
-/// `--max-connections` at once, as on the native port.
+/// Accepts ZooKeeper clients until shutdown. `open` holds the member's
+/// `--max-connections` slots, shared with the native port.
 /// `tls`: the client port's TLS (`--cert`/`--key`, docs/security.md):
 /// when set, this port takes TLS connections only, as a ZooKeeper secure
 /// client port does, and a client certificate's common name is the
@@ -185,9 +185,9 @@ pub async fn serve(
     zk: ZkSettings,
     state: SharedState,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    open: Arc<Semaphore>,
     mut signal: Signal,
 ) {
-    let open = Arc::new(Semaphore::new(cfg.limits.max_connections));
     let cfg = Arc::new(cfg);
     let zk = Arc::new(zk);
     let stats = Arc::new(stats::Stats::default());
