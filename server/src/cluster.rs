@@ -14,7 +14,10 @@
 //! 1. `to` is this member (the dialer reached whom it meant to);
 //! 2. `from` is another member of the configuration (membership.rs: the
 //!    applied `ConfState`; before a joining member has one, its `--join`
-//!    list);
+//!    list). One the cluster removed (`ClusterRecord::removed`) is refused
+//!    with `removed` set, and on reading that it exits (exit code 2, as a
+//!    wiped member does): a removed member never goes on serving its
+//!    clients without a leader;
 //! 3. with peer TLS on, the dialer's certificate (already verified against
 //!    the peer CA) carries the DNS name `member-<from>.baton`;
 //! 4. when this member has no cluster id: the hello does not say that this
@@ -52,12 +55,21 @@ pub enum Verdict {
     Refuse(String),
     /// This member's data dir was wiped: refuse and stop the member.
     Wiped(String),
+    /// The dialer was removed from the cluster: refuse, and tell it so
+    /// (it stops: a removed member serves no one).
+    Removed(String),
 }
 
 /// Rules 1, 2, 4 and 5 (rule 3 needs the certificate: the transport).
 pub fn judge(me: u64, members: &BTreeSet<u64>, own: &ClusterRecord, h: &PeerHello) -> Verdict {
     if h.to != me {
         return Verdict::Refuse(format!("member {} dialed member {} but reached member {me}", h.from, h.to));
+    }
+    if h.from != me && own.removed.contains(&h.from) {
+        return Verdict::Removed(format!(
+            "member {} was removed from cluster {} (ids are never reused): it must stop; add the machine back              with a new id (docs/operations.md)",
+            h.from, own.cluster_id
+        ));
     }
     if h.from == me || !members.contains(&h.from) {
         return Verdict::Refuse(format!("{} is not another member of this cluster ({members:?})", h.from));

@@ -379,6 +379,10 @@ pub fn main() {
         let text = format!("{e:#}");
         error!("{text}");
         eprintln!("batond: {text}");
+        if member_mode && text.contains(baton_server::node::REMOVED) {
+            // As a wiped member: a supervisor must not restart it as is.
+            std::process::exit(2);
+        }
         if member_mode && text.contains("corrupt") {
             // kv.rs: a damaged data dir is never served or voted from.
             let msg = "this member's data dir is damaged: it will not serve or vote from it. Remove the member \

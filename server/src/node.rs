@@ -62,6 +62,10 @@ use crate::kv::Kv;
 use crate::message::{Input, PeerSink};
 use crate::syncer::{SyncReports, Syncer};
 
+/// What a member that applied its own removal stops with.
+pub const REMOVED: &str = "this member was removed from the cluster: it stops and serves no one (add the machine \
+                           back with a new id: docs/operations.md)";
+
 /// A member's driver and its syncer, ready to run.
 pub struct Node {
     driver: Driver,
@@ -91,7 +95,8 @@ impl Node {
         self.driver.shared_state()
     }
 
-    /// Runs until `Input::Shutdown` or the input channel closes.
+    /// Runs until `Input::Shutdown`, the input channel closes, or this
+    /// member applies its own removal (an error saying [`REMOVED`]).
     pub fn run(mut self, rx: Receiver<Input>) -> anyhow::Result<()> {
         let mut next_tick = Instant::now() + self.tick;
         loop {
@@ -136,6 +141,12 @@ impl Node {
             }
             // 5. Ready, reads, rounds.
             self.driver.end_turn(now)?;
+            // A member that applied its own removal serves no one: what it
+            // wrote is flushed, then `batond` exits 2 (main.rs).
+            if self.driver.removed() {
+                self.driver.shutdown();
+                anyhow::bail!("{REMOVED}");
+            }
         }
     }
 }

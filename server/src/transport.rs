@@ -255,10 +255,15 @@ async fn dial(to: u64, addr: &str, auth: &PeerAuth) -> Option<BoxStream> {
 async fn read_refusal(to: u64, rd: ReadHalf<BoxStream>) {
     let mut r = FramedRead::new(rd, baton_proto::codec(HELLO_FRAME_LIMIT));
     if let Some(Ok(frame)) = r.next().await {
-        if let Ok(PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason })) }) =
+        if let Ok(PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason, removed })) }) =
             PeerFrame::decode(frame)
         {
             error!(to, "member {to} refused this member: {reason}");
+            if removed {
+                // cluster.rs rule 2: a removed member stops.
+                eprintln!("batond: {reason}");
+                std::process::exit(2);
+            }
         }
     }
 }
@@ -405,6 +410,11 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
             warn!(peer = hello.from, "refusing a peer: {why}");
             why
         }
+        Verdict::Removed(why) => {
+            warn!(peer = hello.from, "refusing a removed member: {why}");
+            refuse_removed(wr, &why).await;
+            anyhow::bail!("refused: {why}");
+        }
         Verdict::Wiped(why) => {
             error!("{why}");
             eprintln!("batond: {why}");
@@ -417,8 +427,16 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
 }
 
 async fn refuse(wr: tokio::io::WriteHalf<BoxStream>, reason: &str) {
+    send_refusal(wr, PeerRefused { reason: reason.to_string(), removed: false }).await;
+}
+
+async fn refuse_removed(wr: tokio::io::WriteHalf<BoxStream>, reason: &str) {
+    send_refusal(wr, PeerRefused { reason: reason.to_string(), removed: true }).await;
+}
+
+async fn send_refusal(wr: tokio::io::WriteHalf<BoxStream>, refusal: PeerRefused) {
     let mut w = FramedWrite::new(wr, baton_proto::codec(HELLO_FRAME_LIMIT));
-    let frame = PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason: reason.to_string() })) };
+    let frame = PeerFrame { frame: Some(peer_frame::Frame::Refused(refusal)) };
     let _ = tokio::time::timeout(Duration::from_secs(1), w.send(bytes::Bytes::from(frame.encode_to_vec()))).await;
 }
 

@@ -133,14 +133,12 @@ async fn m10_replace_a_dead_member_while_locks_and_writes_go_on() {
     ok(baton(&ep, &["status", "--partial"]));
     c.start_member(1);
 
-    // 6. The old member 3 comes back with a new data dir: refused by all.
+    // 6. The old member 3 comes back with a new data dir: refused by all
+    //    as removed, and it stops (exit 2).
     c.start_member(3);
-    eventually(SECS(15), "old member 3 refused", || async {
-        c.log(2).contains("3 is not another member").then_some(())
-    })
-    .await;
+    assert_eq!(c.wait_exit(3, SECS(20)).await, Some(2), "{}", c.log(3));
+    assert!(c.log(3).contains("member 3 was removed"), "{}", c.log(3));
     assert_eq!(voters(&ep), [1, 2, 4].into());
-    c.kill(3);
 
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -207,6 +205,14 @@ async fn m20_member_changes_are_checked_and_the_leader_hands_over_first() {
     assert!(rest.contains(&st.leader_id), "leader {} after removing {leader}", st.leader_id);
     let w = Client::connect(c.endpoints_from(*rest.iter().next().unwrap())).await.expect("client");
     w.create("/after", Vec::new(), CreateOptions::persistent()).await.expect("writes go on with two voters");
+    // The removed member stops serving: it exits 2 with the reason, as a
+    // wiped one does, and does so again if restarted (finding Z1: it
+    // served its clients leaderless forever).
+    let mut c = c;
+    assert_eq!(c.wait_exit(leader, SECS(20)).await, Some(2), "the removed member did not exit 2");
+    assert!(c.log(leader).contains("removed from the cluster"), "{}", c.log(leader));
+    c.start_member(leader);
+    assert_eq!(c.wait_exit(leader, SECS(20)).await, Some(2), "a removed member restarted and served");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

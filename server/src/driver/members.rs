@@ -144,8 +144,10 @@ impl Driver {
                 }
                 let joint = !cs.voters_outgoing.is_empty();
                 info!(index = e.index, voters = ?cs.voters, learners = ?cs.learners, joint, "configuration changed");
-                if cs.voters.iter().chain(&cs.learners).all(|&m| m != self.cfg.id) && !cs.voters.is_empty() {
+                let all = cs.voters.iter().chain(&cs.learners).chain(&cs.voters_outgoing).chain(&cs.learners_next);
+                if all.clone().all(|&m| m != self.cfg.id) && !cs.voters.is_empty() {
                     error!("this member was removed from the cluster: it takes no further part in it");
+                    self.removed = true;
                 }
                 self.raw.mut_store().set_conf_state(cs, batch)?;
                 Ok(())

@@ -192,6 +192,9 @@ pub struct Driver {
     last_tick: Option<Instant>,
     /// Recorded expiries (simulator only).
     observed: Option<Vec<AppliedExpiry>>,
+    /// This member applied a configuration without itself: it stops
+    /// (node.rs ends its loop; cluster.rs rule 2).
+    removed: bool,
     /// When this member last proposed a cluster record (cluster.rs).
     cluster_proposed: Option<Instant>,
     /// The leader's last look for due container and TTL nodes, and what it
@@ -310,6 +313,7 @@ impl Driver {
             leader_contact: now,
             last_tick: None,
             observed: None,
+            removed: false,
             cluster_proposed: None,
             reap_looked: None,
             reap_seen: Vec::new(),
@@ -745,6 +749,17 @@ impl Driver {
 
     /// Fails every pending write (ambiguous) and stops the syncer after
     /// the queued writes.
+    /// True once this member applied its own removal, or started with a
+    /// stored configuration that leaves it out (it was removed before a
+    /// restart).
+    pub fn removed(&self) -> bool {
+        self.removed || {
+            let cs = self.raw.store().conf_state();
+            let mut all = cs.voters.iter().chain(&cs.learners).chain(&cs.voters_outgoing).chain(&cs.learners_next);
+            !cs.voters.is_empty() && all.all(|&m| m != self.cfg.id)
+        }
+    }
+
     pub fn shutdown(&mut self) {
         info!("shutting down");
         let msg = "member shutting down; the write may or may not happen";
