@@ -63,6 +63,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// `fast_reads`: answer local reads without a watch from `state` (off when
 /// deliberate bugs are on: those act in the driver).
 /// `signal`: stops accepting, and every connection, on shutdown.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
     input: Sender<Input>,

@@ -33,14 +33,15 @@
 //! # Applying a client write, in order (`apply_write`)
 //! 1. Unknown session: `SESSION_EXPIRED`.
 //! 2. The entry's secret is not the session's: `SESSION_MOVED`.
-//! 2a. `claim_session` (the ZooKeeper port's resume, ZooKeeper's owner
-//!    change): the entry's index becomes the session's epoch, the
+//!
+//!    Then (2a) `claim_session` (the ZooKeeper port's resume, ZooKeeper's
+//!    owner change): the entry's index becomes the session's epoch, the
 //!    exactly-once window is emptied (no cached reply, floor 0), and the
 //!    reply is OK at that index; nothing is cached. The claiming
 //!    connection sends its writes under that epoch, numbered from 1.
-//! 2b. The write's epoch is below the session's: `SESSION_MOVED` (a
-//!    connection the session has moved away from: it definitely did not
-//!    run). Above it: `BAD_REQUEST` (no claim made it).
+//!    And (2b) a write whose epoch is below the session's:
+//!    `SESSION_MOVED` (a connection the session has moved away from: it
+//!    definitely did not run); above it: `BAD_REQUEST` (no claim made it).
 //! 3. If `acked_below` is higher than the session's stored value, store it
 //!    and drop every cached reply with a lower `seq`.
 //! 4. `seq == 0`: `BAD_REQUEST`.

@@ -753,9 +753,8 @@ async fn cut_off_member(c: &Cluster) -> CutOff {
         .lock()
         .unwrap()
         .iter()
-        .filter(|(t, _)| *t <= takeover)
+        .rfind(|(t, _)| *t <= takeover)
         .map(|(_, s)| *s)
-        .last()
         .unwrap_or(zk::SessionState::SyncConnected);
     eprintln!("A: {reads_after} reads after the takeover; state then {state_then:?}");
     CutOff { reads_after, state_then }

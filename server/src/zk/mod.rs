@@ -178,6 +178,7 @@ pub(crate) fn next_conn() -> u64 {
 /// when set, this port takes TLS connections only, as a ZooKeeper secure
 /// client port does, and a client certificate's common name is the
 /// connection's `x509:` identity.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
     input: Sender<Input>,
