@@ -6,7 +6,9 @@
 #   (default-jdk-headless) and slf4j-simple (libslf4j-java);
 #   kazoo from PyPI, pinned, in a virtualenv outside the repo
 #   ($BATON_KAZOO_VENV, default /var/cache/baton-kazoo-venv), made with
-#   Debian's python3 (python3-venv) and reused while it imports kazoo.
+#   Debian's python3 (python3-venv) and reused while it imports kazoo;
+#   with what kazoo's own test suite needs (its `test` extra less gevent,
+#   eventlet and pytest-cov, pinned) for tests/zk/kazoo_suite.py.
 # apt-get update runs once, and only if a package has no install candidate
 # (jepsen/peers/common.sh's apt_install).
 set -euo pipefail
@@ -16,6 +18,7 @@ HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 . "$HERE/../jepsen/peers/common.sh"
 
 KAZOO_VERSION=2.11.0
+SUITE_DEPS=(pytest==9.2.0 pytest-timeout==2.4.0 objgraph==3.7.0 pyjks==20.0.0 pyopenssl==26.4.0)
 VENV=${BATON_KAZOO_VENV:-/var/cache/baton-kazoo-venv}
 
 need=()
@@ -34,5 +37,9 @@ if ! "$VENV/bin/python" -c "import kazoo.version as v; assert v.__version__ == '
     rm -rf -- "$VENV"
     /usr/bin/python3 -m venv "$VENV" || die "python3 -m venv $VENV failed"
     "$VENV/bin/pip" install -q --disable-pip-version-check "kazoo==$KAZOO_VERSION" || die "pip install kazoo==$KAZOO_VERSION failed"
+fi
+if ! "$VENV/bin/python" -c 'import pytest, pytest_timeout, objgraph, jks, OpenSSL' 2>/dev/null; then
+    note "adding kazoo's test-suite dependencies to $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "${SUITE_DEPS[@]}" || die "pip install ${SUITE_DEPS[*]} failed"
 fi
 note "ready: Curator $(dpkg-query -W -f='${Version}' libcurator-recipes-java), kazoo $KAZOO_VERSION in $VENV"

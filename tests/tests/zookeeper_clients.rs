@@ -10,7 +10,12 @@
 //! counter and one process with LeaderLatch (3 candidates) and CuratorCache,
 //! then a transaction (multi) and a TTL node after the kill.
 //!
-//! Both: this side waits until the lock holders' counter (read through
+//! t70: kazoo 2.11's own test suite, unmodified (tests/zk/kazoo_suite.py
+//! points kazoo's harness at the members instead of a Java ZooKeeper):
+//! its lock, election, barrier, counter, queue, party, watchers, cache,
+//! lease and partitioner tests, 121 in all, every one passing.
+//!
+//! t50 and t60: this side waits until the lock holders' counter (read through
 //! Baton's own port) reaches a third of the way, kills the leader with
 //! SIGKILL, then creates a flag file that tells the clients it happened.
 //! The clients assert their recipes' outcomes themselves (mutual
@@ -124,18 +129,58 @@ fn wait_all(procs: &mut Procs, limit: Duration) -> Vec<Option<i32>> {
     codes
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t50_kazoo_recipes_through_a_leader_kill() {
+/// The virtualenv's python, once `imports` import in it.
+fn kazoo_python(imports: &str) -> PathBuf {
     let venv = PathBuf::from(std::env::var("BATON_KAZOO_VENV").unwrap_or_else(|_| KAZOO_VENV.into()));
     let python = venv.join("bin/python");
     need(&python, "kazoo's virtualenv");
-    let kazoo = Command::new(&python).args(["-c", "import kazoo"]).output().expect("the virtualenv's python runs");
+    let check = Command::new(&python).args(["-c", &format!("import {imports}")]).output().expect("python runs");
     assert!(
-        kazoo.status.success(),
-        "kazoo does not import in {}: run `make zk-clients-deps` (make test runs it first)\n{}",
+        check.status.success(),
+        "{imports} do not import in {}: run `make zk-clients-deps` (make test runs it first)\n{}",
         venv.display(),
-        String::from_utf8_lossy(&kazoo.stderr)
+        String::from_utf8_lossy(&check.stderr)
     );
+    python
+}
+
+/// kazoo's own tests (kazoo/tests of the pinned kazoo 2.11.0) in this
+/// many test functions; all must pass.
+const KAZOO_SUITE_TESTS: usize = 121;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t70_kazoos_own_test_suite_passes() {
+    let python = kazoo_python("kazoo, pytest, pytest_timeout, objgraph, jks, OpenSSL");
+    // kazoo's tests ask the server's version with the `envi` word, which
+    // ZooKeeper's own test clusters allow too.
+    let c = Cluster::start_zk(3, &["--zk-4lw-whitelist=*"]).await;
+    let eps = c.zk_endpoints().join(",");
+    let child = Command::new(&python)
+        .arg(repo_file("zk/kazoo_suite.py"))
+        .arg(&eps)
+        .current_dir(c.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python runs kazoo's suite");
+    let mut procs = Procs(vec![child]);
+    let out = Output::capture(&mut procs.0[0], "kazoo-suite");
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(600)));
+    let text = out.text();
+    let summary = text.lines().rev().find(|l| l.contains(" passed") || l.contains(" failed")).unwrap_or_default();
+    eprintln!("t70: {summary}");
+    assert_eq!(codes, vec![Some(0)], "kazoo's suite failed (or hung past 600 s): {summary}");
+    // pytest's closing line: "121 passed, 119 warnings in 69.0s".
+    let words: Vec<&str> = summary.split_whitespace().collect();
+    let passed: usize =
+        words.windows(2).find(|w| w[1].trim_end_matches(',') == "passed").and_then(|w| w[0].parse().ok()).unwrap_or(0);
+    assert_eq!(passed, KAZOO_SUITE_TESTS, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t50_kazoo_recipes_through_a_leader_kill() {
+    let python = kazoo_python("kazoo");
     let script = repo_file("zk/kazoo_recipes.py");
     let mut c = Cluster::start_zk(3, &[]).await;
     let eps = c.zk_endpoints();
