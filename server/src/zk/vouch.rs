@@ -174,18 +174,17 @@ impl Vouch {
 
     /// When to look again: the next keepalive, the end of the window
     /// while something is held, or the close.
+    /// Only instants still ahead count: one already past was acted on at
+    /// the top of the loop (or cannot be, as a silent client's renewal),
+    /// and must not make the connection spin.
     pub fn next_wake(&self, now: Instant) -> Instant {
-        let mut at = now + self.period.max(Duration::from_millis(50));
-        if let Some(v) = self.vouched {
-            at = at.min(v + self.period);
-        }
-        if let Some(r) = self.retry_at {
-            at = at.min(r);
-        }
-        if let Some(h) = self.held_since {
-            at = at.min(h + self.t / 3);
-        }
-        at.max(now + Duration::from_millis(1))
+        let candidates =
+            [self.vouched.map(|v| v + self.period), self.retry_at, self.held_since.map(|h| h + self.t / 3)];
+        candidates
+            .into_iter()
+            .flatten()
+            .filter(|at| *at > now)
+            .fold(now + self.period.max(Duration::from_millis(50)), Instant::min)
     }
 }
 
@@ -249,6 +248,19 @@ mod tests {
         assert!(!v.due(t0 + T / 2 + ms(1)), "the gateway kept a silent client's session alive");
         v.heard(t0 + T);
         assert!(v.due(t0 + T));
+    }
+
+    #[test]
+    fn a_silent_clients_connection_sleeps_instead_of_spinning() {
+        let t0 = Instant::now();
+        let mut v = Vouch::new(T, t0);
+        v.sent(1, t0);
+        v.answered(Answer::Vouched, t0);
+        // Long after: no renewal is due (the client is silent), and the
+        // next look is a period away, not at once.
+        let later = t0 + T * 3;
+        assert!(!v.due(later));
+        assert!(v.next_wake(later) >= later + period(T).min(Duration::from_millis(50)));
     }
 
     #[test]
