@@ -70,6 +70,9 @@ pub struct DbOpts {
     pub tls: bool,
     /// Open every member's ZooKeeper port (`--zk-addr`, [`Db::zk_endpoints`]).
     pub zk: bool,
+    /// The client slots' and storage proxies lead to the ZooKeeper ports
+    /// (needs `zk`): the harness's ZooKeeper door.
+    pub zk_clients: bool,
     /// More flags for every member (e.g. `--zk-linearizable-reads`).
     pub extra_flags: Vec<String>,
 }
@@ -130,6 +133,7 @@ impl Db {
             tls: kit_tls,
             links: if o.direct { Links::Direct } else { Links::Proxied { slots: o.slots } },
             zk: o.zk,
+            zk_clients: o.zk_clients,
             ..ClusterSpec::new(o.nodes, &o.dir, &o.bin)
         };
         let cluster =

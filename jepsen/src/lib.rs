@@ -8,6 +8,9 @@
 //!   - [`db`]: batond processes; [`proxy`]: a fault-injecting proxy on
 //!     every link; [`nemesis`]: the fault schedule.
 //!   - [`record`]: shared run state and the recorder ([`record::Run::op`]).
+//!   - [`door`]: the door the workload clients come through (`--door`):
+//!     the native client, or a ZooKeeper client through the ZooKeeper
+//!     port with ZooKeeper's recipes.
 //!   - [`workloads`]: one file per workload (`workloads/register.rs`,
 //!     `lock.rs`, `election.rs`, `session.rs`), its client loop beside the
 //!     call into its checker.
@@ -21,6 +24,7 @@
 //! - `main.rs`: the command line, one function per subcommand.
 
 pub mod db;
+pub mod door;
 pub mod nemesis;
 pub use baton_kit::proxy;
 pub mod record;

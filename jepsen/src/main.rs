@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baton_checker::Validity;
 use baton_jepsen::db::{check_session_ms, SESSION_MS};
+use baton_jepsen::door::Door;
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::runner::{run_test, TestOpts};
 use baton_jepsen::side_by_side::bench::{BenchWorkload, Summary};
@@ -59,6 +60,11 @@ struct TestArgs {
     workload: Workload,
     #[arg(long, value_enum, default_value = "none")]
     nemesis: NemesisKind,
+    /// Target baton: the door every workload client comes through, the
+    /// native protocol or the ZooKeeper port (a real ZooKeeper client,
+    /// ZooKeeper's recipes; every nemesis and checker the same).
+    #[arg(long, value_enum, default_value = "native")]
+    door: Door,
     /// Seconds of workload (setup and checking come on top).
     #[arg(long, default_value_t = 30)]
     time_limit: u64,
@@ -87,7 +93,8 @@ struct TestArgs {
     /// and for every client.
     #[arg(long)]
     tls: bool,
-    /// baton-zk's register test: how reads go through the ZooKeeper port
+    /// baton-zk's register test and `--door zookeeper`: how linearizable
+    /// reads go through the ZooKeeper port
     /// (sync = `sync` then `getData`; linearizable = `getData` on members
     /// with `--zk-linearizable-reads`; local = plain `getData`, a control
     /// that is not linearizable under partition).
@@ -241,7 +248,12 @@ struct HoldArgs {
 
 fn main() {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        // The ZooKeeper client warns on every failed reconnection, which a
+        // nemesis causes by the hundred: its warnings are not the run's.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,zookeeper_client=error".into()),
+        )
         .with_writer(std::io::stderr)
         .try_init();
     let cli = Cli::parse();
@@ -280,7 +292,12 @@ async fn test(a: TestArgs) -> i32 {
     if a.target != Kind::Baton {
         return test_peer_lock(a, seed).await;
     }
-    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-{}-{seed}", stamp(), a.workload.name())));
+    let door = match a.door {
+        Door::Native => String::new(),
+        d => format!("{}-", d.name()),
+    };
+    let out =
+        a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-{door}{}-{seed}", stamp(), a.workload.name())));
     let opts = TestOpts {
         workload: a.workload,
         nemesis: a.nemesis,
@@ -292,6 +309,8 @@ async fn test(a: TestArgs) -> i32 {
         server_faults: a.server_fault,
         session_timeout: Duration::from_millis(a.session_timeout),
         tls: a.tls,
+        door: a.door,
+        zk_reads: a.zk_reads,
     };
     // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
     let r = interruptible(run_test(opts)).await;

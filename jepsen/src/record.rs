@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_client::{Client, ClientConfig, Error, SessionState};
+
+use crate::door::{Door, DoorClient, ZkSession};
 use serde_json::Value;
 
 use baton_checker::history::{FaultWindow, History, Op, OpType, SESSION_STATE};
@@ -52,6 +54,10 @@ pub struct Run {
     pub session: Duration,
     /// TLS for every client of the run (None: plaintext).
     pub tls: Option<baton_client::ClientTls>,
+    /// The door every workload client comes through.
+    pub door: Door,
+    /// Through the ZooKeeper door: linearizable reads `sync` first.
+    pub zk_sync_reads: bool,
     /// The history was taken: state watchers stop.
     finished: AtomicBool,
     /// Some holder meant to hold on for long (see `Holder::long`).
@@ -155,6 +161,8 @@ impl Run {
         storage_endpoints: Vec<Vec<String>>,
         session: Duration,
         tls: Option<baton_client::ClientTls>,
+        door: Door,
+        zk_sync_reads: bool,
     ) -> Arc<Run> {
         let slots = slot_endpoints.len();
         let start_unix_ms = std::time::SystemTime::now()
@@ -175,6 +183,8 @@ impl Run {
             holders: Mutex::new(Default::default()),
             session,
             tls,
+            door,
+            zk_sync_reads,
             finished: AtomicBool::new(false),
             long_holds: AtomicBool::new(false),
         })
@@ -283,12 +293,12 @@ impl Run {
     /// Marks `slot` a holder and asks its client in the background which
     /// member it talks to (`status` is answered by that member from its own
     /// state and vouches for nothing; the worker does not wait for it).
-    pub fn became_holder(self: &Arc<Self>, slot: usize, c: &Client) {
+    pub fn became_holder(self: &Arc<Self>, slot: usize, c: &DoorClient) {
         self.set_holder(slot, true);
         let (run, c) = (self.clone(), c.clone());
         tokio::spawn(async move {
-            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), c.status()).await {
-                run.set_holder_member(slot, s.id);
+            if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(200), c.member()).await {
+                run.set_holder_member(slot, id);
             }
         });
     }
@@ -320,22 +330,31 @@ impl Run {
 
     /// A new client (session) for `slot`, retrying until it connects or the
     /// run stops.
-    pub async fn connect_slot(&self, slot: usize) -> Option<Client> {
+    pub async fn connect_slot(&self, slot: usize) -> Option<DoorClient> {
         self.connect(self.slot_endpoints[slot].clone()).await
     }
 
-    pub async fn connect_storage(&self, home: usize) -> Option<Client> {
+    pub async fn connect_storage(&self, home: usize) -> Option<DoorClient> {
         self.connect(self.storage_endpoints[home % self.storage_endpoints.len()].clone()).await
     }
 
-    async fn connect(&self, endpoints: Vec<String>) -> Option<Client> {
+    async fn connect(&self, endpoints: Vec<String>) -> Option<DoorClient> {
         while !self.stopped() {
-            let mut cfg =
-                ClientConfig::new(endpoints.clone()).session_timeout(self.session).op_timeout(Duration::from_secs(5));
-            cfg.tls = self.tls.clone();
-            match Client::connect_with(cfg).await {
-                Ok(c) => return Some(c),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            let c = match self.door {
+                Door::Native => {
+                    let mut cfg = ClientConfig::new(endpoints.clone())
+                        .session_timeout(self.session)
+                        .op_timeout(Duration::from_secs(5));
+                    cfg.tls = self.tls.clone();
+                    Client::connect_with(cfg).await.ok().map(DoorClient::Native)
+                }
+                Door::Zookeeper => {
+                    ZkSession::connect(&endpoints, self.session, self.zk_sync_reads).await.ok().map(DoorClient::Zk)
+                }
+            };
+            match c {
+                Some(c) => return Some(c),
+                None => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
         None
@@ -347,7 +366,7 @@ impl Run {
     /// session-state notes of worker process `of` (see the module doc).
     /// Call it when the client is handed to its worker, before its first
     /// operation.
-    pub fn watch_state(self: &Arc<Self>, c: &Client, of: u64, role: &'static str, slot: usize) {
+    pub fn watch_state(self: &Arc<Self>, c: &DoorClient, of: u64, role: &'static str, slot: usize) {
         let me = self.new_process();
         let session = c.session_id();
         let mut rx = c.state();
@@ -396,7 +415,7 @@ impl Run {
 }
 
 /// Closes a client in the background (its session ends; do not wait).
-pub fn retire(c: Client) {
+pub fn retire(c: DoorClient) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(Duration::from_secs(2), c.close()).await;
     });

@@ -19,8 +19,10 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::db::{locate_bin, Db, DbOpts};
+use crate::door::Door;
 use crate::nemesis::{self, NemesisKind};
 use crate::record::Run;
+use crate::side_by_side::peer_register::ZkReads;
 use crate::workloads::{Finals, Workload};
 use baton_checker::history::FaultWindow;
 use baton_checker::{CheckResult, Validity};
@@ -38,6 +40,12 @@ pub struct TestOpts {
     pub session_timeout: Duration,
     /// TLS on both ports (members and clients).
     pub tls: bool,
+    /// The door the workload clients come through.
+    pub door: Door,
+    /// Through the ZooKeeper door: how linearizable reads go (`sync`
+    /// first, or members with `--zk-linearizable-reads`, or the `local`
+    /// control).
+    pub zk_reads: ZkReads,
 }
 
 pub struct Outcome {
@@ -47,13 +55,17 @@ pub struct Outcome {
 
 pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     crate::db::check_session_ms(o.session_timeout.as_millis() as u64)?;
+    if o.tls && o.door == Door::Zookeeper {
+        anyhow::bail!("--tls runs through the native door only (the harness's ZooKeeper client speaks plaintext)");
+    }
     let workloads = o.workload.expand();
     let per = o.concurrency.max(2);
     let slots = per * workloads.len();
     let bin = locate_bin(!o.server_faults.is_empty())?;
     println!(
-        "baton-jepsen: workload {} nemesis {:?} time {}s nodes {} concurrency {} session {} ms seed {} out {}",
+        "baton-jepsen: workload {} door {} nemesis {:?} time {}s nodes {} concurrency {} session {} ms seed {} out {}",
         o.workload.name(),
+        o.door.name(),
         o.nemesis,
         o.time_limit.as_secs(),
         o.nodes,
@@ -75,8 +87,12 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         direct: false,
         session_ms: Some(o.session_timeout.as_millis() as u64),
         tls: o.tls,
-        zk: false,
-        extra_flags: Vec::new(),
+        zk: o.door == Door::Zookeeper,
+        zk_clients: o.door == Door::Zookeeper,
+        extra_flags: match o.zk_reads {
+            ZkReads::Linearizable => vec!["--zk-linearizable-reads".to_string()],
+            _ => Vec::new(),
+        },
     })
     .await?;
     let slot_eps: Vec<Vec<String>> = (0..slots).map(|s| db.slot_endpoints(s)).collect();
@@ -89,8 +105,11 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     for w in &workloads {
         w.setup(&admin).await?;
     }
+    if o.door == Door::Zookeeper {
+        crate::door::zk_setup(&db.zk_endpoints(), o.session_timeout).await?;
+    }
     let db = Arc::new(Mutex::new(db));
-    let run = Run::new(slot_eps, storage_eps, o.session_timeout, tls);
+    let run = Run::new(slot_eps, storage_eps, o.session_timeout, tls, o.door, o.zk_reads == ZkReads::Sync);
 
     println!("[phase] run: {} clients", slots);
     let mut tasks = Vec::new();
@@ -160,6 +179,8 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     let doc = json!({
         "valid": valid,
         "workload": o.workload.name(),
+        "door": o.door.name(),
+        "zk_reads": (o.door == Door::Zookeeper).then(|| o.zk_reads.name()),
         "nemesis": o.nemesis.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default(),
         "session_timeout_ms": o.session_timeout.as_millis() as u64,
         "start_unix_ms": run.start_unix_ms,

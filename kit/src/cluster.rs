@@ -92,6 +92,10 @@ pub struct ClusterSpec {
     pub links: Links,
     /// Open the ZooKeeper port (`--zk-addr`) on a free port per member.
     pub zk: bool,
+    /// With [`Links::Proxied`] and `zk`: the client slots' and storage
+    /// proxies lead to the members' ZooKeeper ports instead of their
+    /// native client ports (the harness's ZooKeeper door).
+    pub zk_clients: bool,
 }
 
 impl ClusterSpec {
@@ -107,6 +111,7 @@ impl ClusterSpec {
             tls: None,
             links: Links::Direct,
             zk: false,
+            zk_clients: false,
         }
     }
 }
@@ -158,14 +163,20 @@ impl Cluster {
         }
         let mut ports = Ports::default();
         let mut addrs: Vec<(SocketAddr, SocketAddr, Option<SocketAddr>)> = Vec::new();
+        let mut zk_addrs: Vec<Option<SocketAddr>> = Vec::new();
         for _ in 1..=spec.nodes {
             addrs.push((ports.addr(), ports.addr(), spec.http.then(|| ports.addr())));
+            zk_addrs.push(spec.zk.then(|| ports.addr()));
         }
         let mut proxies = Proxies::default();
         let mut peer_via = BTreeMap::new();
         if let Links::Proxied { slots } = spec.links {
             for (from, to) in (1..=spec.nodes).flat_map(|f| (1..=spec.nodes).map(move |t| (f, t))) {
-                let (client, peer, _) = addrs[(to - 1) as usize];
+                let (native, peer, _) = addrs[(to - 1) as usize];
+                let client = match zk_addrs[(to - 1) as usize] {
+                    Some(zk) if spec.zk_clients => zk,
+                    _ => native,
+                };
                 if from != to {
                     peer_via.insert((from, to), proxies.add(LinkId::Peer { from, to }, peer).await?);
                 }
@@ -184,11 +195,13 @@ impl Cluster {
                 .map(|to| format!("{to}={}", peer_via.get(&(id, to)).unwrap_or(&addrs[(to - 1) as usize].1)))
                 .collect::<Vec<_>>()
                 .join(",");
-            members.push(Member {
-                spec: member_spec(&spec, id, client_addr, peer_addr, http_addr, Join::Peers(peers))?,
-                process: None,
-                removed: false,
-            });
+            let mut spec_of = member_spec(&spec, id, client_addr, peer_addr, http_addr, Join::Peers(peers))?;
+            if let Some(zk) = zk_addrs[(id - 1) as usize] {
+                // The port the proxies lead to, not the free one member_spec picked.
+                spec_of.extra.retain(|a| !a.starts_with("--zk-addr="));
+                spec_of.extra.push(format!("--zk-addr={zk}"));
+            }
+            members.push(Member { spec: spec_of, process: None, removed: false });
         }
         Ok(Cluster { spec, members, proxies })
     }

@@ -301,7 +301,7 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
         o.out.display()
     );
     let slots = o.concurrency.max(3);
-    let run = Run::new(vec![Vec::new(); slots], Vec::new(), SESSION, None);
+    let run = Run::new(vec![Vec::new(); slots], Vec::new(), SESSION, None, crate::door::Door::Zookeeper, true);
     let next = Arc::new(AtomicI64::new(1));
     let tasks: Vec<_> = (0..slots)
         .map(|i| {

@@ -13,12 +13,13 @@ use std::time::Duration;
 use baton_checker::history::role::{MAIN, OBSERVER};
 use baton_checker::history::{FaultWindow, History};
 use baton_checker::CheckResult;
-use baton_client::{Client, Leadership, SessionState};
+use baton_client::SessionState;
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
 use super::{new_process, next_process};
+use crate::door::{DoorClient, DoorLeadership};
 use crate::record::{retire, Call, OpError, Run};
 
 const NAME: &str = "jepsen";
@@ -41,9 +42,7 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
     while !run.stopped() {
         run.checkpoint(slot).await;
         let campaign = async {
-            let lead = tokio::time::timeout(CAMPAIGN_WAIT, c.campaign(NAME, p.to_string()))
-                .await
-                .map_err(|_| OpError::TimedOut)??;
+            let lead = c.campaign(NAME, p.to_string(), CAMPAIGN_WAIT).await?;
             let token = lead.token();
             Ok((lead, json!({"token": token})))
         };
@@ -61,7 +60,14 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
 }
 
 /// Leads a while, then resigns; false if the resign failed.
-async fn lead_a_while(run: &Arc<Run>, slot: usize, p: u64, c: &Client, lead: Leadership, rng: &mut StdRng) -> bool {
+async fn lead_a_while(
+    run: &Arc<Run>,
+    slot: usize,
+    p: u64,
+    c: &DoorClient,
+    lead: DoorLeadership,
+    rng: &mut StdRng,
+) -> bool {
     let t = lead.token();
     run.became_holder(slot, c);
     if rng.gen_bool(LONG_HOLD) {
@@ -86,7 +92,7 @@ async fn lead_a_while(run: &Arc<Run>, slot: usize, p: u64, c: &Client, lead: Lea
 /// Holds on for `timeouts` session timeouts (a random number in the
 /// range), or until `c`'s session is no longer `Connected` (a holder must
 /// then assume it lost what it held), or the run stops.
-async fn linger(run: &Run, c: &Client, rng: &mut StdRng, timeouts: std::ops::Range<f64>) {
+async fn linger(run: &Run, c: &DoorClient, rng: &mut StdRng, timeouts: std::ops::Range<f64>) {
     let until = std::time::Instant::now() + run.session.mul_f64(rng.gen_range(timeouts));
     let st = c.state();
     while std::time::Instant::now() < until && !run.stopped() {
@@ -112,7 +118,7 @@ pub(super) async fn observer(run: Arc<Run>, slot: usize) {
                 _ = run.sleep(Duration::from_secs(3600)) => None,
             };
             let Some(l) = next else { break };
-            run.event(p, "observe", NAME, json!({"token": l.as_ref().map(|l| l.token)}));
+            run.event(p, "observe", NAME, json!({"token": l}));
         }
         retire(c);
     }

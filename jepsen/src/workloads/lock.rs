@@ -14,12 +14,13 @@ use std::time::Duration;
 use baton_checker::history::role::{MAIN, STORAGE};
 use baton_checker::history::{FaultWindow, History};
 use baton_checker::CheckResult;
-use baton_client::{Client, LockGuard, Op, SessionState};
+use baton_client::{Client, SessionState};
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
 use super::{create, new_process, next_process};
+use crate::door::{DoorClient, DoorLock};
 use crate::record::{retire, Call, OpError, Run};
 
 const COUNTER: &str = "/jepsen/counter";
@@ -58,8 +59,8 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
     while !run.stopped() {
         run.checkpoint(slot).await;
         let acquire = async {
-            let g = lc.lock_with_timeout(LOCK, ACQUIRE_WAIT).await?.ok_or(OpError::TimedOut)?;
-            let token = g.fencing_token();
+            let g = lc.lock(LOCK, ACQUIRE_WAIT).await?;
+            let token = g.token();
             Ok((g, json!({"token": token})))
         };
         let fresh = match run.op(p, Call::new("acquire", LOCK).definite(), acquire).await {
@@ -89,12 +90,13 @@ async fn hold(
     run: &Arc<Run>,
     slot: usize,
     p: u64,
-    lc: &Client,
-    mut sc: Client,
-    g: LockGuard,
+    lc: &DoorClient,
+    mut sc: DoorClient,
+    g: DoorLock,
     rng: &mut StdRng,
-) -> Option<(Client, bool)> {
-    let t = g.fencing_token();
+) -> Option<(DoorClient, bool)> {
+    let t = g.token();
+    let fence = g.fence();
     let mut fresh = false;
     // Pause points sit between the steps, where a real process could be
     // stopped while it believes it holds the lock.
@@ -111,13 +113,8 @@ async fn hold(
     run.sleep(Duration::from_millis(rng.gen_range(10..40))).await;
     run.checkpoint(slot).await;
     if let Ok(n) = n {
-        let ops = [
-            Op::CheckFence { resource: FENCE.into(), token: t },
-            Op::Set { path: COUNTER.into(), data: (n + 1).to_string().into(), version: None },
-        ];
         let incr = async {
-            let r = sc.multi(&ops).await?;
-            let mzxid = r.get(1).and_then(|x| x.stat.as_ref()).map(|s| s.mzxid).unwrap_or(0);
+            let mzxid = sc.fenced_set(&fence, FENCE, COUNTER, (n + 1).to_string().as_bytes()).await?;
             Ok(((), json!({"token": t, "from": n, "value": n + 1, "mzxid": mzxid})))
         };
         let args = json!({"token": t, "from": n});
@@ -129,7 +126,7 @@ async fn hold(
     }
     // The storage session can expire on its own (its member was paused):
     // replace it, as a real client would reconnect.
-    if *sc.state().borrow() == SessionState::Expired {
+    if sc.is_expired() {
         sc = renew_storage(run, sc, slot, p).await?;
     }
     let lost = *lc.state().borrow() != SessionState::Connected;
@@ -145,14 +142,14 @@ async fn hold(
 }
 
 /// A storage client for `slot`'s process `p` (None once the run stops).
-async fn storage_client(run: &Arc<Run>, slot: usize, p: u64) -> Option<Client> {
+async fn storage_client(run: &Arc<Run>, slot: usize, p: u64) -> Option<DoorClient> {
     let sc = run.connect_storage(slot).await?;
     run.watch_state(&sc, p, STORAGE, slot);
     Some(sc)
 }
 
 /// Retires storage client `old` and connects a new one.
-async fn renew_storage(run: &Arc<Run>, old: Client, slot: usize, p: u64) -> Option<Client> {
+async fn renew_storage(run: &Arc<Run>, old: DoorClient, slot: usize, p: u64) -> Option<DoorClient> {
     retire(old);
     storage_client(run, slot, p).await
 }

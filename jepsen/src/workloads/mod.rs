@@ -29,10 +29,11 @@ use std::time::Duration;
 use baton_checker::history::role::MAIN;
 use baton_checker::history::{FaultWindow, History};
 use baton_checker::CheckResult;
-use baton_client::{Client, CreateOptions, Error, ErrorKind, SessionState};
+use baton_client::{Client, CreateOptions, Error, ErrorKind};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use crate::door::DoorClient;
 use crate::record::{retire, Run};
 
 pub mod election;
@@ -139,7 +140,7 @@ async fn create(c: &Client, path: &str, data: &'static str) -> anyhow::Result<()
 
 /// A fresh process for `slot`: a new client (None once the run stops), a
 /// new process id, and its client's session states noted in `role`.
-async fn new_process(run: &Arc<Run>, slot: usize, role: &'static str) -> Option<(Client, u64)> {
+async fn new_process(run: &Arc<Run>, slot: usize, role: &'static str) -> Option<(DoorClient, u64)> {
     let c = run.connect_slot(slot).await?;
     let p = run.new_process();
     run.watch_state(&c, p, role, slot);
@@ -150,8 +151,13 @@ async fn new_process(run: &Arc<Run>, slot: usize, role: &'static str) -> Option<
 /// `replace` is set or its client's session expired (Jepsen's rule: a
 /// process with an unfinished operation is retired; one whose session
 /// expired needs a new session anyway). None once the run stops.
-async fn next_process(run: &Arc<Run>, slot: usize, current: (Client, u64), replace: bool) -> Option<(Client, u64)> {
-    if !replace && *current.0.state().borrow() != SessionState::Expired {
+async fn next_process(
+    run: &Arc<Run>,
+    slot: usize,
+    current: (DoorClient, u64),
+    replace: bool,
+) -> Option<(DoorClient, u64)> {
+    if !replace && !current.0.is_expired() {
         return Some(current);
     }
     retire(current.0);

@@ -15,13 +15,15 @@ use std::time::Duration;
 use baton_checker::history::{role::MAIN, History};
 use baton_checker::register::RegisterState;
 use baton_checker::CheckResult;
-use baton_client::{Client, Error};
+use baton_client::Client;
+
+use crate::door::DoorClient;
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde_json::json;
 
 use super::{create, new_process};
-use crate::record::{retire, Call, OpError, Run};
+use crate::record::{retire, Call, Run};
 
 /// Keys the workload reads and writes.
 pub const KEYS: usize = 5;
@@ -61,9 +63,9 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, reader: bool, mut rng: St
         let roll = if reader && rng.gen_bool(0.9) { 0 } else { rng.gen_range(0..10) };
         let replace = if roll < 5 {
             let read = async {
-                let (d, s) = c.get(&path).await?;
+                let (d, version) = c.get(&path).await?;
                 let v: Option<i64> = std::str::from_utf8(&d).ok().and_then(|t| t.parse().ok());
-                Ok((s.version, json!({"value": v, "version": s.version})))
+                Ok((version, json!({"value": v, "version": version})))
             };
             if let Ok(version) = run.op(p, Call::new("read", &k), read).await {
                 versions.insert(k, version);
@@ -78,15 +80,15 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, reader: bool, mut rng: St
                 Some(ev) => json!({"expected_version": ev, "value": v}),
             };
             let write = async {
-                let s = c.set(&path, v.to_string(), expected).await?;
-                Ok((s.version, json!({"version": s.version})))
+                let version = c.set(&path, v.to_string().as_bytes(), expected).await?;
+                Ok((version, json!({"version": version})))
             };
             match run.op(p, Call::new(f, &k).args(args), write).await {
                 Ok(version) => {
                     versions.insert(k, version);
                     false
                 }
-                Err(e) => e.may_have_happened() || matches!(e, OpError::Client(Error::SessionExpired)),
+                Err(e) => e.may_have_happened() || DoorClient::session_gone(&e),
             }
         };
         if replace {

@@ -22,12 +22,13 @@ use std::time::Duration;
 use baton_checker::history::role::MAIN;
 use baton_checker::history::History;
 use baton_checker::CheckResult;
-use baton_client::{Client, CreateOptions, SessionState, WatchKind, Watcher};
+use baton_client::{Client, SessionState, WatchKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::{create, new_process};
+use crate::door::{DoorClient, DoorWatcher};
 use crate::record::{retire, Call, OpError, Run};
 
 const SESSIONS: &str = "/jepsen/sessions";
@@ -58,8 +59,8 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, poller: bool, mut rng: St
         let disturbed = disturbed(&c);
         let path = format!("{SESSIONS}/p{p}");
         let make = async {
-            let (_, s) = c.create(&path, "", CreateOptions::ephemeral()).await?;
-            Ok(((), json!({"czxid": s.czxid})))
+            let czxid = c.create_ephemeral(&path).await?;
+            Ok(((), json!({"czxid": czxid})))
         };
         if run.op(p, Call::new("create", &path), make).await.is_err() {
             retire(c);
@@ -90,7 +91,7 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, poller: bool, mut rng: St
 
 /// Set once `c`'s session was ever in doubt (not `Connected`): then losing
 /// its node is allowed.
-fn disturbed(c: &Client) -> Arc<AtomicBool> {
+fn disturbed(c: &DoorClient) -> Arc<AtomicBool> {
     let disturbed = Arc::new(AtomicBool::new(false));
     let (mut st, d) = (c.state(), disturbed.clone());
     tokio::spawn(async move {
@@ -111,34 +112,44 @@ fn disturbed(c: &Client) -> Arc<AtomicBool> {
 /// Checks node `path` every 50-250 ms, at most [`CHECKS`] times or until
 /// the session expires, with a one-shot watch on a sibling, re-armed after
 /// each event.
-async fn check_node(run: &Run, slot: usize, c: &Client, p: u64, path: &str, disturbed: &AtomicBool, rng: &mut StdRng) {
-    let mut watch: Option<Watcher> = None;
+async fn check_node(
+    run: &Run,
+    slot: usize,
+    c: &DoorClient,
+    p: u64,
+    path: &str,
+    disturbed: &AtomicBool,
+    rng: &mut StdRng,
+) {
+    let mut watch: Option<DoorWatcher> = None;
     let mut checks = 0;
     while !run.stopped() && checks < CHECKS {
         run.checkpoint(slot).await;
         run.sleep(Duration::from_millis(rng.gen_range(50..250))).await;
         checks += 1;
         let check = async {
-            let s = c.exists(path).await?;
+            let exists = c.exists(path).await?;
             // Sampled when the answer is in: a read that waited out a
             // partition may return after the session was (rightly)
             // expired, and the client was Suspended meanwhile.
             let was_disturbed = disturbed.load(Ordering::SeqCst);
-            Ok(((), json!({"exists": s.is_some(), "disturbed": was_disturbed})))
+            Ok(((), json!({"exists": exists, "disturbed": was_disturbed})))
         };
         let _ = run.op(p, Call::new("check", path), check).await;
-        if *c.state().borrow() == SessionState::Expired {
+        if c.is_expired() {
             break;
         }
         if let Some(w) = watch.as_mut() {
-            if let Ok(Some(ev)) = tokio::time::timeout(Duration::from_millis(1), w.next()).await {
-                run.event(p, "watch-event", &ev.path, json!({"zxid": ev.zxid, "type": ev.event_type.as_str()}));
+            if let Ok(ev) = tokio::time::timeout(Duration::from_millis(1), w.next()).await {
+                if let Some(ev) = ev {
+                    run.event(p, "watch-event", &ev.path, json!({"zxid": ev.zxid, "type": ev.kind}));
+                }
                 watch = None;
             }
         }
         if watch.is_none() {
             let target = format!("{SESSIONS}/p{}", p.saturating_sub(1 + rng.gen_range(0..3)));
-            if let Ok((_, w)) = c.exists_watch(&target).await {
+            if let Ok((_, w)) = c.exists_watch(&target, false).await {
                 watch = Some(w);
             }
         }
@@ -151,43 +162,40 @@ async fn check_node(run: &Run, slot: usize, c: &Client, p: u64, path: &str, dist
 /// or server that counted them would keep the session `Connected` while
 /// the majority expires it: finding S1's class). Ends when `done` is set,
 /// the session is expired or the run stops; at most `STALE_POLLS` rounds.
-async fn stale_poller(run: Arc<Run>, c: Client, of: u64, path: String, done: Arc<AtomicBool>, seed: u64) {
+async fn stale_poller(run: Arc<Run>, c: DoorClient, of: u64, path: String, done: Arc<AtomicBool>, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let p = run.new_process();
     // Watches kept a little while, then dropped (which removes them).
-    let mut held: Vec<Watcher> = Vec::new();
+    let mut held: Vec<DoorWatcher> = Vec::new();
     for _ in 0..STALE_POLLS {
-        if done.load(Ordering::SeqCst) || run.stopped() || *c.state().borrow() == SessionState::Expired {
+        if done.load(Ordering::SeqCst) || run.stopped() || c.is_expired() {
             break;
         }
         let sibling = format!("{SESSIONS}/p{}", of.saturating_sub(rng.gen_range(0..4)));
         let _ = match rng.gen_range(0..4) {
             0 => {
-                let read = async {
-                    let (_, s) = c.get_opts(&path, true).await?;
-                    Ok(((), json!({"version": s.version, "mzxid": s.mzxid})))
-                };
+                let read = async { Ok(((), c.stale_get(&path).await?)) };
                 run.op(p, Call::new("stale-read", &path), read).await
             }
             1 => {
                 let list = async {
-                    let (k, _) = c.children_opts(SESSIONS, true).await?;
-                    Ok(((), json!({"children": k.len()})))
+                    let n = c.stale_children(SESSIONS).await?;
+                    Ok(((), json!({"children": n})))
                 };
                 run.op(p, Call::new("stale-children", SESSIONS), list).await
             }
             2 => {
                 let watch = async {
-                    let (s, w) = c.exists_watch_opts(&sibling, true).await?;
+                    let (exists, w) = c.exists_watch(&sibling, true).await?;
                     held.push(w);
-                    Ok(((), json!({"exists": s.is_some()})))
+                    Ok(((), json!({"exists": exists})))
                 };
                 run.op(p, Call::new("watch-churn", &sibling).args(json!({"stale": true})), watch).await
             }
             _ => {
                 let kind = if rng.gen_bool(0.5) { WatchKind::Data } else { WatchKind::Children };
                 let watch = async {
-                    let w = c.watch(&sibling, kind, true).await?;
+                    let w = c.watch_persistent(&sibling, kind).await?;
                     held.push(w);
                     Ok(((), json!({"registered": true})))
                 };

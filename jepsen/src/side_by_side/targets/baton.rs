@@ -77,6 +77,7 @@ impl BatonTarget {
             session_ms: o.proxied.then_some(crate::db::SESSION_MS),
             tls: o.tls,
             zk: o.zk,
+            zk_clients: false,
             extra_flags: o.extra_flags,
         })
         .await?;
