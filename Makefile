@@ -110,14 +110,16 @@ scale: release peer-deps
 	$(CARGO) run --release -q -p baton-jepsen -- scale --runs 2 --duration 3 --lock-window 3 --interval 5 \
 	  --out jepsen/store/scale-$$(date +%s)
 
-# Each workload ~30 s under a random mix of faults (kill, pause, partition,
-# leader-targeted), and the lock workload once more with TLS on both ports;
-# any invalid result fails the build.
+# Each workload ~30 s under a random mix of every nemesis, the lock workload
+# once more with TLS on both ports, and every workload at once through the
+# ZooKeeper door (a ZooKeeper client on the ZooKeeper port); any invalid
+# result fails the build.
 JEPSEN_SECS ?= 30
 jepsen-smoke: build
 	@set -o pipefail; out=$$(mktemp -d /tmp/baton-jepsen-smoke.XXXXXX); \
-	for w in register lock election session lock+tls; do \
-	  args="--workload $${w%+tls}"; [ "$$w" = lock+tls ] && args="$$args --tls"; \
+	for w in register lock election session lock+tls all+zk; do \
+	  args="--workload $${w%+*}"; [ "$$w" = lock+tls ] && args="$$args --tls"; \
+	  [ "$$w" = all+zk ] && args="$$args --door zookeeper"; \
 	  for try in 1 2; do \
 	    $(CARGO) run -q -p baton-jepsen -- test $$args --nemesis all \
 	      --time-limit $(JEPSEN_SECS) --out $$out/$$w-$$try | tail -n 12; rc=$$?; \

@@ -39,13 +39,33 @@ impl AclCmd {
                 out.emit(json!({"path": path, "acl": entries, "aversion": s.aversion}), text);
             }
             AclCmd::Set { path, acl, version } => {
-                let acl = baton_client::acl::parse(&acl).map_err(|e| crate::usage(format!("ACL: {e}")))?;
+                let acl = parse_set(&path, &acl)?;
                 let s = c.set_acl(&path, acl, version).await?;
                 out.emit(json!({"path": path, "aversion": s.aversion}), format!("aversion {}", s.aversion));
             }
         }
         Ok(())
     }
+}
+
+/// The ACL of `acl set`: refused as usage (exit 2) when empty (it would
+/// open the node to everyone), malformed, or naming an identity that
+/// cannot exist here (`ip:` is ZooKeeper's; Baton has no address ACLs).
+fn parse_set(path: &str, text: &str) -> anyhow::Result<Vec<baton_client::Acl>> {
+    let acl = baton_client::acl::parse(text).map_err(|e| crate::usage(format!("ACL: {e}")))?;
+    if acl.is_empty() {
+        return Err(crate::usage(format!(
+            "an empty ACL would open {path} to everyone; to mean that, say world:anyone:rwcda"
+        )));
+    }
+    if let Some(bad) = acl.iter().find(|a| a.id != "auth" && !baton_client::acl::valid_identity(&a.id)) {
+        let why = if bad.id.starts_with("ip:") { " (address ACLs are ZooKeeper's; Baton has none)" } else { "" };
+        return Err(crate::usage(format!(
+            "ACL identity {:?}{why}: use world:anyone, user:NAME, x509:NAME, digest:NAME:HASH or auth",
+            bad.id
+        )));
+    }
+    Ok(acl)
 }
 
 #[derive(Subcommand, Debug)]

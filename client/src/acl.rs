@@ -6,6 +6,8 @@ pub use baton_proto::acl::{ADMIN, ALL, CREATE, DELETE, READ, WRITE};
 
 use crate::Acl;
 
+pub use baton_proto::acl::valid_identity;
+
 /// Parses `ID:PERMS[,ID:PERMS...]` (PERMS a subset of `rwcda`).
 pub fn parse(s: &str) -> Result<Vec<Acl>, String> {
     Ok(baton_proto::acl::parse(s)?.into_iter().map(Acl::from).collect())

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use baton_checker::Validity;
 use baton_jepsen::db::SESSION_MS;
+use baton_jepsen::door::Door;
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::runner::{run_test, Outcome, TestOpts};
 use baton_jepsen::workloads::Workload;
@@ -30,10 +31,12 @@ struct Setup {
     secs: u64,
     /// Session timeout of the run's clients (ms).
     session_ms: u64,
+    /// The door the workload clients come through.
+    door: Door,
 }
 
 fn setup(workload: Workload, nemesis: NemesisKind, secs: u64) -> Setup {
-    Setup { workload, nemesis, secs, session_ms: SESSION_MS }
+    Setup { workload, nemesis, secs, session_ms: SESSION_MS, door: Door::Native }
 }
 
 async fn run(s: Setup, fault: Option<&str>, seed: u64) -> Outcome {
@@ -48,7 +51,7 @@ async fn run(s: Setup, fault: Option<&str>, seed: u64) -> Outcome {
 }
 
 async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Outcome> {
-    let Setup { workload, nemesis, secs, session_ms } = s;
+    let Setup { workload, nemesis, secs, session_ms, door } = s;
     let dir = tempfile::Builder::new().prefix("baton-jepsen-").tempdir().expect("tempdir");
     let opts = TestOpts {
         workload,
@@ -61,6 +64,8 @@ async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Out
         server_faults: fault.map(|f| vec![f.to_string()]).unwrap_or_default(),
         session_timeout: Duration::from_millis(session_ms),
         tls: false,
+        door,
+        zk_reads: baton_jepsen::side_by_side::peer_register::ZkReads::Sync,
     };
     let o = run_test(opts).await;
     if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {
@@ -186,6 +191,35 @@ async fn t53_expire_from_stale_role_is_caught_by_holder_states_or_the_session_ch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t54_lenient_storage_is_caught_by_the_storage_check() {
     caught(Workload::Register, NemesisKind::Corrupt, 15, "lenient-storage", "damaged-data-not-refused").await;
+}
+
+/// Through the ZooKeeper door (a real ZooKeeper client, ZooKeeper's lock
+/// and election recipes): a member cut off from its peers that keeps
+/// writing to its ZooKeeper clients (finding Z1: replies, events and ping
+/// answers without a quorum-vouched keepalive) keeps a lock holder or
+/// leader `Connected` while the majority expires its session and grants
+/// the lock or leadership to another. Caught by
+/// `holder-connected-after-expiry`, judged from the ZooKeeper client's own
+/// state events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t55_zk_speak_unvouched_is_caught_through_the_zookeeper_door() {
+    let s = Setup { door: Door::Zookeeper, ..setup(Workload::All, NemesisKind::IsolatePeers, 30) };
+    caught_in(s, &[1, 2], "zk-speak-unvouched", &["holder-connected-after-expiry"]).await;
+}
+
+/// Every workload through the ZooKeeper door on the real server, under
+/// the targeted faults the native door's t60 runs (the mix of every
+/// nemesis runs through it in `make jepsen-smoke`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t61_the_real_server_is_valid_through_the_zookeeper_door() {
+    let zk = |s: Setup, ms| Setup { session_ms: ms, door: Door::Zookeeper, ..s };
+    for s in [
+        zk(setup(Workload::All, NemesisKind::IsolatePeers, 30), SESSION_MS),
+        zk(setup(Workload::All, NemesisKind::PauseLeaderLong, 30), 2000),
+    ] {
+        let o = run(s, None, 1).await;
+        assert_eq!(o.valid, Validity::Valid, "{s:?}: {:?}", anomalies(&o));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,21 @@ pub const DELETE: u32 = 8;
 pub const ADMIN: u32 = 16;
 pub const ALL: u32 = READ | WRITE | CREATE | DELETE | ADMIN;
 
+/// True for an identity an ACL entry or `--superuser` may name:
+/// `world:anyone`, `user:NAME`, `x509:CN`, `digest:NAME:HASH` (the server
+/// and the CLI check with the same rule).
+pub fn valid_identity(id: &str) -> bool {
+    id == "world:anyone"
+        || id.strip_prefix("user:").is_some_and(|n| !n.is_empty())
+        || id.strip_prefix("x509:").is_some_and(|n| !n.is_empty())
+        || id.strip_prefix("digest:").is_some_and(valid_digest)
+}
+
+/// `NAME:HASH`, both non-empty, one `:` (ZooKeeper's `isValid`).
+fn valid_digest(s: &str) -> bool {
+    s.split_once(':').is_some_and(|(n, h)| !n.is_empty() && !h.is_empty() && !h.contains(':'))
+}
+
 /// Parses `user:alice:rwcda,world:anyone:r` (the CLI's form).
 pub fn parse(s: &str) -> Result<Vec<Acl>, String> {
     let mut out = Vec::new();

@@ -107,19 +107,7 @@ fn base64(b: &[u8]) -> String {
     out
 }
 
-/// True for an identity an ACL entry or `--superuser` may name:
-/// `world:anyone`, `user:NAME`, `x509:CN`, `digest:NAME:HASH`.
-pub fn valid_identity(id: &str) -> bool {
-    id == ANYONE
-        || id.strip_prefix("user:").is_some_and(|n| !n.is_empty())
-        || id.strip_prefix("x509:").is_some_and(|n| !n.is_empty())
-        || id.strip_prefix("digest:").is_some_and(valid_digest)
-}
-
-/// `NAME:HASH`, both non-empty, one `:` (ZooKeeper's `isValid`).
-fn valid_digest(s: &str) -> bool {
-    s.split_once(':').is_some_and(|(n, h)| !n.is_empty() && !h.is_empty() && !h.contains(':'))
-}
+pub use baton_proto::acl::valid_identity;
 
 /// `acl` as a caller without ADMIN sees it: each `digest` entry's hash is
 /// `x` (ZooKeeper's getACL).

@@ -5,9 +5,12 @@
 //! linearizable read, so it holds every write acknowledged before the
 //! request was sent; it keeps those bytes (one backup at a time per member)
 //! and hands them out in chunks of [`CHUNK`] bytes with the SHA-256 of the
-//! whole. The client checks the digest and writes a `BackupFile`. Backups
-//! hold session secrets and password hashes: with `--superuser` set, only a
-//! superuser may take one.
+//! whole. The client checks the digest and writes a `BackupFile`. A backup
+//! holds every node (whatever its ACL), the fences, the cluster record,
+//! password hashes (salted PBKDF2) and the sessions, but no session's
+//! secret or cached replies (`StateMachine::backup`): no one holding the
+//! file can resume or close a session of the live cluster. With
+//! `--superuser` set, only a superuser may take one.
 //!
 //! Restoring ([`restore`]) builds the data dir of a new one-member cluster:
 //! the saved state at the saved index and term, a configuration of that one
@@ -17,9 +20,12 @@
 //! token handed out before the backup. The member starts with `--peers
 //! ID=ADDR` and the cluster grows with `baton member add`.
 //!
-//! Sessions in the backup are restored too and expire after their timeout
-//! unless their clients find the new cluster (a client with the endpoint
-//! and the session's secret may resume it, as after any failover).
+//! Sessions in the backup are restored with new random secrets that no
+//! client knows: they expire after their timeout, with their ephemerals.
+//!
+//! `--cluster-id` must differ from the backup's own: a restored cluster
+//! with the old id, grown with `member add`, could admit a member of the
+//! old cluster with the same id as a voter.
 
 use baton_proto::{BackupFile, ClusterRecord};
 use prost::Message as _;
@@ -59,6 +65,14 @@ pub fn restore(kv: &dyn Kv, file: &BackupFile, id: u64, cluster_id: Option<Strin
     if sm.applied() != file.index {
         anyhow::bail!("the backup's state is at {} but its header says {}", sm.applied(), file.index);
     }
+    if cluster_id.as_deref().is_some_and(|c| c == file.cluster_id) {
+        anyhow::bail!(
+            "--cluster-id {} is the backup's own cluster id: a restored cluster needs a new one, so members of \
+             the old cluster are refused (leave --cluster-id out for a random one)",
+            file.cluster_id
+        );
+    }
+    sm.rekey_sessions(&mut rand::thread_rng());
     let cluster_id = cluster_id.unwrap_or_else(|| format!("{:032x}", rand::thread_rng().gen::<u128>()));
     sm.replace_cluster(ClusterRecord { cluster_id: cluster_id.clone(), index: file.index, ..Default::default() });
     RaftStore::found_at(kv, &[id], file.index, file.term.max(1), sm.snapshot())?;

@@ -342,8 +342,13 @@ struct ClusterArgs {
     base_port: u16,
     /// TLS on both ports with a throwaway CA and certificates made in
     /// <data-dir>/tls (clients need a certificate too; printed at start).
+    /// A CA and certificates already there are kept.
     #[arg(long)]
     tls: bool,
+    /// With --tls: make a new CA and new certificates, replacing those in
+    /// <data-dir>/tls (clients holding the old ones are refused).
+    #[arg(long, requires = "tls")]
+    new_certs: bool,
     /// Also open a ZooKeeper port per member, base+301.. (docs/zookeeper.md).
     #[arg(long)]
     zk: bool,
@@ -568,7 +573,7 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     let port = |i: u64, off: u64| SocketAddr::from(([127, 0, 0, 1], (c.base_port as u64 + off + i) as u16));
     let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", port(i, 100))).collect();
     let peers = peers.join(",");
-    let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes)? } else { (Vec::new(), None) };
+    let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes, c.new_certs)? } else { (Vec::new(), None) };
     let specs: Vec<MemberSpec> = (1..=c.nodes)
         .map(|i| MemberSpec {
             id: i,
@@ -642,11 +647,12 @@ fn log_path(dir: &Path, id: u64) -> PathBuf {
 /// The CA file and a client certificate, for the cluster's clients.
 type ClientFiles = (PathBuf, CertFiles);
 
-/// A throwaway CA in `<dir>/tls`, each member's TLS flags (its certificate
-/// on both ports, client certificates required), and one client
-/// certificate.
-fn cluster_certs(dir: &Path, nodes: u64) -> anyhow::Result<(Vec<Vec<String>>, Option<ClientFiles>)> {
-    let ca = Authority::create(&dir.join("tls"), "baton cluster throwaway CA")?;
+/// A throwaway CA in `<dir>/tls` (the one there, unless `fresh`), each
+/// member's TLS flags (its certificate on both ports, client certificates
+/// required), and one client certificate.
+fn cluster_certs(dir: &Path, nodes: u64, fresh: bool) -> anyhow::Result<(Vec<Vec<String>>, Option<ClientFiles>)> {
+    let (tls, name) = (dir.join("tls"), "baton cluster throwaway CA");
+    let ca = if fresh { Authority::create(&tls, name)? } else { Authority::open_or_create(&tls, name)? };
     let out = (1..=nodes).map(|i| ca.member_args(i)).collect::<anyhow::Result<Vec<_>>>()?;
     let client = ca.client("admin")?;
     Ok((out, Some((ca.ca.clone(), client))))

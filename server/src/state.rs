@@ -876,6 +876,37 @@ impl StateMachine {
 
     /// The whole state as bytes (Raft snapshot payload).
     pub fn snapshot(&self) -> Vec<u8> {
+        self.snapshot_record().encode_to_vec()
+    }
+
+    /// The state for a backup file (backup.rs): [`StateMachine::snapshot`]
+    /// without what lets a reader act as a session. Every session's secret
+    /// and cached replies are left out, so no one holding the file can
+    /// resume or close a session of the live cluster; a restore gives the
+    /// sessions new secrets ([`StateMachine::rekey_sessions`]).
+    pub fn backup(&self) -> Vec<u8> {
+        let mut snap = self.snapshot_record();
+        for s in &mut snap.sessions {
+            s.secret = Bytes::new();
+            s.replies.clear();
+        }
+        snap.encode_to_vec()
+    }
+
+    /// Gives every session a fresh random secret (a restored backup's
+    /// sessions: no client knows it, so they expire after their timeout
+    /// with their ephemerals, and none can be taken over).
+    pub fn rekey_sessions(&mut self, rng: &mut impl rand::Rng) {
+        for s in self.sessions.values_mut() {
+            let mut secret = [0u8; 16];
+            rng.fill(&mut secret[..]);
+            s.secret = Bytes::copy_from_slice(&secret);
+            s.replies.clear();
+            s.reply_bytes = 0;
+        }
+    }
+
+    fn snapshot_record(&self) -> baton_proto::Snapshot {
         let mut nodes: Vec<NodeEntry> =
             self.nodes.iter().map(|(p, n)| NodeEntry { path: p.clone(), node: Some(node_record(n)) }).collect();
         nodes.sort_by(|a, b| a.path.cmp(&b.path));
@@ -894,7 +925,6 @@ impl StateMachine {
                 .map(|(n, (s, h))| UserRecord { name: n.clone(), salt: s.clone(), hash: h.clone() })
                 .collect(),
         }
-        .encode_to_vec()
     }
 
     /// Replaces the whole state with a snapshot's.
@@ -973,6 +1003,10 @@ impl StateMachine {
 }
 
 /// One write in progress, with what it takes to undo it.
+/// The most fence names the cluster keeps: a constant, so every member
+/// applies the same rule (a new name past it is `BUSY`).
+pub const MAX_FENCES: usize = 100_000;
+
 struct Txn<'a> {
     sm: &'a mut StateMachine,
     undo: Vec<Undo>,
@@ -1203,6 +1237,14 @@ impl Txn<'_> {
 
     fn set_acl(&mut self, a: &baton_proto::SetAclOp) -> Result<Stat, OpError> {
         check_path(&a.path)?;
+        if a.acl.is_empty() {
+            // ZooKeeper answers INVALIDACL; an empty list here would mean
+            // "open to everyone", which no one asking to set an ACL means.
+            return err(
+                ErrorCode::BadRequest,
+                format!("an empty ACL would open {} to everyone: to mean that, set world:anyone:rwcda", a.path),
+            );
+        }
         acl::validate(&a.acl)?;
         let n = self.sm.lookup(&a.path)?;
         self.caller.check(&n.acl, acl::ADMIN, "set-acl", &a.path)?;
@@ -1262,7 +1304,25 @@ impl Txn<'_> {
         if f.resource.is_empty() || f.resource.len() > baton_proto::MAX_PATH {
             return err(ErrorCode::BadRequest, "fence resource name must be 1..4096 bytes");
         }
+        // A token is a log index: one above this entry's own index was
+        // handed out by no lock, and would jam the fence for every real
+        // holder (finding A3: `--fence counter=18446744073709551615`).
+        if f.token > self.index {
+            return err(
+                ErrorCode::BadRequest,
+                format!(
+                    "fence {}: token {} is above this write's log index {}: no lock has handed it out",
+                    f.resource, f.token, self.index
+                ),
+            );
+        }
         let prev = self.sm.fences.get(&f.resource).copied();
+        if prev.is_none() && self.sm.fences.len() >= MAX_FENCES {
+            return err(
+                ErrorCode::Busy,
+                format!("fence {}: the cluster already keeps {MAX_FENCES} fences (the most it keeps)", f.resource),
+            );
+        }
         if let Some(seen) = prev.filter(|_| !self.sm.faults.no_fence_check()) {
             if f.token < seen {
                 return err(
@@ -1508,6 +1568,57 @@ mod tests {
         restored.restore(&sm.snapshot()).unwrap();
         let other = restored.apply(5, &op(7, create("/w2")));
         assert_eq!(code(&other), ErrorCode::StaleSequence as i32);
+    }
+
+    #[test]
+    fn a_fence_refuses_a_token_above_its_entrys_index_and_keeps_at_most_max_fences() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let fence = |resource: &str, token: u64| {
+            let f = baton_proto::op::Op::CheckFence(CheckFenceOp { resource: resource.into(), token });
+            W::Multi(baton_proto::MultiOp { ops: vec![baton_proto::Op { op: Some(f) }] })
+        };
+        // The review's jam: the largest token, refused, and nothing kept.
+        let jam = sm.apply(2, &op(1, fence("counter", u64::MAX)));
+        assert_eq!(code(&jam), ErrorCode::BadRequest as i32);
+        assert!(sm.fences.is_empty());
+        // One index too far, refused; the entry's own index, taken.
+        assert_eq!(code(&sm.apply(3, &op(2, fence("counter", 4)))), ErrorCode::BadRequest as i32);
+        assert_eq!(code(&sm.apply(4, &op(3, fence("counter", 4)))), 0);
+        assert_eq!(code(&sm.apply(5, &op(4, fence("counter", 3)))), ErrorCode::FenceRejected as i32);
+        // The table is bounded: a new name past MAX_FENCES is BUSY, a
+        // known one still works.
+        for i in 0..MAX_FENCES - 1 {
+            sm.fences.insert(format!("f{i}"), 1);
+        }
+        assert_eq!(code(&sm.apply(6, &op(5, fence("one-too-many", 6)))), ErrorCode::Busy as i32);
+        assert_eq!(code(&sm.apply(7, &op(6, fence("counter", 7)))), 0);
+    }
+
+    #[test]
+    fn a_backup_leaves_secrets_and_replies_out_and_a_restore_rekeys_the_sessions() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        assert_eq!(code(&sm.apply(2, &op(1, W::Create(CreateOp { path: "/a".into(), ..Default::default() })))), 0);
+        let full = baton_proto::Snapshot::decode(&sm.snapshot()[..]).unwrap();
+        assert_eq!(full.sessions[0].secret.as_ref(), b"s", "a peer's snapshot keeps the secret");
+        assert_eq!(full.sessions[0].replies.len(), 1);
+        let backup = baton_proto::Snapshot::decode(&sm.backup()[..]).unwrap();
+        assert_eq!(backup.sessions.len(), 1);
+        assert!(backup.sessions[0].secret.is_empty());
+        assert!(backup.sessions[0].replies.is_empty());
+        assert_eq!(backup.nodes, full.nodes);
+        // Restored, the session has a fresh secret: neither the old one nor
+        // the empty one the backup carried opens it.
+        let mut restored = StateMachine::new();
+        restored.restore(&sm.backup()).unwrap();
+        restored.rekey_sessions(&mut rand::thread_rng());
+        assert!(restored.check_session(1, b"s").is_err());
+        assert!(restored.check_session(1, b"").is_err());
     }
 
     #[test]

@@ -113,3 +113,41 @@ async fn a10_acls_allow_and_deny_as_documented() {
         let _ = cl.close().await;
     }
 }
+
+/// Finding A7: `baton acl set PATH ''` opened the node to everyone (the
+/// ZooKeeper port answers INVALIDACL). An empty ACL is refused by the CLI
+/// (usage, exit 2) and by the server (for any client); an `ip:` entry and
+/// a malformed one are usage errors too, and the node's ACL is unchanged.
+#[tokio::test]
+async fn a20_an_empty_or_foreign_acl_is_refused_and_changes_nothing() {
+    let c = Cluster::start(1, &[]).await;
+    let owner = c.client().await;
+    let closed = acl::parse("user:alice:rwcda").expect("acl");
+    owner.create("/n", "", CreateOptions::persistent()).await.expect("create");
+    // Set through the API with ADMIN open, then closed to alice only.
+    owner.set_acl("/n", closed.clone(), None).await.expect("set acl");
+    let cli = |acl: &str| {
+        Command::new(baton_bin())
+            .arg(format!("--endpoints={}", c.endpoint(1)))
+            .args(["acl", "set", "/n", acl])
+            .output()
+            .expect("run baton")
+    };
+    for (acl, says) in [("", "empty ACL"), ("ip:10.0.0.1:r", "address ACLs"), ("nonsense", "not ID:PERMS")] {
+        let out = cli(acl);
+        assert_eq!(out.status.code(), Some(2), "{acl:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{acl:?}: {out:?}");
+    }
+    // The server refuses an empty ACL from any client (a superuser too
+    // could not mean it), before looking at the caller's rights.
+    let root = c.client().await;
+    root.create("/open", "", CreateOptions::persistent()).await.expect("create");
+    match root.set_acl("/open", Vec::new(), None).await {
+        Err(Error::Server { message, .. }) => assert!(message.contains("empty ACL"), "{message}"),
+        other => panic!("an empty ACL was not refused: {other:?}"),
+    }
+    let (acl_now, _) = root.get_acl("/open").await.expect("get acl");
+    assert!(acl_now.is_empty(), "unchanged: still the default open ACL");
+    // No one without alice's identity may change /n's ACL (or read it).
+    assert!(root.get("/n").await.is_err());
+}

@@ -142,3 +142,48 @@ async fn b10_save_under_load_restore_and_grow() {
     let on2 = Client::connect_with(ClientConfig::new(vec![ep2.clone()]).op_timeout(SECS(5))).await.expect("client");
     assert_eq!(on2.children("/acked").await.expect("children").len(), have.len());
 }
+
+/// Finding A1 (backups) and A4: a backup holds no session's secret or
+/// cached replies, so its reader cannot resume or close a session of the
+/// live cluster; `batond restore --cluster-id` refuses the backup's own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b20_a_backup_holds_no_session_secret_and_restore_refuses_the_old_cluster_id() {
+    use prost::Message as _;
+    let c = Cluster::start(3, &[]).await;
+    let dir = tempfile::Builder::new().prefix("baton-backup-").tempdir().expect("tempdir");
+    let file = dir.path().join("baton.backup");
+    let holder = c.client().await;
+    holder.create("/mine", "x", CreateOptions::ephemeral()).await.expect("ephemeral");
+    holder.set("/mine", "y", None).await.expect("a write, so the session has a cached reply");
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={}", c.endpoint(1)))
+        .args(["snapshot", "save"])
+        .arg(&file)
+        .output()
+        .expect("baton snapshot save");
+    assert!(out.status.success(), "{out:?}");
+    let f = baton_server::backup::decode(&std::fs::read(&file).expect("backup")).expect("a valid backup");
+    let snap = baton_proto::Snapshot::decode(&f.state[..]).expect("its state");
+    assert!(
+        snap.sessions.iter().any(|s| s.id == holder.session_id()),
+        "the live session is in the backup (it expires on a restored cluster)"
+    );
+    for s in &snap.sessions {
+        assert!(s.secret.is_empty(), "session {:#x}'s secret is in the backup", s.id);
+        assert!(s.replies.is_empty(), "session {:#x}'s cached replies are in the backup", s.id);
+    }
+    // The old cluster id is refused; a new one is taken.
+    let d1 = dir.path().join("member-1");
+    let restore = |extra: &[&str]| {
+        Command::new(batond_bin())
+            .args(["restore", &file.display().to_string(), "--data-dir", &d1.display().to_string()])
+            .args(extra)
+            .output()
+            .expect("batond restore")
+    };
+    let out = restore(&["--cluster-id", &f.cluster_id]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("own cluster id"), "{out:?}");
+    let out = restore(&["--cluster-id", "a-new-one"]);
+    assert!(out.status.success(), "{out:?}");
+}

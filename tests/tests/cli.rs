@@ -284,6 +284,9 @@ async fn t30_lock_kinds_nonblock_and_signals() {
     let t = Instant::now();
     expect(baton(eps, &["lock", "--limit", "2", "pool", "--timeout", "500ms", "--", "true"]), 7, "--timeout");
     assert!(t.elapsed() >= Duration::from_millis(500), "gave up early");
+    // Finding A8: the size is stored with the semaphore; asking for 3
+    // while two hold a 2-permit one is refused (usage), never a third.
+    expect(baton(eps, &["lock", "--limit", "3", "pool", "-n", "--", "true"]), 2, "another size, -n");
     let third_ran = d.join("p3");
     let mut third = spawn_baton(eps, &["lock", "--limit", "2", "pool", "--", "touch", third_ran.to_str().unwrap()]);
     eventually(SECS(5), "the third waits in the queue", || async {

@@ -371,6 +371,13 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
     let fresh = c.client().await;
     assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0, "nodes left behind");
     assert!(matches!(fresh.acquire_permit("pool", 0).await, Err(Error::Invalid(_))));
+    // Finding A8: the count is stored with the semaphore, so another count
+    // is refused with what was stored, and nothing is queued.
+    match fresh.try_acquire_permit("pool", 3).await {
+        Err(Error::Invalid(m)) => assert!(m.contains("has 2 permits") && m.contains("asked for 3"), "{m}"),
+        other => panic!("a 3-permit ask of a 2-permit semaphore: {other:?}"),
+    }
+    assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0);
     assert!(fresh.get("/_baton/nope").await.is_err_and(|e| e.is_no_node()));
 }
 

@@ -9,14 +9,19 @@
 //! it. Waiters re-check on every wake-up, so a node vanishing anywhere ahead
 //! is handled on the next wake-up of the one watching it.
 //!
-//! The permit count is the caller's: every participant must pass the same
-//! number (as with Curator's `InterProcessSemaphoreV2`).
+//! The permit count is stored with the semaphore: the first participant
+//! creates its folder holding the count (as Curator's `SharedCount` keeps
+//! one), and a participant asking with another count is refused
+//! (`Error::Invalid`, nothing queued), so two holders of a 2-permit
+//! semaphore never admit a third that asked for 3. A folder left without a
+//! count (made before counts were stored) takes the first count asked
+//! for, by a compare-and-set on its version.
 
 use super::lock::{still_mine, HeldMark};
 use super::queue::{
     delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode,
 };
-use crate::{Client, Error, Result, SessionState};
+use crate::{Client, CreateOptions, Error, ErrorKind, Result, SessionState};
 
 const PREFIX: &str = "permit-";
 
@@ -90,7 +95,42 @@ impl Client {
         }
         let dir = recipe_dir("semaphores", name)?;
         let held = HeldMark::take(self, "semaphore", name)?;
+        self.agree_permits(&dir, name, permits).await?;
         let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
         Ok((dir, held, node))
+    }
+
+    /// Makes sure semaphore folder `dir` stores `permits` (module doc).
+    async fn agree_permits(&self, dir: &str, name: &str, permits: usize) -> Result<()> {
+        let want = permits.to_string();
+        for _ in 0..5 {
+            match self.create(dir, want.clone(), CreateOptions::persistent().with_parents()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::NodeExists => {}
+                Err(e) => return Err(e),
+            }
+            let (data, stat) = match self.get(dir).await {
+                Ok(x) => x,
+                Err(e) if e.is_no_node() => continue,
+                Err(e) => return Err(e),
+            };
+            if data.is_empty() {
+                match self.set(dir, want.clone(), Some(stat.version)).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.kind() == ErrorKind::BadVersion || e.is_no_node() => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let stored = String::from_utf8_lossy(&data);
+            if stored.trim() == want {
+                return Ok(());
+            }
+            return Err(Error::Invalid(format!(
+                "semaphore {name:?} has {} permits (stored with it by its first holder); asked for {permits}: \
+                 every participant must ask for the same number",
+                stored.trim()
+            )));
+        }
+        Err(Error::Invalid(format!("semaphore {name:?}: its folder kept changing while its permits were read")))
     }
 }

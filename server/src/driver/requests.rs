@@ -322,7 +322,7 @@ impl Driver {
     fn take_backup(&mut self, conn: ConnId, id: u64) {
         let (data, index) = {
             let sm = self.sm();
-            (sm.snapshot(), sm.applied())
+            (sm.backup(), sm.applied())
         };
         let term = self.raw.raft.raft_log.term(index).unwrap_or(0);
         let backup_id = self.rng.gen_range(1..u64::MAX);
