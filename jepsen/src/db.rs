@@ -101,6 +101,9 @@ pub fn locate_bin(faulty: bool) -> anyhow::Result<PathBuf> {
 fn member_flags(o: &DbOpts) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
     v.extend((!o.direct).then(|| "--snapshot-entries=2000".to_string()));
+    // The `membership` nemesis changes the membership as an anonymous
+    // client: a local test cluster, open to admin operations.
+    v.push("--insecure-open-admin".to_string());
     if let Some(ms) = o.session_ms {
         v.push(format!("--tick-ms={TICK_MS}"));
         v.push(format!("--election-ticks={ELECTION_TICKS}"));

@@ -173,11 +173,19 @@ pub(crate) async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
 /// A password `auth`: checked off the runtime's threads (PBKDF2 is slow
 /// on purpose); on success the connection gains `user:<name>` and
 /// ZooKeeper's `digest:<name>:<hash>` of the same password (acl.rs), so one
-/// login serves ACLs written through either port.
-async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq) -> Response {
+/// login serves ACLs written through either port. A name and password
+/// whose digest identity is a `--superuser` (the first admin of a cluster
+/// without client certificates: docs/operations.md, The first admin) gain
+/// that identity even when no such password user exists.
+async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq, superusers: &[String]) -> Response {
     let (st, user, password) = (state.clone(), a.user.clone(), a.password.clone());
     let ok = tokio::task::spawn_blocking(move || password_ok(&st, &user, &password)).await.unwrap_or(false);
     let zxid = crate::driver::read(state).applied();
+    let digest = crate::acl::digest(&a.user, &a.password);
+    if !ok && superusers.contains(&digest) {
+        tx.add_identity(digest);
+        return Response { id, zxid, body: Some(response::Body::Empty(Empty {})), ..Default::default() };
+    }
     if ok {
         tx.add_identity(format!("user:{}", a.user));
         tx.add_identity(crate::acl::digest(&a.user, &a.password));
@@ -272,7 +280,7 @@ async fn handle(
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.id, (crate::metrics::request_kind(req.body.as_ref()), std::time::Instant::now()));
         if let Some(request::Body::Auth(a)) = &req.body {
-            let resp = auth(&state, &tx, req.id, a).await;
+            let resp = auth(&state, &tx, req.id, a, &cfg.superusers).await;
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
             continue;
         }

@@ -120,6 +120,13 @@ struct Timing {
     /// (repeatable).
     #[arg(long = "superuser", env = "BATON_SUPERUSER", value_delimiter = ',')]
     superusers: Vec<String>,
+    /// With no --superuser: let every client take backups (every node) and
+    /// change the membership. For a local development cluster only
+    /// (`batond cluster` sets it); logged as a warning at start. Without
+    /// it, and without a superuser, those operations are refused.
+    #[arg(long = "insecure-open-admin", env = "BATON_INSECURE_OPEN_ADMIN", num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    open_admin: Option<bool>,
     /// Switch on a deliberate bug (harness tests only): one of the names in
     /// server/src/faults.rs (`NAMES`), e.g. stale-reads, ack-before-commit,
     /// no-fence-check, lenient-storage.
@@ -158,6 +165,7 @@ impl Timing {
         ]
         .into_iter()
         .chain(self.superusers.iter().map(|s| format!("--superuser={s}")))
+        .chain(self.open_admin.map(|b| format!("--insecure-open-admin={b}")))
         .chain(self.io_threads.map(|n| format!("--io-threads={n}")))
         .collect()
     }
@@ -452,6 +460,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             max_reply_bytes: t.max_reply_bytes.max(64 << 10),
         },
         superusers: t.superusers.clone(),
+        open_admin: t.open_admin.unwrap_or(false),
         slow_request_ms: t.slow_request_ms,
         faults: t.faults()?,
     };
@@ -460,6 +469,16 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         cfg.superusers.iter().find(|s| *s == baton_server::acl::ANYONE || !baton_server::acl::valid_identity(s))
     {
         anyhow::bail!("--superuser {bad:?}: not x509:CN, user:NAME or digest:NAME:HASH (docs/security.md)");
+    }
+    if cfg.open_admin && cfg.superusers.is_empty() {
+        tracing::warn!(
+            "--insecure-open-admin: every client that reaches a client port may take a backup (every node) and \
+             change the membership; for a local development cluster only"
+        );
+    } else if cfg.superusers.is_empty() {
+        tracing::info!(
+            "no --superuser: backups and membership changes are refused (docs/operations.md, The first admin)"
+        );
     }
     std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let kv = RocksKv::open_with(&data_dir.join("db"), cfg.faults.lenient_storage())
@@ -574,6 +593,23 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     let peers: Vec<String> = (1..=c.nodes).map(|i| format!("{i}={}", port(i, 100))).collect();
     let peers = peers.join(",");
     let (tls, client_tls) = if c.tls { cluster_certs(&c.data_dir, c.nodes, c.new_certs)? } else { (Vec::new(), None) };
+    // Who may run admin operations (backups, membership changes): the
+    // --superuser given; on a TLS cluster, the client certificate it prints
+    // (x509:admin); on a plaintext one, every client (local development).
+    let (admin_args, admin_line): (Vec<String>, String) = if !c.timing.superusers.is_empty() {
+        (Vec::new(), format!("admin: --superuser {}", c.timing.superusers.join(",")))
+    } else if c.tls {
+        (vec!["--superuser=x509:admin".into()], "admin: x509:admin (the client certificate below)".into())
+    } else if c.timing.open_admin == Some(false) {
+        (Vec::new(), "admin: none (backups and membership changes are refused)".into())
+    } else {
+        (
+            vec!["--insecure-open-admin".into()],
+            "admin: every client (--insecure-open-admin: a local development cluster; give --superuser or --tls \
+             to close it)"
+                .into(),
+        )
+    };
     let specs: Vec<MemberSpec> = (1..=c.nodes)
         .map(|i| MemberSpec {
             id: i,
@@ -586,6 +622,7 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
             tls_args: tls.get(i as usize - 1).cloned().unwrap_or_default(),
             extra: {
                 let mut e = c.timing.to_args();
+                e.extend(admin_args.iter().cloned());
                 if c.zk {
                     e.push(format!("--zk-addr={}", port(i, 300)));
                 }
@@ -609,6 +646,7 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
         );
     }
     println!("endpoints: {}", endpoints.join(","));
+    println!("{admin_line}");
     if c.zk {
         let zk: Vec<String> = specs.iter().map(|m| port(m.id, 300).to_string()).collect();
         println!("zookeeper: {}", zk.join(","));

@@ -206,7 +206,7 @@ impl Cluster {
         };
         let log = std::env::var("BATON_TEST_LOG").unwrap_or_else(|_| "info,raft=info".into());
         let spec = ClusterSpec {
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: with_admin(extra),
             env: vec![("RUST_LOG".into(), log)],
             http: true,
             tls: kit_tls,
@@ -475,4 +475,16 @@ fn zkcli_blocking(server: &str, script: &str) -> String {
     let out = child.wait_with_output().expect("output");
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     text.lines().filter(|l| !l.starts_with("20") && !l.trim_start().starts_with("at ")).collect::<Vec<_>>().join("\n")
+}
+
+/// A test cluster's flags: `extra`, and `--insecure-open-admin` unless it
+/// names a `--superuser` or says `--insecure-open-admin=...` itself (so
+/// tests may take backups and change the membership as on `batond
+/// cluster`; backup/b30 runs without it).
+fn with_admin(extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    if !v.iter().any(|a| a.starts_with("--superuser") || a.starts_with("--insecure-open-admin")) {
+        v.push("--insecure-open-admin".into());
+    }
+    v
 }

@@ -16,6 +16,7 @@ fn batond(args: &[String], log: &std::path::Path) -> std::process::Child {
     let log = std::fs::File::create(log).expect("log");
     Command::new(batond_bin())
         .args(args)
+        .arg("--insecure-open-admin")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
@@ -186,4 +187,57 @@ async fn b20_a_backup_holds_no_session_secret_and_restore_refuses_the_old_cluste
     assert!(String::from_utf8_lossy(&out.stderr).contains("own cluster id"), "{out:?}");
     let out = restore(&["--cluster-id", "a-new-one"]);
     assert!(out.status.success(), "{out:?}");
+}
+
+/// Finding A1: with no `--superuser`, anyone who reached a client port could
+/// take a backup (every node) and change the membership. Now a cluster
+/// with no admin identity refuses both unless a member runs with
+/// `--insecure-open-admin` (what `batond cluster` does on plaintext); with
+/// a `--superuser digest:NAME:HASH` the first admin logs in by name and
+/// password on a plaintext cluster (docs/operations.md, The first admin).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b30_admin_operations_need_an_admin_identity() {
+    let dir = tempfile::Builder::new().prefix("baton-backup-").tempdir().expect("tempdir");
+    let file = dir.path().join("f.backup");
+    let run = |c: &Cluster, user: Option<&str>, args: &[&str]| {
+        let mut cmd = Command::new(baton_bin());
+        cmd.arg(format!("--endpoints={}", c.endpoints().join(",")));
+        if let Some(u) = user {
+            cmd.args(["--user", u]).env("BATON_PASSWORD", "root-pw");
+        }
+        cmd.args(args).output().expect("baton")
+    };
+    let save = ["snapshot", "save", file.to_str().expect("path")];
+    let add = ["member", "add", "4", "--peer-addr", "127.0.0.1:9", "--client-addr", "127.0.0.1:9", "--learner"];
+    {
+        let c = Cluster::start(3, &["--insecure-open-admin=false"]).await;
+        for args in [&save[..], &add[..]] {
+            let out = run(&c, None, args);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("admin identity") && err.contains("--superuser"), "{args:?}: {err}");
+        }
+        assert!(!file.exists(), "a refused backup wrote a file");
+    }
+    let root = baton_server::acl::digest("root", "root-pw");
+    let c = Cluster::start(3, &[&format!("--superuser={root}")]).await;
+    let out = run(&c, None, &save);
+    assert_eq!(out.status.code(), Some(1), "anonymous: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need a superuser"), "{out:?}");
+    let out = run(&c, Some("root"), &save);
+    assert!(out.status.success(), "the digest superuser: {out:?}");
+    assert!(file.exists());
+    let out = run(&c, Some("root"), &add);
+    assert!(out.status.success(), "the digest superuser adds a learner: {out:?}");
+    let out = run(&c, Some("root"), &["member", "remove", "4"]);
+    assert!(out.status.success(), "{out:?}");
+    // A wrong password gains nothing.
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={}", c.endpoints().join(",")))
+        .args(["--user", "root"])
+        .env("BATON_PASSWORD", "wrong")
+        .args(save)
+        .output()
+        .expect("baton");
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
 }

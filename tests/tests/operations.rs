@@ -49,6 +49,7 @@ async fn o20_config_file_environment_flags_and_host_names() {
         let child = Command::new(batond_bin())
             .arg(format!("--config={}", file.display()))
             .arg("--tick-ms=50")
+            .arg("--insecure-open-admin")
             .env("BATON_HTTP_ADDR", format!("127.0.0.1:{}", http[i]))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))

@@ -187,8 +187,9 @@ impl Driver {
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
             }
             Some(B::Snapshot(s)) => {
-                if !self.cfg.superusers.is_empty() && !self.caller(conn).superuser {
-                    return self.reply_err(conn, id, ErrorCode::NoAuth, "backups need a superuser (--superuser)");
+                if !self.cfg.admin_allowed(self.caller(conn).superuser) {
+                    let msg = self.cfg.admin_refusal("backups");
+                    return self.reply_err(conn, id, ErrorCode::NoAuth, msg);
                 }
                 if s.backup_id != 0 {
                     return self.send_backup_chunk(conn, id, s.backup_id, s.offset);

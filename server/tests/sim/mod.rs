@@ -304,6 +304,7 @@ impl Sim {
             request_timeout_ms: 4000,
             limits: Default::default(),
             superusers: Vec::new(),
+            open_admin: true,
             slow_request_ms: 0,
             faults: self.opts.faults,
         }

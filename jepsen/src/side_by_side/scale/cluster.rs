@@ -123,7 +123,9 @@ impl BatonScale {
     pub async fn start(dir: &Path) -> anyhow::Result<BatonScale> {
         let bin = baton_kit::locate(Bin::Batond)?;
         let spec = ClusterSpec {
-            extra: BATON_CAPS.iter().map(|s| s.to_string()).collect(),
+            // `snapshot save` measures the backup: a local cluster, open
+            // to admin operations.
+            extra: BATON_CAPS.iter().map(|s| s.to_string()).chain(["--insecure-open-admin".to_string()]).collect(),
             env: vec![("RUST_LOG".into(), "warn".into())],
             http: true,
             links: Links::Direct,
