@@ -197,10 +197,102 @@ async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq, superusers
 
 /// True when `user` is a password user and `password` is theirs. Blocks
 /// for the PBKDF2 hash (call it off the runtime's threads); the state's
-/// lock is held only to copy the user's salt and hash.
+/// lock is held only to copy the user's salt and hash. See
+/// [`check_password`] for what bounds its cost.
 pub(crate) fn password_ok(state: &SharedState, user: &str, password: &str) -> bool {
-    let Some((salt, hash)) = crate::driver::read(state).user_hash(user) else { return false };
-    baton_proto::auth::verify_password(password, &salt, &hash)
+    let stored = crate::driver::read(state).user_hash(user);
+    check_password(stored.as_ref().map(|(s, h)| (s.as_ref(), h.as_ref())), password)
+}
+
+/// Password checks a member runs at once: each is a 100,000-round PBKDF2,
+/// so many connections sending `auth` at once cost at most this many
+/// threads; the others wait their turn (each connection's own requests
+/// wait for its `auth`, so one connection has one check at a time).
+pub const PASSWORD_CHECKS_AT_ONCE: usize = 2;
+
+static CHECKS_RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static CHECK_FREED: std::sync::Condvar = std::sync::Condvar::new();
+/// PBKDF2 runs so far (tests).
+static HASHES_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// One of the [`PASSWORD_CHECKS_AT_ONCE`] places, held while hashing.
+struct CheckSlot;
+
+impl CheckSlot {
+    fn take() -> CheckSlot {
+        let mut n = CHECKS_RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= PASSWORD_CHECKS_AT_ONCE {
+            n = CHECK_FREED.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        CheckSlot
+    }
+}
+
+impl Drop for CheckSlot {
+    fn drop(&mut self) {
+        let mut n = CHECKS_RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        CHECK_FREED.notify_one();
+    }
+}
+
+/// Checks `password` against a user's stored (salt, hash), None for a name
+/// that is no user: that one is hashed too, against a fixed dummy, so an
+/// unknown name costs what a known one does and the answer's timing does
+/// not tell which names exist (finding A5). At most
+/// [`PASSWORD_CHECKS_AT_ONCE`] run at once on the member.
+fn check_password(stored: Option<(&[u8], &[u8])>, password: &str) -> bool {
+    static DUMMY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    const DUMMY_SALT: &[u8] = b"baton-no-such-user";
+    let _slot = CheckSlot::take();
+    HASHES_RUN.fetch_add(1, Ordering::Relaxed);
+    match stored {
+        Some((salt, hash)) => baton_proto::auth::verify_password(password, salt, hash),
+        None => {
+            let dummy = DUMMY.get_or_init(|| baton_proto::auth::hash_password("", DUMMY_SALT));
+            let _ = baton_proto::auth::verify_password(password, DUMMY_SALT, dummy);
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod password_tests {
+    use super::*;
+
+    /// Finding A5: an unknown name answered at once (no hash), so timing
+    /// told which users exist, and checks had no member-wide bound.
+    #[test]
+    fn an_unknown_name_is_hashed_too_and_checks_run_at_most_two_at_once() {
+        let before = HASHES_RUN.load(Ordering::Relaxed);
+        assert!(!check_password(None, "guess"));
+        assert!(HASHES_RUN.load(Ordering::Relaxed) > before, "an unknown name was not hashed");
+        let salt = b"0123456789abcdef";
+        let hash = baton_proto::auth::hash_password("pw", salt);
+        assert!(check_password(Some((salt, &hash)), "pw"));
+        assert!(!check_password(Some((salt, &hash)), "nope"));
+        // Eight threads at once: never more than the bound inside.
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (peak, now) = (peak.clone(), now.clone());
+                std::thread::spawn(move || {
+                    let _slot = CheckSlot::take();
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(n, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    now.fetch_sub(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert!(peak.load(Ordering::SeqCst) <= PASSWORD_CHECKS_AT_ONCE, "{peak:?}");
+        assert_eq!(peak.load(Ordering::SeqCst), PASSWORD_CHECKS_AT_ONCE, "the slots were never shared");
+    }
 }
 
 fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
