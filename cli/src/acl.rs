@@ -126,3 +126,25 @@ fn new_password() -> anyhow::Result<String> {
     }
     Ok(password)
 }
+
+#[derive(Subcommand, Debug)]
+pub enum FenceCmd {
+    /// Forget a fence's highest token (superusers only; every member logs
+    /// it): the way out of a fence jammed by a bad token.
+    Reset {
+        /// The fence's resource name.
+        name: String,
+    },
+}
+
+impl FenceCmd {
+    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        match self {
+            FenceCmd::Reset { name } => {
+                c.reset_fence(&name).await?;
+                out.emit(json!({"fence": name, "reset": true}), format!("fence {name} reset"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -128,6 +128,9 @@ enum SessionCmd {
     /// Password users (superusers only) and this client's identities.
     #[command(subcommand)]
     Auth(acl::AuthCmd),
+    /// Fences: `fence reset NAME` (superusers only).
+    #[command(subcommand)]
+    Fence(acl::FenceCmd),
 }
 
 impl SessionCmd {
@@ -152,6 +155,7 @@ impl SessionCmd {
             SessionCmd::Watch(x) => x.run(c, out).await,
             SessionCmd::Acl(x) => x.run(c, out).await,
             SessionCmd::Auth(x) => x.run(c, out).await,
+            SessionCmd::Fence(x) => x.run(c, out).await,
         }
     }
 }

@@ -333,6 +333,7 @@ impl Client {
                 | request::Body::SetAcl(_)
                 | request::Body::AddUser(_)
                 | request::Body::RemoveUser(_)
+                | request::Body::ResetFence(_)
         );
         // Exactly-once holds for as many unanswered writes as the server
         // caches replies for; never have more in flight than that. The slot
@@ -414,6 +415,13 @@ impl Client {
         let hash = baton_proto::auth::hash_password(password, &salt);
         let op = AddUserOp { name: name.to_string(), salt: salt.to_vec().into(), hash: hash.into() };
         self.call(request::Body::AddUser(op)).await.map(|_| ())
+    }
+
+    /// Forgets fence `resource`'s highest token (superusers only): the way
+    /// out of a fence jammed by a bad token. Every member logs it.
+    pub async fn reset_fence(&self, resource: &str) -> Result<()> {
+        let op = baton_proto::ResetFenceOp { resource: resource.to_string() };
+        self.call(request::Body::ResetFence(op)).await.map(|_| ())
     }
 
     /// Removes a password user (superusers only).

@@ -124,6 +124,7 @@ impl Conn {
             | B::SetAcl(_)
             | B::AddUser(_)
             | B::RemoveUser(_)
+            | B::ResetFence(_)
             | B::ClaimSession(_) => {
                 let Some(sid) = self.session else { return };
                 if !self.state.read().map(|sm| sm.session_exists(sid)).unwrap_or(false) {
@@ -139,6 +140,7 @@ impl Conn {
                     B::AddUser(u) => client_write::Op::AddUser(u),
                     B::RemoveUser(u) => client_write::Op::RemoveUser(u),
                     B::ClaimSession(c) => client_write::Op::ClaimSession(c),
+                    B::ResetFence(f) => client_write::Op::ResetFence(f),
                     _ => return,
                 };
                 // As a plain client: the connection's secret, no identity.

@@ -1003,6 +1003,10 @@ impl StateMachine {
 }
 
 /// One write in progress, with what it takes to undo it.
+/// Where a fence's guard lives: a node `/_baton/fences/<name>` whose ACL
+/// says who may use fence `<name>` (WRITE); no node, no guard.
+pub const FENCE_GUARDS: &str = "/_baton/fences";
+
 /// The most fence names the cluster keeps: a constant, so every member
 /// applies the same rule (a new name past it is `BUSY`).
 pub const MAX_FENCES: usize = 100_000;
@@ -1034,6 +1038,7 @@ impl Txn<'_> {
             Some(W::Multi(m)) => self.multi(&m.ops),
             Some(W::SetAcl(a)) => single(self.set_acl(a).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
             Some(W::AddUser(u)) => single(self.add_user(u).map(|_| response::Body::Empty(Empty {}))),
+            Some(W::ResetFence(f)) => single(self.reset_fence(&f.resource).map(|_| response::Body::Empty(Empty {}))),
             Some(W::RemoveUser(u)) => single(self.remove_user(&u.name).map(|_| response::Body::Empty(Empty {}))),
             Some(W::CloseSession(_)) | Some(W::ClaimSession(_)) | None => {
                 Err(Box::new((ErrorCode::BadRequest, "unknown write".into(), None)))
@@ -1285,6 +1290,26 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// An admin's way out of a jammed fence: forgets `resource`'s highest
+    /// token (the next check takes any valid token), with an audit line on
+    /// every member that applies it.
+    fn reset_fence(&mut self, resource: &str) -> Result<(), OpError> {
+        self.superuser_only("fence reset")?;
+        let Some(prev) = self.sm.fences.remove(resource) else {
+            return err(ErrorCode::NoNode, format!("no fence {resource}"));
+        };
+        tracing::warn!(
+            fence = resource,
+            token = prev,
+            index = self.index,
+            by = ?self.caller.identities,
+            "audit: fence reset by a superuser (it was at token {prev})"
+        );
+        self.undo.push(Undo::Fence(resource.to_string(), Some(prev)));
+        self.sm.dirty_fences.insert(resource.to_string());
+        Ok(())
+    }
+
     fn remove_user(&mut self, name: &str) -> Result<(), OpError> {
         self.superuser_only("remove-user")?;
         let Some(prev) = self.sm.users.remove(name) else {
@@ -1315,6 +1340,12 @@ impl Txn<'_> {
                     f.resource, f.token, self.index
                 ),
             );
+        }
+        // Who may use a fence: a node `/_baton/fences/<name>` guards it with
+        // its ACL (WRITE), as a lock's folder guards the lock.
+        let guard = format!("{FENCE_GUARDS}/{}", f.resource);
+        if let Some(n) = self.sm.nodes.get(&guard) {
+            self.caller.check(&n.acl, acl::WRITE, "fence", &guard)?;
         }
         let prev = self.sm.fences.get(&f.resource).copied();
         if prev.is_none() && self.sm.fences.len() >= MAX_FENCES {
@@ -1595,6 +1626,37 @@ mod tests {
         }
         assert_eq!(code(&sm.apply(6, &op(5, fence("one-too-many", 6)))), ErrorCode::Busy as i32);
         assert_eq!(code(&sm.apply(7, &op(6, fence("counter", 7)))), 0);
+    }
+
+    #[test]
+    fn a_fence_guarded_by_its_node_needs_write_there() {
+        use baton_proto::client_write::Op as W;
+        let mut sm = StateMachine::new();
+        let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+        sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        let fence = |resource: &str, token: u64| {
+            let f = baton_proto::op::Op::CheckFence(CheckFenceOp { resource: resource.into(), token });
+            W::Multi(baton_proto::MultiOp { ops: vec![baton_proto::Op { op: Some(f) }] })
+        };
+        let as_alice = |mut c: Command| {
+            if let Some(command::Body::Write(w)) = &mut c.body {
+                w.identities = vec!["user:alice".into()];
+            }
+            c
+        };
+        let guard = W::Create(CreateOp {
+            path: format!("{FENCE_GUARDS}/billing"),
+            parents: true,
+            acl: vec![Acl { perms: acl::ALL, id: "user:alice".into() }],
+            ..Default::default()
+        });
+        assert_eq!(code(&sm.apply(2, &op(1, guard))), 0);
+        // Anyone else: NO_AUTH, nothing recorded; alice: taken.
+        assert_eq!(code(&sm.apply(3, &op(2, fence("billing", 3)))), ErrorCode::NoAuth as i32);
+        assert!(sm.fences.get("billing").is_none());
+        assert_eq!(code(&sm.apply(4, &as_alice(op(3, fence("billing", 4))))), 0);
+        // A fence with no guard node is open.
+        assert_eq!(code(&sm.apply(5, &op(4, fence("open", 5)))), 0);
     }
 
     #[test]

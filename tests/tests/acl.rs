@@ -151,3 +151,54 @@ async fn a20_an_empty_or_foreign_acl_is_refused_and_changes_nothing() {
     // No one without alice's identity may change /n's ACL (or read it).
     assert!(root.get("/n").await.is_err());
 }
+
+/// Finding A3: anyone could jam a fence for good (`--fence
+/// counter=18446744073709551615`) with no way back. Now such a token is
+/// refused, and a superuser can reset a fence (`baton fence reset`; every
+/// member logs it); others cannot.
+#[tokio::test]
+async fn a30_a_fence_cannot_be_jammed_and_an_admin_can_reset_one() {
+    use baton_client::Op;
+    let root = baton_server::acl::digest("root", "root-pw");
+    let c = Cluster::start(3, &[&format!("--superuser={root}")]).await;
+    let cl = c.client().await;
+    cl.create("/counter", "0", CreateOptions::persistent()).await.expect("create");
+    let fenced = |token: u64| {
+        [
+            Op::CheckFence { resource: "counter".into(), token },
+            Op::Set { path: "/counter".into(), data: "x".into(), version: None },
+        ]
+    };
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={}", c.endpoint(1)))
+        .args(["set", "/counter", "jam", "--fence", "counter=18446744073709551615"])
+        .output()
+        .expect("baton set");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("above this write's log index"), "{out:?}");
+    // A real holder's token goes through, then a lower one is refused.
+    let g = cl.lock("counter").await.expect("lock");
+    cl.multi(&fenced(g.fencing_token())).await.expect("the holder's fenced write");
+    assert!(cl.multi(&fenced(1)).await.is_err_and(|e| e.kind() == baton_client::ErrorKind::FenceRejected));
+    let reset = |user: Option<&str>| {
+        let mut cmd = Command::new(baton_bin());
+        cmd.arg(format!("--endpoints={}", c.endpoint(2)));
+        if let Some(u) = user {
+            cmd.args(["--user", u]).env("BATON_PASSWORD", "root-pw");
+        }
+        cmd.args(["fence", "reset", "counter"]).output().expect("baton fence reset")
+    };
+    let out = reset(None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not authorized"), "{out:?}");
+    let out = reset(Some("root"));
+    assert!(out.status.success(), "{out:?}");
+    // Forgotten: a lower token is taken again.
+    cl.multi(&fenced(1)).await.expect("after the reset");
+    g.release().await.expect("release");
+    // The audit line on a member.
+    baton_tests::eventually(std::time::Duration::from_secs(5), "the audit line", || async {
+        (0..3u64).any(|i| c.log(i + 1).contains("audit: fence reset")).then_some(())
+    })
+    .await;
+}

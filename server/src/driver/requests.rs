@@ -220,6 +220,7 @@ impl Driver {
             | Some(B::SetAcl(_))
             | Some(B::AddUser(_))
             | Some(B::RemoveUser(_))
+            | Some(B::ResetFence(_))
             | Some(B::ClaimSession(_)) => {
                 let Some(sid) = session else {
                     return self.reply_err(
@@ -245,6 +246,7 @@ impl Driver {
                     Some(B::AddUser(u)) => client_write::Op::AddUser(u),
                     Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
                     Some(B::ClaimSession(c)) => client_write::Op::ClaimSession(c),
+                    Some(B::ResetFence(f)) => client_write::Op::ResetFence(f),
                     _ => return,
                 };
                 let caller = self.caller(conn);
