@@ -257,44 +257,6 @@ fn check_password(stored: Option<(&[u8], &[u8])>, password: &str) -> bool {
     }
 }
 
-#[cfg(test)]
-mod password_tests {
-    use super::*;
-
-    /// Finding A5: an unknown name answered at once (no hash), so timing
-    /// told which users exist, and checks had no member-wide bound.
-    #[test]
-    fn an_unknown_name_is_hashed_too_and_checks_run_at_most_two_at_once() {
-        let before = HASHES_RUN.load(Ordering::Relaxed);
-        assert!(!check_password(None, "guess"));
-        assert!(HASHES_RUN.load(Ordering::Relaxed) > before, "an unknown name was not hashed");
-        let salt = b"0123456789abcdef";
-        let hash = baton_proto::auth::hash_password("pw", salt);
-        assert!(check_password(Some((salt, &hash)), "pw"));
-        assert!(!check_password(Some((salt, &hash)), "nope"));
-        // Eight threads at once: never more than the bound inside.
-        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let now = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let threads: Vec<_> = (0..8)
-            .map(|_| {
-                let (peak, now) = (peak.clone(), now.clone());
-                std::thread::spawn(move || {
-                    let _slot = CheckSlot::take();
-                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
-                    peak.fetch_max(n, Ordering::SeqCst);
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    now.fetch_sub(1, Ordering::SeqCst);
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("thread");
-        }
-        assert!(peak.load(Ordering::SeqCst) <= PASSWORD_CHECKS_AT_ONCE, "{peak:?}");
-        assert_eq!(peak.load(Ordering::SeqCst), PASSWORD_CHECKS_AT_ONCE, "the slots were never shared");
-    }
-}
-
 fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
     ServerFrame {
         frame: Some(server_frame::Frame::Response(Response { error: code as i32, message: msg, ..Default::default() })),
@@ -452,5 +414,43 @@ async fn write_loop(
         if out.gauge.closed().is_cancelled() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod password_tests {
+    use super::*;
+
+    /// Finding A5: an unknown name answered at once (no hash), so timing
+    /// told which users exist, and checks had no member-wide bound.
+    #[test]
+    fn an_unknown_name_is_hashed_too_and_checks_run_at_most_two_at_once() {
+        let before = HASHES_RUN.load(Ordering::Relaxed);
+        assert!(!check_password(None, "guess"));
+        assert!(HASHES_RUN.load(Ordering::Relaxed) > before, "an unknown name was not hashed");
+        let salt = b"0123456789abcdef";
+        let hash = baton_proto::auth::hash_password("pw", salt);
+        assert!(check_password(Some((salt, &hash)), "pw"));
+        assert!(!check_password(Some((salt, &hash)), "nope"));
+        // Eight threads at once: never more than the bound inside.
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (peak, now) = (peak.clone(), now.clone());
+                std::thread::spawn(move || {
+                    let _slot = CheckSlot::take();
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(n, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    now.fetch_sub(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert!(peak.load(Ordering::SeqCst) <= PASSWORD_CHECKS_AT_ONCE, "{peak:?}");
+        assert_eq!(peak.load(Ordering::SeqCst), PASSWORD_CHECKS_AT_ONCE, "the slots were never shared");
     }
 }

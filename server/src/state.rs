@@ -1653,7 +1653,7 @@ mod tests {
         assert_eq!(code(&sm.apply(2, &op(1, guard))), 0);
         // Anyone else: NO_AUTH, nothing recorded; alice: taken.
         assert_eq!(code(&sm.apply(3, &op(2, fence("billing", 3)))), ErrorCode::NoAuth as i32);
-        assert!(sm.fences.get("billing").is_none());
+        assert!(!sm.fences.contains_key("billing"));
         assert_eq!(code(&sm.apply(4, &as_alice(op(3, fence("billing", 4))))), 0);
         // A fence with no guard node is open.
         assert_eq!(code(&sm.apply(5, &op(4, fence("open", 5)))), 0);
