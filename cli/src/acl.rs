@@ -148,3 +148,50 @@ impl FenceCmd {
         Ok(())
     }
 }
+
+#[derive(Subcommand, Debug)]
+pub enum SettingsCmd {
+    /// The cluster-wide settings the member answering follows.
+    Get,
+    /// Replace the cluster-wide settings (superusers only): every member
+    /// follows them, whatever its own flags say.
+    Set {
+        /// A superuser identity (x509:CN, user:NAME, digest:NAME:HASH);
+        /// repeatable. The list replaces the current one.
+        #[arg(long = "superuser")]
+        superusers: Vec<String>,
+        /// With no superuser: admin operations open to every client (local
+        /// development only).
+        #[arg(long)]
+        insecure_open_admin: bool,
+    },
+}
+
+impl SettingsCmd {
+    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        match self {
+            SettingsCmd::Get => {
+                let s = c.status().await?;
+                let text = format!(
+                    "superusers: {}\nopen admin: {}",
+                    if s.superusers.is_empty() { "(none)".to_string() } else { s.superusers.join(",") },
+                    s.open_admin
+                );
+                out.emit(json!({"superusers": s.superusers, "open_admin": s.open_admin}), text);
+            }
+            SettingsCmd::Set { superusers, insecure_open_admin } => {
+                if let Some(bad) = superusers.iter().find(|u| !baton_client::acl::valid_identity(u)) {
+                    return Err(crate::usage(format!(
+                        "--superuser {bad:?}: not x509:CN, user:NAME or digest:NAME:HASH"
+                    )));
+                }
+                c.set_settings(superusers.clone(), insecure_open_admin).await?;
+                out.emit(
+                    json!({"superusers": superusers, "open_admin": insecure_open_admin}),
+                    "cluster settings replaced".to_string(),
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -131,6 +131,10 @@ enum SessionCmd {
     /// Fences: `fence reset NAME` (superusers only).
     #[command(subcommand)]
     Fence(acl::FenceCmd),
+    /// The cluster-wide settings: `settings get`, `settings set`
+    /// (superusers only).
+    #[command(subcommand)]
+    Settings(acl::SettingsCmd),
 }
 
 impl SessionCmd {
@@ -156,6 +160,7 @@ impl SessionCmd {
             SessionCmd::Acl(x) => x.run(c, out).await,
             SessionCmd::Auth(x) => x.run(c, out).await,
             SessionCmd::Fence(x) => x.run(c, out).await,
+            SessionCmd::Settings(x) => x.run(c, out).await,
         }
     }
 }

@@ -334,6 +334,7 @@ impl Client {
                 | request::Body::AddUser(_)
                 | request::Body::RemoveUser(_)
                 | request::Body::ResetFence(_)
+                | request::Body::SetSettings(_)
         );
         // Exactly-once holds for as many unanswered writes as the server
         // caches replies for; never have more in flight than that. The slot
@@ -422,6 +423,14 @@ impl Client {
     pub async fn reset_fence(&self, resource: &str) -> Result<()> {
         let op = baton_proto::ResetFenceOp { resource: resource.to_string() };
         self.call(request::Body::ResetFence(op)).await.map(|_| ())
+    }
+
+    /// Replaces the cluster-wide settings (superusers only; server
+    /// settings.rs): the superusers, and whether admin operations are open
+    /// to every client when there is none. Refused if they leave no admin.
+    pub async fn set_settings(&self, superusers: Vec<String>, open_admin: bool) -> Result<()> {
+        let op = baton_proto::SetSettingsOp { settings: Some(baton_proto::ClusterSettings { superusers, open_admin }) };
+        self.call(request::Body::SetSettings(op)).await.map(|_| ())
     }
 
     /// Removes a password user (superusers only).

@@ -306,6 +306,11 @@ pub struct MemberStatus {
     pub version: String,
     /// It leads, or heard from its leader within an election timeout.
     pub leader_contact: bool,
+    /// The cluster-wide settings it follows: the superusers.
+    pub superusers: Vec<String>,
+    /// The cluster-wide settings it follows: with no superuser, admin
+    /// operations are open to every client.
+    pub open_admin: bool,
 }
 
 impl From<baton_proto::StatusResp> for MemberStatus {
@@ -328,6 +333,8 @@ impl From<baton_proto::StatusResp> for MemberStatus {
             db_bytes: s.db_bytes,
             version: s.version,
             leader_contact: s.leader_contact,
+            superusers: s.settings.as_ref().map(|x| x.superusers.clone()).unwrap_or_default(),
+            open_admin: s.settings.as_ref().is_some_and(|x| x.open_admin),
         }
     }
 }

@@ -125,6 +125,7 @@ impl Conn {
             | B::AddUser(_)
             | B::RemoveUser(_)
             | B::ResetFence(_)
+            | B::SetSettings(_)
             | B::ClaimSession(_) => {
                 let Some(sid) = self.session else { return };
                 if !self.state.read().map(|sm| sm.session_exists(sid)).unwrap_or(false) {
@@ -141,6 +142,7 @@ impl Conn {
                     B::RemoveUser(u) => client_write::Op::RemoveUser(u),
                     B::ClaimSession(c) => client_write::Op::ClaimSession(c),
                     B::ResetFence(f) => client_write::Op::ResetFence(f),
+                    B::SetSettings(s) => client_write::Op::SetSettings(s),
                     _ => return,
                 };
                 // As a plain client: the connection's secret, no identity.

@@ -39,7 +39,7 @@
 
 use std::collections::BTreeSet;
 
-use baton_proto::{ClusterRecord, PeerHello};
+use baton_proto::{ClusterRecord, ClusterSettings, PeerHello};
 use rand::Rng;
 
 use crate::state::StateMachine;
@@ -119,16 +119,31 @@ pub fn hello(me: u64, to: u64, own: &ClusterRecord) -> PeerHello {
 /// anything: a new id when there is none, else the members whose log now
 /// holds the entry that set it (`matched(id)`: raft-rs's matched index)
 /// and that are not yet recorded.
+///
+/// `seed`: this leader's flags' settings, proposed with the new id, or
+/// alone when the record has an id but no settings (settings.rs).
 pub fn next_record(
     sm: &StateMachine,
     members: impl IntoIterator<Item = u64>,
     matched: impl Fn(u64) -> u64,
     rng: &mut impl Rng,
+    seed: &ClusterSettings,
 ) -> Option<ClusterRecord> {
     let own = sm.cluster();
     if own.cluster_id.is_empty() {
         let id: u128 = rng.gen();
-        return Some(ClusterRecord { cluster_id: format!("{id:032x}"), ..Default::default() });
+        return Some(ClusterRecord {
+            cluster_id: format!("{id:032x}"),
+            settings: Some(seed.clone()),
+            ..Default::default()
+        });
+    }
+    if own.settings.is_none() {
+        return Some(ClusterRecord {
+            cluster_id: own.cluster_id.clone(),
+            settings: Some(seed.clone()),
+            ..Default::default()
+        });
     }
     let new: Vec<u64> = members.into_iter().filter(|m| !own.joined.contains(m) && matched(*m) >= own.index).collect();
     (!new.is_empty()).then(|| ClusterRecord { cluster_id: own.cluster_id.clone(), joined: new, ..Default::default() })
@@ -174,15 +189,33 @@ mod tests {
     fn the_leader_records_an_id_then_who_holds_it() {
         let mut rng = rand::thread_rng();
         let mut sm = StateMachine::new();
-        let first = next_record(&sm, [1, 2, 3], |_| 0, &mut rng).expect("an id");
+        let seed = ClusterSettings { superusers: vec!["x509:admin".into()], open_admin: false };
+        let first = next_record(&sm, [1, 2, 3], |_| 0, &mut rng, &seed).expect("an id");
         assert_eq!(first.cluster_id.len(), 32);
+        assert_eq!(first.settings.as_ref(), Some(&seed), "the id's entry seeds the settings");
         sm.set_cluster(7, &first);
         assert_eq!(sm.cluster().index, 7);
         // Member 3 has not stored entry 7 yet.
-        let next = next_record(&sm, [1, 2, 3], |m| if m == 3 { 6 } else { 7 }, &mut rng).expect("joined");
+        let next = next_record(&sm, [1, 2, 3], |m| if m == 3 { 6 } else { 7 }, &mut rng, &seed).expect("joined");
         assert_eq!(next.joined, vec![1, 2]);
         sm.set_cluster(8, &next);
-        assert!(next_record(&sm, [1, 2, 3], |m| if m == 3 { 6 } else { 8 }, &mut rng).is_none());
+        assert!(next_record(&sm, [1, 2, 3], |m| if m == 3 { 6 } else { 8 }, &mut rng, &seed).is_none());
+        // Another leader's flags never replace recorded settings.
+        let other = ClusterSettings { superusers: Vec::new(), open_admin: true };
+        sm.set_cluster(
+            9,
+            &ClusterRecord {
+                cluster_id: first.cluster_id.clone(),
+                settings: Some(other.clone()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(sm.cluster().settings.as_ref(), Some(&seed));
+        // A record from before settings were recorded gets them seeded.
+        let mut old = StateMachine::new();
+        old.set_cluster(3, &ClusterRecord { cluster_id: "c".into(), joined: vec![1, 2, 3], ..Default::default() });
+        let s = next_record(&old, [1, 2, 3], |_| 9, &mut rng, &other).expect("a seed");
+        assert_eq!((s.cluster_id.as_str(), s.settings.as_ref()), ("c", Some(&other)));
         // A second id never replaces the first.
         sm.set_cluster(9, &ClusterRecord { cluster_id: "other".into(), joined: vec![3], ..Default::default() });
         assert_eq!(sm.cluster().cluster_id, first.cluster_id);

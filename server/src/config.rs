@@ -45,7 +45,7 @@ pub struct Config {
     /// `--insecure-open-admin`: with no superuser configured, every client
     /// may take backups and change the membership (local development only).
     /// Without it, and with no superuser, those admin operations are
-    /// refused (`Config::admin_allowed`).
+    /// refused. Both seed the cluster-wide settings (settings.rs).
     pub open_admin: bool,
     /// Requests slower than this are logged (listener.rs); 0: none.
     pub slow_request_ms: u64,
@@ -95,26 +95,6 @@ impl Default for Limits {
 pub const DEFAULT_SESSION_MS: u32 = 10_000;
 
 impl Config {
-    /// Whether a caller (`superuser`: one of [`Config::superusers`]) may
-    /// run an admin operation (backup, membership change): a superuser
-    /// always; anyone only when no superuser is configured and the member
-    /// runs with `--insecure-open-admin`.
-    pub fn admin_allowed(&self, superuser: bool) -> bool {
-        superuser || (self.superusers.is_empty() && self.open_admin)
-    }
-
-    /// Why an admin operation `what` was refused, for its `NO_AUTH`.
-    pub fn admin_refusal(&self, what: &str) -> String {
-        if self.superusers.is_empty() {
-            format!(
-                "{what} need an admin identity and this cluster has none: start the members with --superuser ID \
-                 (docs/operations.md, The first admin), or --insecure-open-admin on a local development cluster"
-            )
-        } else {
-            format!("{what} need a superuser (--superuser)")
-        }
-    }
-
     pub fn negotiate_timeout(&self, asked: u32) -> u32 {
         let asked = if asked == 0 { DEFAULT_SESSION_MS } else { asked };
         asked.clamp(self.min_session_ms, self.max_session_ms)

@@ -38,6 +38,7 @@ pub mod node;
 pub mod raft_store;
 pub mod reads;
 pub mod sessions;
+pub mod settings;
 pub mod shutdown;
 pub mod state;
 pub mod syncer;

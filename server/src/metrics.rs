@@ -179,6 +179,7 @@ pub fn request_kind(body: Option<&baton_proto::request::Body>) -> &'static str {
         Some(B::Auth(_)) => "auth",
         Some(B::AddUser(_)) => "add_user",
         Some(B::ResetFence(_)) => "reset_fence",
+        Some(B::SetSettings(_)) => "set_settings",
         Some(B::RemoveUser(_)) => "remove_user",
         Some(B::ListUsers(_)) => "list_users",
         Some(B::Whoami(_)) => "whoami",

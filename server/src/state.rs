@@ -437,6 +437,13 @@ impl StateMachine {
         } else if self.cluster.cluster_id != rec.cluster_id {
             return;
         }
+        // A seed of the cluster-wide settings applies only while none are
+        // recorded (settings.rs): an admin's change is never undone by one.
+        if self.cluster.settings.is_none() {
+            if let Some(s) = &rec.settings {
+                self.cluster.settings = Some(s.clone());
+            }
+        }
         let mut joined: BTreeSet<u64> = self.cluster.joined.iter().copied().collect();
         joined.extend(rec.joined.iter().copied());
         self.cluster.joined = joined.into_iter().collect();
@@ -1039,6 +1046,7 @@ impl Txn<'_> {
             Some(W::SetAcl(a)) => single(self.set_acl(a).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
             Some(W::AddUser(u)) => single(self.add_user(u).map(|_| response::Body::Empty(Empty {}))),
             Some(W::ResetFence(f)) => single(self.reset_fence(&f.resource).map(|_| response::Body::Empty(Empty {}))),
+            Some(W::SetSettings(s)) => single(self.set_settings(s).map(|_| response::Body::Empty(Empty {}))),
             Some(W::RemoveUser(u)) => single(self.remove_user(&u.name).map(|_| response::Body::Empty(Empty {}))),
             Some(W::CloseSession(_)) | Some(W::ClaimSession(_)) | None => {
                 Err(Box::new((ErrorCode::BadRequest, "unknown write".into(), None)))
@@ -1242,17 +1250,18 @@ impl Txn<'_> {
 
     fn set_acl(&mut self, a: &baton_proto::SetAclOp) -> Result<Stat, OpError> {
         check_path(&a.path)?;
+        acl::validate(&a.acl)?;
+        let n = self.sm.lookup(&a.path)?;
+        self.caller.check(&n.acl, acl::ADMIN, "set-acl", &a.path)?;
+        // After ADMIN, as ZooKeeper checks them. An empty list here would
+        // mean "open to everyone", which no one asking to set an ACL means;
+        // ZooKeeper answers INVALIDACL.
         if a.acl.is_empty() {
-            // ZooKeeper answers INVALIDACL; an empty list here would mean
-            // "open to everyone", which no one asking to set an ACL means.
             return err(
                 ErrorCode::BadRequest,
                 format!("an empty ACL would open {} to everyone: to mean that, set world:anyone:rwcda", a.path),
             );
         }
-        acl::validate(&a.acl)?;
-        let n = self.sm.lookup(&a.path)?;
-        self.caller.check(&n.acl, acl::ADMIN, "set-acl", &a.path)?;
         if let Some(v) = a.version {
             if v != n.stat.aversion {
                 return err(
@@ -1287,6 +1296,25 @@ impl Txn<'_> {
         self.undo.push(Undo::User(u.name.clone(), None));
         self.sm.users.insert(u.name.clone(), (u.salt.clone(), u.hash.clone()));
         self.sm.dirty_users.insert(u.name.clone());
+        Ok(())
+    }
+
+    /// Replaces the cluster-wide settings (settings.rs): superusers only,
+    /// never to settings that leave no admin; logged on every member.
+    fn set_settings(&mut self, op: &baton_proto::SetSettingsOp) -> Result<(), OpError> {
+        self.superuser_only("changing the cluster settings")?;
+        let s = op.settings.clone().unwrap_or_default();
+        crate::settings::validate(&s).map_err(|m| (ErrorCode::BadRequest, m))?;
+        tracing::warn!(
+            superusers = ?s.superusers,
+            open_admin = s.open_admin,
+            index = self.index,
+            by = ?self.caller.identities,
+            "audit: cluster settings changed by a superuser"
+        );
+        // Last: nothing after it can fail, so there is nothing to undo.
+        self.sm.cluster.settings = Some(s);
+        self.sm.dirty_cluster = true;
         Ok(())
     }
 

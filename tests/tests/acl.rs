@@ -138,8 +138,8 @@ async fn a20_an_empty_or_foreign_acl_is_refused_and_changes_nothing() {
         assert_eq!(out.status.code(), Some(2), "{acl:?}: {out:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{acl:?}: {out:?}");
     }
-    // The server refuses an empty ACL from any client (a superuser too
-    // could not mean it), before looking at the caller's rights.
+    // The server refuses an empty ACL from any client allowed to set the
+    // ACL (ADMIN is checked first, as ZooKeeper does).
     let root = c.client().await;
     root.create("/open", "", CreateOptions::persistent()).await.expect("create");
     match root.set_acl("/open", Vec::new(), None).await {
@@ -201,4 +201,71 @@ async fn a30_a_fence_cannot_be_jammed_and_an_admin_can_reset_one() {
         (0..3u64).any(|i| c.log(i + 1).contains("audit: fence reset")).then_some(())
     })
     .await;
+}
+
+/// Finding A2: each member decided who is a superuser by its own flags, so
+/// one member started without `--superuser` let anyone take a backup
+/// through it. The superusers are now the cluster's settings, in the log:
+/// a member whose flags differ follows the record (and logs it), and an
+/// admin changes them for every member with `baton settings set`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a40_the_superusers_are_the_clusters_not_each_members() {
+    let root = baton_server::acl::digest("root", "root-pw");
+    let other = baton_server::acl::digest("other", "other-pw");
+    let mut c = Cluster::start(3, &[&format!("--superuser={root}")]).await;
+    let eps = c.endpoints();
+    baton_tests::eventually(std::time::Duration::from_secs(10), "the settings recorded", || async {
+        for ep in &eps {
+            let s = baton_client::member_status(ep, std::time::Duration::from_secs(1)).await.ok()?;
+            if s.superusers != vec![root.clone()] {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    // Member 2 comes back with no superuser and admin open to all.
+    c.stop(2);
+    let extra = &mut c.kit.members[1].spec.extra;
+    extra.retain(|a| !a.starts_with("--superuser"));
+    extra.push("--insecure-open-admin".into());
+    c.start_member(2);
+    let ep2 = c.endpoint(2);
+    baton_tests::eventually(std::time::Duration::from_secs(10), "member 2 serves", || async {
+        baton_client::member_status(&ep2, std::time::Duration::from_secs(1)).await.ok().filter(|s| s.leader_id != 0)
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("b.backup");
+    let run = |ep: &str, login: Option<(&str, &str)>, args: &[&str]| {
+        let mut cmd = Command::new(baton_bin());
+        cmd.arg(format!("--endpoints={ep}"));
+        if let Some((u, pw)) = login {
+            cmd.args(["--user", u]).env("BATON_PASSWORD", pw);
+        }
+        cmd.args(args).output().expect("baton")
+    };
+    let save = ["snapshot", "save", file.to_str().expect("path")];
+    let out = run(&ep2, None, &save);
+    assert_eq!(out.status.code(), Some(1), "anonymous through member 2: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need a superuser"), "{out:?}");
+    assert!(run(&ep2, Some(("root", "root-pw")), &save).status.success(), "root through member 2");
+    baton_tests::eventually(std::time::Duration::from_secs(5), "member 2 says it follows the record", || async {
+        c.log(2).contains("differ from the cluster's settings").then_some(())
+    })
+    .await;
+    // An admin changes them for every member.
+    let out = run(&c.endpoint(1), Some(("root", "root-pw")), &["settings", "set", "--superuser", &other]);
+    assert!(out.status.success(), "{out:?}");
+    let out = run(&ep2, None, &["--json", "settings", "get"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&other), "{out:?}");
+    baton_tests::eventually(std::time::Duration::from_secs(5), "root is no longer a superuser", || async {
+        (run(&c.endpoint(3), Some(("root", "root-pw")), &save).status.code() == Some(1)).then_some(())
+    })
+    .await;
+    assert!(run(&c.endpoint(3), Some(("other", "other-pw")), &save).status.success());
+    // Settings that leave no admin are refused.
+    let out = run(&c.endpoint(1), Some(("other", "other-pw")), &["settings", "set"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no admin"), "{out:?}");
 }

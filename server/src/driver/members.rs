@@ -55,8 +55,9 @@ impl Driver {
 
     /// A change request (membership.rs rules 2-5).
     pub(super) fn on_member_change(&mut self, conn: ConnId, id: u64, req: &MemberChangeReq, now: Instant) {
-        if !self.cfg.admin_allowed(self.caller(conn).superuser) {
-            let msg = self.cfg.admin_refusal("membership changes");
+        let settings = self.settings();
+        if !crate::settings::admin_allowed(&settings, self.caller(conn).superuser) {
+            let msg = crate::settings::admin_refusal(&settings, "membership changes");
             return self.reply_err(conn, id, ErrorCode::NoAuth, msg);
         }
         if self.raw.raft.state != StateRole::Leader {

@@ -197,6 +197,9 @@ pub struct Driver {
     removed: bool,
     /// When this member last proposed a cluster record (cluster.rs).
     cluster_proposed: Option<Instant>,
+    /// The recorded cluster settings last compared with this member's
+    /// flags (settings.rs: a difference is logged once per change).
+    settings_noted: Option<baton_proto::ClusterSettings>,
     /// The leader's last look for due container and TTL nodes, and what it
     /// found due then (state.rs, "Reaping").
     reap_looked: Option<Instant>,
@@ -315,6 +318,7 @@ impl Driver {
             observed: None,
             removed: false,
             cluster_proposed: None,
+            settings_noted: None,
             reap_looked: None,
             reap_seen: Vec::new(),
             election_drawn: false,
@@ -606,9 +610,31 @@ impl Driver {
             self.maybe_promote();
             self.reap(now);
         }
+        self.note_settings();
         self.maybe_report(now);
         self.publish(now);
         self.ticks += 1;
+    }
+
+    /// Logs, once per change of the recorded settings, that this member's
+    /// flags say otherwise and that it follows the record (settings.rs).
+    fn note_settings(&mut self) {
+        let Some(rec) = self.sm().cluster().settings.clone() else { return };
+        if self.settings_noted.as_ref() == Some(&rec) {
+            return;
+        }
+        let flags = crate::settings::from_flags(&self.cfg);
+        if rec != flags {
+            warn!(
+                cluster_superusers = ?rec.superusers,
+                cluster_open_admin = rec.open_admin,
+                flag_superusers = ?flags.superusers,
+                flag_open_admin = flags.open_admin,
+                "this member's --superuser / --insecure-open-admin differ from the cluster's settings: following \
+                 the cluster's (baton settings get)"
+            );
+        }
+        self.settings_noted = Some(rec);
     }
 
     /// The cluster's id, then who joined it (cluster.rs), at most once per
@@ -623,7 +649,8 @@ impl Driver {
             let st = self.state();
             let sm = read(&st);
             let prs = self.raw.raft.prs();
-            crate::cluster::next_record(&sm, members, |id| prs.get(id).map_or(0, |p| p.matched), &mut self.rng)
+            let seed = crate::settings::from_flags(&self.cfg);
+            crate::cluster::next_record(&sm, members, |id| prs.get(id).map_or(0, |p| p.matched), &mut self.rng, &seed)
         };
         let Some(rec) = rec else { return };
         info!(cluster = %rec.cluster_id, joined = ?rec.joined, "proposing the cluster record");
@@ -742,6 +769,7 @@ impl Driver {
             db_bytes: self.persist.db_bytes(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             leader_contact: self.last_tick.is_some_and(|t| self.leader_alive(t)),
+            settings: Some(self.settings()),
             cluster_id: self.sm().cluster().cluster_id.clone(),
             joined: self.sm().cluster().joined.clone(),
         }

@@ -60,7 +60,12 @@ impl Driver {
     /// Who is asking on `conn` (acl.rs).
     pub(super) fn caller(&self, conn: ConnId) -> Caller {
         let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
-        Caller::new(ids, &self.cfg.superusers)
+        Caller::new(ids, &self.settings().superusers)
+    }
+
+    /// The cluster-wide settings this member follows (settings.rs).
+    pub(super) fn settings(&self) -> baton_proto::ClusterSettings {
+        crate::settings::effective(self.sm().cluster().settings.as_ref(), &self.cfg)
     }
 
     /// Room for `n` more watches on `conn` (the `max_watches` cap).
@@ -187,8 +192,9 @@ impl Driver {
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
             }
             Some(B::Snapshot(s)) => {
-                if !self.cfg.admin_allowed(self.caller(conn).superuser) {
-                    let msg = self.cfg.admin_refusal("backups");
+                let settings = self.settings();
+                if !crate::settings::admin_allowed(&settings, self.caller(conn).superuser) {
+                    let msg = crate::settings::admin_refusal(&settings, "backups");
                     return self.reply_err(conn, id, ErrorCode::NoAuth, msg);
                 }
                 if s.backup_id != 0 {
@@ -221,6 +227,7 @@ impl Driver {
             | Some(B::AddUser(_))
             | Some(B::RemoveUser(_))
             | Some(B::ResetFence(_))
+            | Some(B::SetSettings(_))
             | Some(B::ClaimSession(_)) => {
                 let Some(sid) = session else {
                     return self.reply_err(
@@ -247,6 +254,7 @@ impl Driver {
                     Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
                     Some(B::ClaimSession(c)) => client_write::Op::ClaimSession(c),
                     Some(B::ResetFence(f)) => client_write::Op::ResetFence(f),
+                    Some(B::SetSettings(s)) => client_write::Op::SetSettings(s),
                     _ => return,
                 };
                 let caller = self.caller(conn);

@@ -100,7 +100,7 @@ pub(super) async fn handle(
     let mut g = Gateway {
         conn,
         tx,
-        superusers: cfg.superusers.clone(),
+        flags: crate::settings::from_flags(cfg),
         input,
         state,
         rx,
@@ -194,8 +194,10 @@ struct Gateway {
     /// The connection as the driver knows it: `auth` adds identities here,
     /// which the driver checks ACLs against (acl.rs).
     tx: ConnTx,
-    /// `--superuser`: for the ACL checks made here (getAllChildrenNumber).
-    superusers: Vec<String>,
+    /// This member's flags' settings, followed until the cluster record
+    /// has its own (settings.rs), for the ACL checks made here
+    /// (getAllChildrenNumber).
+    flags: baton_proto::ClusterSettings,
     input: Sender<Input>,
     state: SharedState,
     rx: UnboundedReceiver<baton_proto::ServerFrame>,
@@ -969,7 +971,11 @@ impl Gateway {
             }
             Request::GetAllChildrenNumber { path } => {
                 // Needs READ on the node, as in ZooKeeper.
-                let caller = crate::acl::Caller::new(self.tx.identities(), &self.superusers);
+                let settings = {
+                    let sm = crate::driver::read(&self.state);
+                    sm.cluster().settings.clone().unwrap_or_else(|| self.flags.clone())
+                };
+                let caller = crate::acl::Caller::new(self.tx.identities(), &settings.superusers);
                 let n = {
                     let sm = read(&self.state);
                     match sm.exists(&path).ok().flatten() {
