@@ -334,11 +334,11 @@ async fn handle(
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.id, (crate::metrics::request_kind(req.body.as_ref()), std::time::Instant::now()));
         if let Some(request::Body::Auth(a)) = &req.body {
-            let resp = auth(&state, &tx, req.id, a, &crate::settings::current(&state, &cfg).superusers).await;
+            let resp = auth(&state, &tx, req.id, a, &crate::settings::current(&state, cfg).superusers).await;
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
             continue;
         }
-        let caller = || Caller::new(tx.identities(), &crate::settings::current(&state, &cfg).superusers);
+        let caller = || Caller::new(tx.identities(), &crate::settings::current(&state, cfg).superusers);
         if let Some(resp) = fast_reads.then(|| fast_read(&state, &req, &caller())).flatten() {
             let resp = capped(resp, cfg.limits.max_reply_bytes);
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
