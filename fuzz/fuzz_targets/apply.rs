@@ -8,6 +8,11 @@
 //! a small set of session ids (live, ended, or never created), with small
 //! sequence numbers so that retries and the exactly-once window are hit.
 //!
+//! Writes may come from a superuser or not, and include the admin ops
+//! (`reset_fence`, `set_settings` with good and bad settings); `Cluster`
+//! entries carry cluster ids, joined members and seeds of the cluster-wide
+//! settings (server/src/settings.rs), as a leader proposes them.
+//!
 //! Creates may ask for container and TTL nodes (bad combinations
 //! included), and `Reap` entries list what the state machine itself finds
 //! due at the entry's time plus arbitrary stale ones (wrong `czxid` or
@@ -29,8 +34,9 @@ use std::collections::HashMap;
 
 use arbitrary::Arbitrary;
 use baton_proto::{
-    client_write, command, op, CheckFenceOp, CheckOp, ClientWrite, CloseSessionReq, Command, CreateOp, DeleteOp,
-    ExpireSessions, MultiOp, NewSession, Op, ReapNode, ReapNodes, SetOp,
+    client_write, command, op, CheckFenceOp, CheckOp, ClientWrite, CloseSessionReq, ClusterRecord, ClusterSettings,
+    Command, CreateOp, DeleteOp, ExpireSessions, MultiOp, NewSession, Op, ReapNode, ReapNodes, ResetFenceOp, SetOp,
+    SetSettingsOp,
 };
 use baton_server::state::StateMachine;
 use libfuzzer_sys::fuzz_target;
@@ -38,6 +44,8 @@ use prost::Message as _;
 
 /// Path segments: few, so that paths collide.
 const SEGMENTS: [&str; 3] = ["a", "b", "c"];
+/// Superuser identities to pick from (the last is not a valid one).
+const SUPERUSERS: [&str; 3] = ["x509:admin", "digest:root:aGFzaA==", "world:anyone"];
 /// Invalid paths the state machine must refuse.
 const BAD_PATHS: [&str; 6] = ["", "a", "/a/", "//a", "/a/..", "/a\0b"];
 
@@ -52,6 +60,14 @@ enum Step {
         seq: u8,
         acked_below: u8,
         op: WriteOp,
+        superuser: bool,
+    },
+    /// A cluster record entry: an id (one of two), joined members, and a
+    /// settings seed.
+    Cluster {
+        id: bool,
+        joined: u8,
+        seed: Option<(u8, bool)>,
     },
     /// An entry without a state change (a new leader's empty entry).
     Skip,
@@ -70,6 +86,8 @@ enum WriteOp {
     Delete { path: PathRef, version: Option<i8> },
     Multi(Vec<MultiStep>),
     Close,
+    ResetFence { resource: u8 },
+    SetSettings { superusers: u8, open_admin: bool },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -159,13 +177,19 @@ impl Known {
             Step::Expire(ids) => command::Body::Expire(ExpireSessions {
                 session_ids: ids.iter().take(4).map(|r| self.session(*r)).collect(),
             }),
-            Step::Write { session, seq, acked_below, op } => command::Body::Write(ClientWrite {
+            Step::Cluster { id, joined, seed } => command::Body::Cluster(ClusterRecord {
+                cluster_id: if *id { "c1" } else { "c2" }.into(),
+                joined: (1..=3).filter(|m| joined & (1 << m) != 0).collect(),
+                settings: seed.map(|(pick, open_admin)| settings(pick, open_admin)),
+                ..Default::default()
+            }),
+            Step::Write { session, seq, acked_below, op, superuser } => command::Body::Write(ClientWrite {
                 session_id: self.session(*session),
                 seq: *seq as u64 % 16,
                 acked_below: *acked_below as u64 % 16,
                 secret: vec![1; 16].into(),
                 identities: Vec::new(),
-                superuser: false,
+                superuser: *superuser,
                 epoch: 0,
                 op: Some(self.write_op(op)),
             }),
@@ -221,8 +245,21 @@ impl Known {
                     .collect(),
             }),
             WriteOp::Close => client_write::Op::CloseSession(CloseSessionReq {}),
+            WriteOp::ResetFence { resource } => client_write::Op::ResetFence(ResetFenceOp {
+                resource: ["", "r1", "r2"][*resource as usize % 3].into(),
+            }),
+            WriteOp::SetSettings { superusers, open_admin } => {
+                client_write::Op::SetSettings(SetSettingsOp { settings: Some(settings(*superusers, *open_admin)) })
+            }
         }
     }
+}
+
+/// Settings naming the superusers `pick`'s bits choose (none, valid ones,
+/// an invalid one).
+fn settings(pick: u8, open_admin: bool) -> ClusterSettings {
+    let superusers = SUPERUSERS.iter().enumerate().filter(|(i, _)| pick & (1 << i) != 0).map(|(_, s)| s.to_string());
+    ClusterSettings { superusers: superusers.collect(), open_admin }
 }
 
 /// Per node (path) at the last check: czxid, version, cversion, next_seq.
