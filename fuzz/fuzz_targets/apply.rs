@@ -245,9 +245,9 @@ impl Known {
                     .collect(),
             }),
             WriteOp::Close => client_write::Op::CloseSession(CloseSessionReq {}),
-            WriteOp::ResetFence { resource } => client_write::Op::ResetFence(ResetFenceOp {
-                resource: ["", "r1", "r2"][*resource as usize % 3].into(),
-            }),
+            WriteOp::ResetFence { resource } => {
+                client_write::Op::ResetFence(ResetFenceOp { resource: ["", "r1", "r2"][*resource as usize % 3].into() })
+            }
             WriteOp::SetSettings { superusers, open_admin } => {
                 client_write::Op::SetSettings(SetSettingsOp { settings: Some(settings(*superusers, *open_admin)) })
             }
