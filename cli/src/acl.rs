@@ -40,7 +40,22 @@ impl AclCmd {
             }
             AclCmd::Set { path, acl, version } => {
                 let acl = parse_set(&path, &acl)?;
+                let me = c.whoami().await.unwrap_or_default();
+                let keeps_admin = acl.iter().any(|a| {
+                    a.perms & baton_client::acl::ADMIN != 0
+                        && (a.id == "world:anyone" || a.id == "auth" || me.contains(&a.id))
+                });
                 let s = c.set_acl(&path, acl, version).await?;
+                if !keeps_admin {
+                    // Finding A7: an ACL that names no identity of the
+                    // caller with ADMIN locks the caller out of it for good
+                    // (only a superuser can change it again).
+                    eprintln!(
+                        "baton: warning: the new ACL of {path} gives ADMIN to none of your identities ({}): only \
+                         those it names, or a superuser, can change it again",
+                        me.join(", ")
+                    );
+                }
                 out.emit(json!({"path": path, "aversion": s.aversion}), format!("aversion {}", s.aversion));
             }
         }

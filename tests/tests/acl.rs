@@ -138,6 +138,16 @@ async fn a20_an_empty_or_foreign_acl_is_refused_and_changes_nothing() {
         assert_eq!(out.status.code(), Some(2), "{acl:?}: {out:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{acl:?}: {out:?}");
     }
+    // Giving ADMIN away is allowed, with a warning: the caller is locked
+    // out, and only those named (or a superuser) can change it again.
+    c.client().await.create("/given", "", CreateOptions::persistent()).await.expect("create");
+    let out = Command::new(baton_bin())
+        .arg(format!("--endpoints={}", c.endpoint(1)))
+        .args(["acl", "set", "/given", "user:bob:rwcda"])
+        .output()
+        .expect("run baton");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gives ADMIN to none of your identities"), "{out:?}");
     // The server refuses an empty ACL from any client allowed to set the
     // ACL (ADMIN is checked first, as ZooKeeper does).
     let root = c.client().await;
