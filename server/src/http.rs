@@ -8,6 +8,9 @@
 //! - `/ready` answers 200 when this member is healthy and is a voter or
 //!   learner of the configuration (a removed member, or a new one that has
 //!   not received the leader's snapshot, is not ready), 503 otherwise.
+//! - A member that applied its own removal closes its client and peer
+//!   ports at once; for 3 s more both endpoints answer 503 with `"removed":
+//!   true` and a reason starting "removed", then it exits 2.
 //!
 //! Both read the status the driver publishes every tick ([`Board`]), never
 //! the driver itself: a busy driver cannot make these endpoints hang, and a
@@ -27,13 +30,20 @@ use serde_json::json;
 
 use crate::metrics::{COUNT_BUCKETS, SECONDS_BUCKETS};
 
-/// The status the driver last published, and when.
+/// The status the driver last published, and when; and whether this
+/// member was removed from the cluster.
 #[derive(Clone, Default)]
-pub struct Board(Arc<RwLock<Option<(StatusResp, Instant)>>>);
+pub struct Board(Arc<RwLock<Option<(StatusResp, Instant)>>>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Board {
     pub fn publish(&self, s: StatusResp, now: Instant) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some((s, now));
+    }
+
+    /// This member applied its own removal: it serves no one and is about
+    /// to exit (main.rs, `REMOVED_LINGER`).
+    pub fn set_removed(&self) {
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn get(&self) -> Option<(StatusResp, Instant)> {
@@ -51,6 +61,10 @@ pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
 
 /// A verdict and its JSON body.
 fn verdict(board: &Board, stale_after: Duration, need_member: bool) -> (StatusCode, serde_json::Value) {
+    if board.1.load(std::sync::atomic::Ordering::SeqCst) {
+        let why = "removed: this member was removed from the cluster; it serves no one and exits (exit code 2)";
+        return (StatusCode::SERVICE_UNAVAILABLE, json!({"healthy": false, "removed": true, "reason": why}));
+    }
     let Some((s, at)) = board.get() else {
         return (StatusCode::SERVICE_UNAVAILABLE, json!({"healthy": false, "reason": "starting"}));
     };

@@ -518,12 +518,17 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let (transport, links, members) = baton_server::transport::transport(id);
     let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
     let mut node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
+    // The HTTP listener stops last: a removed member's /health and /ready
+    // say "removed" for REMOVED_LINGER after its client ports closed.
+    let http_stop = baton_server::shutdown::Shutdown::new();
+    let mut board_of_removal = None;
     if let Some(l) = http_listener {
         let prom = baton_server::http::install_recorder()?;
         let board = baton_server::http::Board::default();
         node.set_board(board.clone());
+        board_of_removal = Some(board.clone());
         let stale = 3 * cfg.election_timeout();
-        rt.spawn(baton_server::http::serve(l, prom, board, stale, shutdown.signal()));
+        rt.spawn(baton_server::http::serve(l, prom, board, stale, http_stop.signal()));
     }
     let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state() };
     {
@@ -570,13 +575,22 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     // returns; then every task is told, and given SHUTDOWN_GRACE to write
     // out what is queued and close.
     let result = node.run(in_rx);
+    let removed = result.as_ref().is_err_and(|e| format!("{e:#}").contains(baton_server::node::REMOVED));
     if !rt.block_on(shutdown.finish(SHUTDOWN_GRACE)) {
         tracing::warn!("some connections were still open {SHUTDOWN_GRACE:?} after shutdown began");
     }
+    if let Some(board) = board_of_removal.filter(|_| removed) {
+        board.set_removed();
+        std::thread::sleep(REMOVED_LINGER);
+    }
+    rt.block_on(http_stop.finish(Duration::from_millis(200)));
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
+/// How long a removed member's HTTP listener goes on answering `/health`
+/// and `/ready` with "removed" before the member exits 2.
+const REMOVED_LINGER: Duration = Duration::from_secs(3);
 /// How long connections get to write out their last answers at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long `batond cluster` waits for its members after SIGTERM before

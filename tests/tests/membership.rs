@@ -198,6 +198,24 @@ async fn m20_member_changes_are_checked_and_the_leader_hands_over_first() {
     let leader = target;
     // Removing the leader: leadership moves first, then it goes.
     let other = c.endpoint(if leader == 1 { 2 } else { 1 });
+    // Watch its /health and /ready from before the removal: between
+    // applying it and exiting, both must say "removed" (finding Z1).
+    let http = c.kit.member(leader).spec.http_addr.expect("http addr").to_string();
+    let watcher = tokio::spawn(async move {
+        let (mut health, mut ready) = (false, false);
+        for _ in 0..600 {
+            for (path, seen) in [("/health", &mut health), ("/ready", &mut ready)] {
+                if let Some((503, body)) = baton_tests::http_get(&http, path).await {
+                    *seen |= body.contains("\"removed\":true") && body.contains("\"reason\":\"removed");
+                }
+            }
+            if health && ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        (health, ready)
+    });
     ok(baton(&other, &["member", "remove", &leader.to_string()]));
     let rest: BTreeSet<u64> = [1, 2, 3].into_iter().filter(|i| *i != leader).collect();
     assert_eq!(voters(&other), rest);
@@ -211,6 +229,7 @@ async fn m20_member_changes_are_checked_and_the_leader_hands_over_first() {
     let mut c = c;
     assert_eq!(c.wait_exit(leader, SECS(20)).await, Some(2), "the removed member did not exit 2");
     assert!(c.log(leader).contains("removed from the cluster"), "{}", c.log(leader));
+    assert_eq!(watcher.await.expect("watcher"), (true, true), "/health and /ready did not say removed");
     c.start_member(leader);
     assert_eq!(c.wait_exit(leader, SECS(20)).await, Some(2), "a removed member restarted and served");
 }
