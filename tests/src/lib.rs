@@ -105,11 +105,15 @@ impl Cluster {
     /// `faults` switched on (`--server-fault`; server/src/faults.rs): how a
     /// test proves it catches the bug it guards against.
     pub async fn start_zk_faulty(n: u64, faults: &str, extra: &[&str]) -> Cluster {
+        Self::start_faulty(n, faults, extra, Links::Direct).await
+    }
+
+    /// `batond-faulty` with `--server-fault=faults` and the ZooKeeper port.
+    async fn start_faulty(n: u64, faults: &str, extra: &[&str], links: Links) -> Cluster {
         let bin = baton_kit::locate(Bin::BatondFaulty).unwrap_or_else(|e| panic!("{e}"));
-        let mut extra: Vec<&str> = extra.to_vec();
         let flag = format!("--server-fault={faults}");
-        extra.push(&flag);
-        Self::start_spec_bin(n, &extra, false, Links::Direct, true, bin).await
+        let extra: Vec<&str> = extra.iter().copied().chain([flag.as_str()]).collect();
+        Self::start_spec_bin(n, &extra, false, links, true, bin).await
     }
 
     /// [`Cluster::start_proxied`] with the ZooKeeper port open on every
@@ -118,12 +122,10 @@ impl Cluster {
     /// `faults`, `batond-faulty` and those deliberate bugs.
     pub async fn start_proxied_zk(n: u64, faults: Option<&str>, extra: &[&str]) -> Cluster {
         let links = Links::Proxied { slots: 1 };
-        let Some(faults) = faults else { return Self::start_spec(n, extra, false, links, true).await };
-        let bin = baton_kit::locate(Bin::BatondFaulty).unwrap_or_else(|e| panic!("{e}"));
-        let mut extra: Vec<&str> = extra.to_vec();
-        let flag = format!("--server-fault={faults}");
-        extra.push(&flag);
-        Self::start_spec_bin(n, &extra, false, links, true, bin).await
+        match faults {
+            Some(faults) => Self::start_faulty(n, faults, extra, links).await,
+            None => Self::start_spec(n, extra, false, links, true).await,
+        }
     }
 
     /// The members' ZooKeeper ports, member 1 first.
