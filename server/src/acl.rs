@@ -159,7 +159,12 @@ impl Caller {
         for a in acl {
             if a.id == "auth" {
                 if self.identities.is_empty() {
-                    return Err((ErrorCode::BadRequest, "an `auth` ACL needs an authenticated identity".into()));
+                    // Finding A7: say what `auth` would have meant.
+                    let msg = "an `auth` ACL entry means the creator's own authenticated identities (x509:CN from \
+                               a client certificate, user:NAME and digest:NAME:HASH from a password auth), and this \
+                               connection has none: it would name no one. Log in first (baton --user NAME, with a \
+                               password user a superuser added, or a client certificate), or name identities";
+                    return Err((ErrorCode::BadRequest, msg.into()));
                 }
                 out.extend(self.identities.iter().map(|i| Acl { perms: a.perms, id: i.clone() }));
             } else {
@@ -205,7 +210,8 @@ mod tests {
         assert!(bob.check(&[], ADMIN, "set-acl", "/x").is_ok(), "empty ACL is open");
         let e = alice.expand(&parse("auth:rw").expect("parse")).expect("expand");
         assert_eq!(e, vec![Acl { perms: READ | WRITE, id: "user:alice".into() }]);
-        assert!(Caller::default().expand(&parse("auth:r").expect("parse")).is_err());
+        let (_, why) = Caller::default().expand(&parse("auth:r").expect("parse")).expect_err("no identity");
+        assert!(why.contains("would name no one") && why.contains("--user"), "{why}");
         assert!(validate(&parse("ip:1.2.3.4:r").expect("parse")).is_err());
         assert!(parse("user:a:rx").is_err());
     }
