@@ -83,8 +83,8 @@ step "the main job: workers take turns on a lock, each write fenced by its token
 export PATH="$BIN:$PATH"
 W="$DATA/work"; mkdir -p "$W"; : > "$W/accepted"; : > "$W/rejected"; : > "$W/grants"
 "$BATON" create /demo/counter 0 >/dev/null
-JOB='echo "$PPID $$ $BATON_FENCE_TOKEN" > '"$W"'/holder; echo "$BATON_FENCE_TOKEN" >> '"$W"'/grants
-n=$(baton get /demo/counter); sleep 0.3
+JOB='echo "$BATON_FENCE_TOKEN" >> '"$W"'/grants
+n=$(baton get /demo/counter); echo "$PPID $$ $BATON_FENCE_TOKEN" > '"$W"'/holder; sleep 0.3
 if baton set /demo/counter $((n+1)) --fence billing=$BATON_FENCE_TOKEN >/dev/null 2>'"$W"'/err.$$; then
   echo "$BATON_FENCE_TOKEN" >> '"$W"'/accepted
 else
@@ -98,13 +98,22 @@ for w in 1 2 3 4; do
   PIDS+=($!)
 done
 sleep 2
-read -r HOLDER SH TOKEN < "$W/holder"
+# Catch a job between its read and its write: wait for the next one to
+# announce itself (it has read the counter and sleeps 0.3 s), then pause.
+: > "$W/holder"
+for _ in $(seq 500); do [ -s "$W/holder" ] && break; sleep 0.01; done
+read -r KEEPER SH TOKEN < "$W/holder"
+# The job's parent is the keeper `baton lock` runs it under, in a process
+# group of their own (cli/src/holder.rs); the keeper's parent is the
+# `baton lock` process that holds the session. Pause both: the whole holder.
+HOLDER=$(ps -o ppid= -p "$KEEPER" | tr -d ' ')
+GROUP=$(ps -o pgid= -p "$SH" | tr -d ' ')
 echo "pausing the holder (token $TOKEN, pid $HOLDER) with SIGSTOP, past its 2 s session timeout"
-kill -STOP "$HOLDER" 2>/dev/null || true; kill -STOP -- "-$SH" 2>/dev/null || true
+kill -STOP -- "-$GROUP" 2>/dev/null || true; kill -STOP "$HOLDER" 2>/dev/null || true
 sleep 3.5
 echo "meanwhile the lock moved on: $(tail -n 1 "$W/grants" | tr -d '\n') is the newest token"
 echo "waking the paused job first: it still believes it holds the lock and writes"
-kill -CONT -- "-$SH" 2>/dev/null || true; sleep 1.5
+kill -CONT -- "-$GROUP" 2>/dev/null || true; sleep 1.5
 kill -CONT "$HOLDER" 2>/dev/null || true
 sleep 1
 LEADER=$("$BATON" status --json | grep '"role":"leader"' | sed 's/.*"id":\([0-9]*\).*/\1/' | head -1)
