@@ -200,6 +200,11 @@ pub struct Driver {
     /// The recorded cluster settings last compared with this member's
     /// flags (settings.rs: a difference is logged once per change).
     settings_noted: Option<baton_proto::ClusterSettings>,
+    /// The cluster-wide settings this member follows (settings.rs), kept
+    /// here so that ACL checks made while the state is locked for an apply
+    /// (event filtering) never lock it again: refreshed after every apply
+    /// and every turn.
+    settings: baton_proto::ClusterSettings,
     /// The leader's last look for due container and TTL nodes, and what it
     /// found due then (state.rs, "Reaping").
     reap_looked: Option<Instant>,
@@ -263,6 +268,7 @@ impl Driver {
             sm.restore(&snap.data)?;
         }
         let applied = sm.applied();
+        let settings = crate::settings::effective(sm.cluster().settings.as_ref(), &cfg);
         sm.set_faults(cfg.faults);
         if cfg.faults.any() {
             warn!(faults = ?cfg.faults, "DELIBERATE BUGS ARE ON: this member is for harness tests only");
@@ -319,6 +325,7 @@ impl Driver {
             removed: false,
             cluster_proposed: None,
             settings_noted: None,
+            settings,
             reap_looked: None,
             reap_seen: Vec::new(),
             election_drawn: false,
@@ -619,7 +626,9 @@ impl Driver {
     /// Logs, once per change of the recorded settings, that this member's
     /// flags say otherwise and that it follows the record (settings.rs).
     fn note_settings(&mut self) {
-        let Some(rec) = self.sm().cluster().settings.clone() else { return };
+        let recorded = self.sm().cluster().settings.clone();
+        self.settings = crate::settings::effective(recorded.as_ref(), &self.cfg);
+        let Some(rec) = recorded else { return };
         if self.settings_noted.as_ref() == Some(&rec) {
             return;
         }

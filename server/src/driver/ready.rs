@@ -285,6 +285,10 @@ impl Driver {
         let shared = self.state();
         let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
         let applied = sm.apply(index, &cmd);
+        if matches!(cmd.body, Some(command::Body::Cluster(_)) | Some(command::Body::Write(_))) {
+            // From the guard held: nothing here may lock the state again.
+            self.settings = crate::settings::effective(sm.cluster().settings.as_ref(), &self.cfg);
+        }
         crate::metrics::lock_changes(&sm, &applied.changes);
         for ch in &applied.changes {
             for f in self.watches.fire(ch) {

@@ -60,12 +60,13 @@ impl Driver {
     /// Who is asking on `conn` (acl.rs).
     pub(super) fn caller(&self, conn: ConnId) -> Caller {
         let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
-        Caller::new(ids, &self.settings().superusers)
+        Caller::new(ids, &self.settings.superusers)
     }
 
-    /// The cluster-wide settings this member follows (settings.rs).
+    /// The cluster-wide settings this member follows (settings.rs; never
+    /// locks the state: see `Driver::settings`).
     pub(super) fn settings(&self) -> baton_proto::ClusterSettings {
-        crate::settings::effective(self.sm().cluster().settings.as_ref(), &self.cfg)
+        self.settings.clone()
     }
 
     /// Room for `n` more watches on `conn` (the `max_watches` cap).
