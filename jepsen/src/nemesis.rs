@@ -152,12 +152,19 @@ fn home_of(slot: usize, nodes: u64) -> u64 {
 }
 
 /// Waits up to 4 s for a holder (lock or leadership) whose member (the one
-/// its client reported talking to, else its home) `pick` accepts: for 2 s
+/// its client reported talking to, else the one its slot's newest open
+/// connection leads to (`live`: a ZooKeeper client reports nothing), else
+/// its home) `pick` accepts: for 2 s
 /// only one that means to hold on for long and was granted less than half
 /// a session timeout ago (it will still hold when sessions could expire),
 /// if the run has such holds (leaderships do, locks not), then any.
 /// Returns that member and a description of the holder.
-async fn holder_member(run: &Run, nodes: u64, pick: impl Fn(u64) -> bool) -> Option<(u64, String)> {
+async fn holder_member(
+    run: &Run,
+    nodes: u64,
+    live: impl Fn(usize) -> Option<u64>,
+    pick: impl Fn(u64) -> bool,
+) -> Option<(u64, String)> {
     let fresh = run.session.as_nanos() as u64 / 2;
     for i in 0..200 {
         let now = run.now();
@@ -166,10 +173,16 @@ async fn holder_member(run: &Run, nodes: u64, pick: impl Fn(u64) -> bool) -> Opt
             .holder_list()
             .into_iter()
             .filter(|(_, h)| any || (h.long && now.saturating_sub(h.since) < fresh))
-            .map(|(s, h)| (s, h, h.member.unwrap_or_else(|| home_of(s, nodes))))
-            .find(|(_, _, m)| pick(*m));
-        if let Some((s, h, m)) = found {
-            let how = if h.member.is_some() { "reported" } else { "home" };
+            .map(|(s, h)| {
+                let (m, how) = match (h.member, live(s)) {
+                    (Some(m), _) => (m, "reported"),
+                    (None, Some(m)) => (m, "its open connection"),
+                    (None, None) => (home_of(s, nodes), "home"),
+                };
+                (s, h, m, how)
+            })
+            .find(|(_, _, m, _)| pick(*m));
+        if let Some((s, h, m, how)) = found {
             let long = if h.long { ", long hold" } else { "" };
             let age = now.saturating_sub(h.since) / 1_000_000;
             return Some((m, format!("holder slot {s} on it ({how}{long}, granted {age} ms ago)")));
@@ -295,12 +308,13 @@ async fn apply(
             let (x, role, holder) = match leader {
                 Some(l) if rng.gen_bool(0.5) => {
                     // The leader, once a holder's client talks to it.
-                    let h = holder_member(run, nodes, |m| m == l).await;
+                    let h = holder_member(run, nodes, |s| db.proxies().slot_member(s), |m| m == l).await;
                     (l, "leader", h.map(|h| h.1))
                 }
                 _ => {
                     let followers: Vec<u64> = members.iter().copied().filter(|m| Some(*m) != leader).collect();
-                    let (x, h) = match holder_member(run, nodes, |m| Some(m) != leader).await {
+                    let live = |s| db.proxies().slot_member(s);
+                    let (x, h) = match holder_member(run, nodes, live, |m| Some(m) != leader).await {
                         Some((m, h)) => (m, Some(h)),
                         None => (*followers.choose(rng)?, None),
                     };

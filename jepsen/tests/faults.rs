@@ -200,11 +200,15 @@ async fn t54_lenient_storage_is_caught_by_the_storage_check() {
 /// leader `Connected` while the majority expires its session and grants
 /// the lock or leadership to another. Caught by
 /// `holder-connected-after-expiry`, judged from the ZooKeeper client's own
-/// state events.
+/// state events, or by `ephemeral-vanished-while-session-alive` (a session
+/// client kept `SyncConnected` by the cut-off member reads its ephemeral
+/// gone once the member catches up). A CI run under load caught it on the
+/// second seed only, so up to three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t55_zk_speak_unvouched_is_caught_through_the_zookeeper_door() {
-    let s = Setup { door: Door::Zookeeper, ..setup(Workload::All, NemesisKind::IsolatePeers, 30) };
-    caught_in(s, &[1, 2], "zk-speak-unvouched", &["holder-connected-after-expiry"]).await;
+    let s = Setup { door: Door::Zookeeper, ..setup(Workload::All, NemesisKind::IsolatePeers, 40) };
+    let wanted = ["holder-connected-after-expiry", "ephemeral-vanished-while-session-alive"];
+    caught_in(s, &[1, 2, 3], "zk-speak-unvouched", &wanted).await;
 }
 
 /// Every workload through the ZooKeeper door on the real server, under

@@ -71,9 +71,22 @@ pub struct Link {
     pub forward: Arc<Valve>,
     /// Bytes from the target back to the dialer.
     pub backward: Arc<Valve>,
+    /// Connections open through it now, and when the last one opened.
+    pub open: Arc<Opened>,
     /// The accept loop, stopped when the link is dropped.
     accept: tokio::task::AbortHandle,
 }
+
+/// Connections open through a link, and when the newest one was made (an
+/// increasing stamp): which member a client slot's client talks to now
+/// ([`Proxies::slot_member`]).
+#[derive(Default)]
+pub struct Opened {
+    count: std::sync::atomic::AtomicUsize,
+    newest: std::sync::atomic::AtomicU64,
+}
+
+static OPEN_STAMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Drop for Link {
     fn drop(&mut self) {
@@ -94,9 +107,27 @@ impl Proxies {
         let listen = listener.local_addr()?;
         let forward = Arc::new(Valve::default());
         let backward = Arc::new(Valve::default());
-        let accept = tokio::spawn(accept_loop(listener, target, forward.clone(), backward.clone())).abort_handle();
-        self.links.insert(id, Link { listen, target, forward, backward, accept });
+        let open = Arc::new(Opened::default());
+        let accept =
+            tokio::spawn(accept_loop(listener, target, forward.clone(), backward.clone(), open.clone())).abort_handle();
+        self.links.insert(id, Link { listen, target, forward, backward, open, accept });
         Ok(listen)
+    }
+
+    /// The member client slot `slot`'s newest open connection leads to, if
+    /// any (a client that picks its member itself, as a ZooKeeper client
+    /// does, tells no one).
+    pub fn slot_member(&self, slot: usize) -> Option<u64> {
+        self.links
+            .iter()
+            .filter_map(|(id, l)| match *id {
+                LinkId::Client { slot: s, to, .. } if s == slot && l.open.count.load(Ordering::SeqCst) > 0 => {
+                    Some((l.open.newest.load(Ordering::SeqCst), to))
+                }
+                _ => None,
+            })
+            .max()
+            .map(|(_, to)| to)
     }
 
     pub fn addr(&self, id: LinkId) -> Option<SocketAddr> {
@@ -154,13 +185,13 @@ impl Proxies {
     }
 }
 
-async fn accept_loop(listener: TcpListener, target: SocketAddr, fwd: Arc<Valve>, back: Arc<Valve>) {
+async fn accept_loop(listener: TcpListener, target: SocketAddr, fwd: Arc<Valve>, back: Arc<Valve>, open: Arc<Opened>) {
     loop {
         let Ok((inbound, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let (fwd, back) = (fwd.clone(), back.clone());
+        let (fwd, back, open) = (fwd.clone(), back.clone(), open.clone());
         tokio::spawn(async move {
             // A connection opened while the link is cut waits, like a SYN
             // into a black hole, instead of failing fast.
@@ -168,11 +199,14 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr, fwd: Arc<Valve>,
             let Ok(outbound) = TcpStream::connect(target).await else { return };
             let _ = inbound.set_nodelay(true);
             let _ = outbound.set_nodelay(true);
+            open.count.fetch_add(1, Ordering::SeqCst);
+            open.newest.store(OPEN_STAMP.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
             let (ir, iw) = inbound.into_split();
             let (or, ow) = outbound.into_split();
             let a = tokio::spawn(pump(ir, ow, fwd));
             let b = tokio::spawn(pump(or, iw, back));
             let _ = tokio::join!(a, b);
+            open.count.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }
