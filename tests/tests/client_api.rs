@@ -250,6 +250,12 @@ async fn c50_non_blocking_acquires_leave_nothing_queued() {
     let p = a.try_acquire_permit("pool", 1).await.expect("try_acquire_permit").expect("a free permit");
     assert!(b.try_acquire_permit("pool", 1).await.expect("try_acquire_permit").is_none());
     assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
-    assert!(b.try_acquire_permit("pool", 2).await.expect("try_acquire_permit").is_some(), "two permits admit two");
+    // The size is stored with the semaphore (finding A8): asking for another
+    // is refused, and leaves nothing queued.
+    assert!(matches!(b.try_acquire_permit("pool", 2).await, Err(baton_client::Error::Invalid(_))));
+    assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
+    let q = a.try_acquire_permit("pair", 2).await.expect("try_acquire_permit").expect("a free permit");
+    assert!(b.try_acquire_permit("pair", 2).await.expect("try_acquire_permit").is_some(), "two permits admit two");
+    q.release().await.expect("release");
     p.release().await.expect("release");
 }
