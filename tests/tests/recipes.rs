@@ -151,8 +151,14 @@ async fn t40_a_paused_holders_late_fenced_write_is_rejected() {
         o = out.display()
     );
     let h = holder(&c, "fenced", &script);
-    let sh = eventually(SECS(10), "holder's command", || async { child_pid(h.id()) }).await;
-    // Freeze the whole holder: lock client and command.
+    // The command runs under the keeper `baton lock` starts (cli/src/
+    // holder.rs), in the keeper's process group: wait for the command
+    // itself, then freeze the whole holder (lock client, keeper, command).
+    let keeper = eventually(SECS(10), "the keeper", || async { child_pid(h.id()) }).await;
+    let cmd = eventually(SECS(10), "holder's command", || async { child_pid(keeper as u32) }).await;
+    // SAFETY: asking for the process group of a process this test spawned.
+    let sh = unsafe { libc::getpgid(cmd) };
+    assert!(sh > 0, "no process group for the command");
     signal(h.id() as i32, libc::SIGSTOP);
     signal(-sh, libc::SIGSTOP);
     let stale_token = me.exists("/_baton/locks/fenced").await.unwrap().map(|s| s.pzxid).unwrap();
