@@ -1152,7 +1152,7 @@ fn authenticate(state: &SharedState, tx: &ConnTx, scheme: &str, auth: &[u8]) -> 
         return false;
     }
     tx.add_identity(crate::acl::digest(name, password));
-    let check = || crate::listener::password_ok(state, name, password);
+    let check = || crate::listener::password_user(state, name, password);
     let user = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(check),
         _ => check(),
