@@ -404,6 +404,16 @@ fn zk_event_name(t: zk::EventType) -> &'static str {
     }
 }
 
+/// A ZooKeeper node event as the workloads record it (None: a session
+/// event, not a node's).
+fn zk_event(e: zk::WatchedEvent) -> Option<DoorEvent> {
+    (e.event_type != zk::EventType::Session).then(|| DoorEvent {
+        path: e.path,
+        zxid: e.zxid,
+        kind: zk_event_name(e.event_type),
+    })
+}
+
 impl DoorWatcher {
     /// The next node event (None: none will come).
     pub async fn next(&mut self) -> Option<DoorEvent> {
@@ -412,22 +422,8 @@ impl DoorWatcher {
                 let e = w.next().await?;
                 Some(DoorEvent { path: e.path, zxid: e.zxid as i64, kind: e.event_type.as_str() })
             }
-            DoorWatcher::ZkOnce(w) => {
-                let e = w.take()?.changed().await;
-                (e.event_type != zk::EventType::Session).then(|| DoorEvent {
-                    path: e.path,
-                    zxid: e.zxid,
-                    kind: zk_event_name(e.event_type),
-                })
-            }
-            DoorWatcher::ZkPersistent(w) => {
-                let e = w.changed().await;
-                (e.event_type != zk::EventType::Session).then(|| DoorEvent {
-                    path: e.path,
-                    zxid: e.zxid,
-                    kind: zk_event_name(e.event_type),
-                })
-            }
+            DoorWatcher::ZkOnce(w) => zk_event(w.take()?.changed().await),
+            DoorWatcher::ZkPersistent(w) => zk_event(w.changed().await),
         }
     }
 }

@@ -1629,16 +1629,17 @@ mod tests {
         assert_eq!(code(&other), ErrorCode::StaleSequence as i32);
     }
 
+    /// A multi of one `check_fence` on `resource` with `token`.
+    fn fence(resource: &str, token: u64) -> baton_proto::client_write::Op {
+        let f = baton_proto::op::Op::CheckFence(CheckFenceOp { resource: resource.into(), token });
+        baton_proto::client_write::Op::Multi(baton_proto::MultiOp { ops: vec![baton_proto::Op { op: Some(f) }] })
+    }
+
     #[test]
     fn a_fence_refuses_a_token_above_its_entrys_index_and_keeps_at_most_max_fences() {
-        use baton_proto::client_write::Op as W;
         let mut sm = StateMachine::new();
         let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
         sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
-        let fence = |resource: &str, token: u64| {
-            let f = baton_proto::op::Op::CheckFence(CheckFenceOp { resource: resource.into(), token });
-            W::Multi(baton_proto::MultiOp { ops: vec![baton_proto::Op { op: Some(f) }] })
-        };
         // The review's jam: the largest token, refused, and nothing kept.
         let jam = sm.apply(2, &op(1, fence("counter", u64::MAX)));
         assert_eq!(code(&jam), ErrorCode::BadRequest as i32);
@@ -1662,10 +1663,6 @@ mod tests {
         let mut sm = StateMachine::new();
         let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
         sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
-        let fence = |resource: &str, token: u64| {
-            let f = baton_proto::op::Op::CheckFence(CheckFenceOp { resource: resource.into(), token });
-            W::Multi(baton_proto::MultiOp { ops: vec![baton_proto::Op { op: Some(f) }] })
-        };
         let as_alice = |mut c: Command| {
             if let Some(command::Body::Write(w)) = &mut c.body {
                 w.identities = vec!["user:alice".into()];

@@ -285,7 +285,12 @@ impl Driver {
         let shared = self.state();
         let mut sm = shared.write().unwrap_or_else(|p| p.into_inner());
         let applied = sm.apply(index, &cmd);
-        if matches!(cmd.body, Some(command::Body::Cluster(_)) | Some(command::Body::Write(_))) {
+        let settings_changed = match &cmd.body {
+            Some(command::Body::Cluster(_)) => true,
+            Some(command::Body::Write(w)) => matches!(w.op, Some(baton_proto::client_write::Op::SetSettings(_))),
+            _ => false,
+        };
+        if settings_changed {
             // From the guard held: nothing here may lock the state again.
             self.settings = crate::settings::effective(sm.cluster().settings.as_ref(), &self.cfg);
         }
