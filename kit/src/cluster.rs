@@ -136,6 +136,14 @@ impl Cluster {
     /// Starts the cluster (module doc: port-taken retry) and waits up to
     /// `leader_timeout` for a leader.
     pub async fn start(spec: ClusterSpec, leader_timeout: Duration) -> anyhow::Result<Cluster> {
+        let c = Self::launch(spec).await?;
+        c.wait_leader(leader_timeout).await?;
+        Ok(c)
+    }
+
+    /// [`Cluster::start`] without waiting for a leader: the members are
+    /// running (none exited at start).
+    pub async fn launch(spec: ClusterSpec) -> anyhow::Result<Cluster> {
         std::fs::create_dir_all(&spec.dir)?;
         let mut attempt = 1;
         let c = loop {
@@ -151,7 +159,6 @@ impl Cluster {
             eprintln!("a member exited at start (port taken?); retrying on other ports\n{}", c.log_tails(3));
             attempt += 1;
         };
-        c.wait_leader(leader_timeout).await?;
         Ok(c)
     }
 

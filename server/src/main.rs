@@ -517,7 +517,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let shutdown = baton_server::shutdown::Shutdown::new();
     let (transport, links, members) = baton_server::transport::transport(id);
     let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
-    let mut node = Node::new(cfg.clone(), kv, Box::new(transport), in_tx.clone())?;
+    let mut node = Node::new(cfg.clone(), kv.clone(), Box::new(transport), in_tx.clone())?;
     // The HTTP listener stops last: a removed member's /health and /ready
     // say "removed" for REMOVED_LINGER after its client ports closed.
     let http_stop = baton_server::shutdown::Shutdown::new();
@@ -530,7 +530,10 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         let stale = 3 * cfg.election_timeout();
         rt.spawn(baton_server::http::serve(l, prom, board, stale, http_stop.signal()));
     }
-    let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state() };
+    let incarnations = std::sync::Arc::new(
+        baton_server::cluster::Incarnations::load(kv.clone()).context("reading this data dir's incarnation")?,
+    );
+    let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state(), incarnations };
     {
         let _g = rt.enter();
         baton_server::transport::start_senders(links, in_tx.clone(), auth.clone(), shutdown.signal());

@@ -137,7 +137,8 @@ const KEY_APPLIED: &[u8] = b"a";
 const PREFIX_NODE: u8 = b'n';
 const PREFIX_SESSION: u8 = b's';
 const PREFIX_FENCE: u8 = b'f';
-/// One keyspace with raft_store.rs (h, c, t, p, e): `keys_are_distinct` checks.
+/// One keyspace with raft_store.rs (h, c, t, p, e) and cluster.rs (o, m):
+/// `keys_are_distinct` checks.
 const KEY_CLUSTER: &[u8] = b"i";
 const PREFIX_USER: u8 = b'u';
 
@@ -1569,9 +1570,16 @@ mod tests {
 
     #[test]
     fn keys_are_distinct() {
-        let mine = [KEY_APPLIED[0], PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, KEY_CLUSTER[0]];
-        let raft =
-            [rs::KEY_HARD_STATE[0], rs::KEY_CONF_STATE[0], rs::KEY_TRUNCATED[0], rs::KEY_SNAPSHOT[0], rs::PREFIX_ENTRY];
+        let mine = [KEY_APPLIED[0], PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, KEY_CLUSTER[0], PREFIX_USER];
+        let raft = [
+            rs::KEY_HARD_STATE[0],
+            rs::KEY_CONF_STATE[0],
+            rs::KEY_TRUNCATED[0],
+            rs::KEY_SNAPSHOT[0],
+            rs::PREFIX_ENTRY,
+            crate::cluster::KEY_INCARNATION[0],
+            crate::cluster::PREFIX_PEER_INCARNATION,
+        ];
         let all: BTreeSet<u8> = mine.iter().chain(raft.iter()).copied().collect();
         assert_eq!(all.len(), mine.len() + raft.len(), "two tables share a first key byte");
     }

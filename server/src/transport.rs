@@ -85,6 +85,8 @@ pub struct PeerAuth {
     pub tls: Option<PeerTls>,
     /// The state machine: the cluster record (cluster.rs).
     pub state: SharedState,
+    /// This data dir's incarnation and the peers' (cluster.rs, rule 6).
+    pub incarnations: Arc<cluster::Incarnations>,
 }
 
 /// The member ids the acceptor admits, shared with the driver's handle.
@@ -255,12 +257,12 @@ async fn dial(to: u64, addr: &str, auth: &PeerAuth) -> Option<BoxStream> {
 async fn read_refusal(to: u64, rd: ReadHalf<BoxStream>) {
     let mut r = FramedRead::new(rd, baton_proto::codec(HELLO_FRAME_LIMIT));
     if let Some(Ok(frame)) = r.next().await {
-        if let Ok(PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason, removed })) }) =
+        if let Ok(PeerFrame { frame: Some(peer_frame::Frame::Refused(PeerRefused { reason, removed, wiped })) }) =
             PeerFrame::decode(frame)
         {
             error!(to, "member {to} refused this member: {reason}");
-            if removed {
-                // cluster.rs rule 2: a removed member stops.
+            if removed || wiped {
+                // cluster.rs rules 2, 5 and 6: a removed or wiped member stops.
                 eprintln!("batond: {reason}");
                 std::process::exit(2);
             }
@@ -299,7 +301,9 @@ async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input
         let (rd, wr) = tokio::io::split(stream);
         let refusal = tokio::spawn(read_refusal(to, rd));
         let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_PEER_FRAME));
-        let hello = PeerFrame { frame: Some(peer_frame::Frame::Hello(cluster::hello(auth.me, to, &auth.cluster()))) };
+        let hello = PeerFrame {
+            frame: Some(peer_frame::Frame::Hello(cluster::hello(auth.me, to, &auth.cluster(), &auth.incarnations))),
+        };
         if w.send(bytes::Bytes::from(hello.encode_to_vec())).await.is_err() {
             refusal.abort();
             continue;
@@ -392,13 +396,20 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
         Some(peer_frame::Frame::Hello(h)) => h,
         _ => anyhow::bail!("first peer frame is not a hello"),
     };
-    let mut verdict = cluster::judge(auth.me, &auth.members(), &auth.cluster(), &hello);
-    if verdict == Verdict::Admit && auth.tls.is_some() && !cert.is_some_and(|c| cert_names_member(&c, hello.from)) {
+    let mut verdict = cluster::judge(auth.me, auth.incarnations.me, &auth.members(), &auth.cluster(), &hello);
+    // Rule 3 before anything a hello can make this member do or remember.
+    if !matches!(verdict, Verdict::Refuse(_))
+        && auth.tls.is_some()
+        && !cert.is_some_and(|c| cert_names_member(&c, hello.from))
+    {
         verdict = Verdict::Refuse(format!(
             "the peer says it is member {} but its certificate does not name {}",
             hello.from,
             member_name(hello.from)
         ));
+    }
+    if verdict == Verdict::Admit {
+        verdict = auth.incarnations.admit(&hello);
     }
     let reason = match verdict {
         Verdict::Admit => {
@@ -412,7 +423,12 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
         }
         Verdict::Removed(why) => {
             warn!(peer = hello.from, "refusing a removed member: {why}");
-            refuse_removed(wr, &why).await;
+            send_refusal(wr, PeerRefused { reason: why.clone(), removed: true, wiped: false }).await;
+            anyhow::bail!("refused: {why}");
+        }
+        Verdict::DialerWiped(why) => {
+            warn!(peer = hello.from, "refusing a wiped member: {why}");
+            send_refusal(wr, PeerRefused { reason: why.clone(), removed: false, wiped: true }).await;
             anyhow::bail!("refused: {why}");
         }
         Verdict::Wiped(why) => {
@@ -427,11 +443,7 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
 }
 
 async fn refuse(wr: tokio::io::WriteHalf<BoxStream>, reason: &str) {
-    send_refusal(wr, PeerRefused { reason: reason.to_string(), removed: false }).await;
-}
-
-async fn refuse_removed(wr: tokio::io::WriteHalf<BoxStream>, reason: &str) {
-    send_refusal(wr, PeerRefused { reason: reason.to_string(), removed: true }).await;
+    send_refusal(wr, PeerRefused { reason: reason.to_string(), ..Default::default() }).await;
 }
 
 async fn send_refusal(wr: tokio::io::WriteHalf<BoxStream>, refusal: PeerRefused) {

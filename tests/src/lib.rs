@@ -189,6 +189,16 @@ impl Cluster {
         Self::start_with(n, extra, false, Links::Proxied { slots }).await
     }
 
+    /// `n` members with extra `batond` flags, started without waiting for
+    /// a leader (with long election timeouts, a cluster that has none yet).
+    pub async fn launch(n: u64, extra: &[&str]) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("baton-test-").tempdir().expect("tempdir");
+        let spec =
+            ClusterSpec { extra: with_admin(extra), http: true, ..ClusterSpec::new(n, dir.path(), batond_bin()) };
+        let kit = baton_kit::Cluster::launch(spec).await.unwrap_or_else(|e| panic!("{e:#}"));
+        Cluster { dir, kit, tls: None }
+    }
+
     async fn start_with(n: u64, extra: &[&str], tls: bool, links: Links) -> Cluster {
         Self::start_spec(n, extra, tls, links, false).await
     }

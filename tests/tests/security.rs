@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::Framed;
 
 fn hello(from: u64, to: u64, cluster_id: &str) -> PeerFrame {
-    let h = PeerHello { from, to, cluster_version: 1, cluster_id: cluster_id.into(), to_joined: false };
+    let h = PeerHello { from, to, cluster_version: 1, cluster_id: cluster_id.into(), ..Default::default() };
     PeerFrame { frame: Some(peer_frame::Frame::Hello(h)) }
 }
 
@@ -223,6 +223,48 @@ async fn s20_with_tls_only_members_and_clients_with_certificates_get_in() {
     }
     ok.close().await.expect("close");
     unharmed(&mut c, leader, term).await;
+}
+
+/// Finding A6: a founding member wiped before any leader recorded it as
+/// joined (no cluster id exists yet: elections take a minute here) is
+/// refused by the peers that admitted it, and stops when one dials it.
+/// Before incarnations (cluster.rs, rule 6) it came back as a member
+/// starting for the first time and could vote again in a term it had
+/// voted in.
+#[tokio::test]
+async fn s31_a_founding_member_wiped_before_any_leader_is_refused() {
+    let slow = [
+        "--tick-ms=100",
+        "--election-ticks=600",
+        "--heartbeat-ticks=10",
+        "--min-session-ms=130000",
+        "--max-session-ms=200000",
+    ];
+    let mut c = Cluster::launch(3, &slow).await;
+    let victim = 1;
+    let admitted = |id: u64| c.log(id).lines().any(|l| l.contains("peer admitted") && l.contains("peer=1"));
+    eventually(Duration::from_secs(15), "members 2 and 3 admitted member 1", || {
+        let done = admitted(2) && admitted(3);
+        async move { done.then_some(()) }
+    })
+    .await;
+    c.kill(victim);
+    std::fs::remove_dir_all(c.data_dir(victim)).expect("wipe");
+    c.start_member(victim);
+    let mut code = None;
+    for _ in 0..150 {
+        code = c.exit_code(victim);
+        if code.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, Some(2), "the wiped member did not stop\n{}", c.log_tails(30));
+    let log = c.log(victim);
+    assert!(log.contains("wiped or replaced") && log.contains("add it back"), "it says what to do:\n{log}");
+    let others: String = [2, 3].iter().map(|&i| c.log(i)).collect();
+    assert!(others.contains("member 1 came back with another data dir"), "the others log why they refuse it");
+    assert!(!others.contains("cluster record"), "no leader recorded anything: the window A6 is about");
 }
 
 #[tokio::test]
