@@ -206,13 +206,48 @@ pub(crate) fn password_ok(state: &SharedState, user: &str, password: &str) -> bo
 
 /// [`password_ok`] for the ZooKeeper port's `addauth digest`, where any name
 /// and password are accepted (as in ZooKeeper) and the check only adds the
-/// `user:` identity of a Baton password user: an unknown name is answered
-/// without a hash. Every ZooKeeper client's login would otherwise cost a
-/// PBKDF2, two at a time per member (the timing says whether a name is a
-/// Baton user on this port: not closed yet).
+/// `user:` identity of a Baton password user. An unknown name is not
+/// hashed (every ZooKeeper client's login would cost a PBKDF2, two at a
+/// time per member) but waits as long as a check takes on this member
+/// lately ([`wait_like_a_check`]), so the answer's timing does not tell
+/// which names are Baton users (finding A5). With no Baton users at all
+/// there is nothing to tell, and no wait.
 pub(crate) fn password_user(state: &SharedState, user: &str, password: &str) -> bool {
-    let Some((salt, hash)) = crate::driver::read(state).user_hash(user) else { return false };
-    check_password(Some((salt.as_ref(), hash.as_ref())), password)
+    let (stored, any_users) = {
+        let st = crate::driver::read(state);
+        (st.user_hash(user), !st.user_names().is_empty())
+    };
+    password_user_with(stored, any_users, password)
+}
+
+/// [`password_user`] once the user's (salt, hash) and whether there are
+/// users at all are read.
+fn password_user_with(stored: Option<(bytes::Bytes, bytes::Bytes)>, any_users: bool, password: &str) -> bool {
+    match stored {
+        Some((salt, hash)) => check_password(Some((salt.as_ref(), hash.as_ref())), password),
+        None => {
+            if any_users {
+                wait_like_a_check();
+            }
+            false
+        }
+    }
+}
+
+/// How long the last password checks took on this member (an average, in
+/// ns; 0 before the first): the hash itself, not the wait for a place.
+static CHECK_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Sleeps as long as a password check takes here lately, without hashing
+/// or taking one of the [`PASSWORD_CHECKS_AT_ONCE`] places. Before any
+/// check ran, runs one (against the dummy) to learn how long it takes.
+fn wait_like_a_check() {
+    match CHECK_NANOS.load(Ordering::Relaxed) {
+        0 => {
+            let _ = check_password(None, "");
+        }
+        n => std::thread::sleep(std::time::Duration::from_nanos(n)),
+    }
 }
 
 /// Password checks a member runs at once: each is a 100,000-round PBKDF2,
@@ -256,16 +291,22 @@ impl Drop for CheckSlot {
 fn check_password(stored: Option<(&[u8], &[u8])>, password: &str) -> bool {
     static DUMMY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     const DUMMY_SALT: &[u8] = b"baton-no-such-user";
+    let dummy = DUMMY.get_or_init(|| baton_proto::auth::hash_password("", DUMMY_SALT));
     let _slot = CheckSlot::take();
     HASHES_RUN.fetch_add(1, Ordering::Relaxed);
-    match stored {
+    let started = std::time::Instant::now();
+    let ok = match stored {
         Some((salt, hash)) => baton_proto::auth::verify_password(password, salt, hash),
         None => {
-            let dummy = DUMMY.get_or_init(|| baton_proto::auth::hash_password("", DUMMY_SALT));
             let _ = baton_proto::auth::verify_password(password, DUMMY_SALT, dummy);
             false
         }
-    }
+    };
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+    let _ = CHECK_NANOS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        Some(if old == 0 { took } else { old - old / 4 + took / 4 })
+    });
+    ok
 }
 
 fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
@@ -433,7 +474,8 @@ mod password_tests {
     use super::*;
 
     /// Finding A5: an unknown name answered at once (no hash), so timing
-    /// told which users exist, and checks had no member-wide bound.
+    /// told which users exist (on both ports), and checks had no
+    /// member-wide bound.
     #[test]
     fn an_unknown_name_is_hashed_too_and_checks_run_at_most_two_at_once() {
         let before = HASHES_RUN.load(Ordering::Relaxed);
@@ -443,6 +485,19 @@ mod password_tests {
         let hash = baton_proto::auth::hash_password("pw", salt);
         assert!(check_password(Some((salt, &hash)), "pw"));
         assert!(!check_password(Some((salt, &hash)), "nope"));
+        // The ZooKeeper port: an unknown name waits as long as a check
+        // takes, without hashing; with no users at all, no wait.
+        let stored = Some((bytes::Bytes::copy_from_slice(salt), bytes::Bytes::from(hash.clone())));
+        assert!(password_user_with(stored.clone(), true, "pw"));
+        assert!(!password_user_with(stored, true, "nope"));
+        let check = std::time::Duration::from_nanos(CHECK_NANOS.load(Ordering::Relaxed));
+        let t = std::time::Instant::now();
+        assert!(!password_user_with(None, true, "pw"));
+        let unknown = t.elapsed();
+        assert!(unknown >= check / 2, "an unknown name answered in {unknown:?}, a check takes {check:?}");
+        let t = std::time::Instant::now();
+        assert!(!password_user_with(None, false, "pw"));
+        assert!(t.elapsed() < check / 2, "waited with no users to hide");
         // Eight threads at once: never more than the bound inside.
         let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let now = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));

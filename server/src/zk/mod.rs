@@ -93,7 +93,8 @@
 //!   the connection's task when its turn comes, after the requests before
 //!   it are sent and before any after it; scheme `digest` adds
 //!   `digest:NAME:HASH` (and `user:NAME` for a Baton password user's own
-//!   password, PBKDF2 with the runtime told the thread blocks) to the
+//!   password, PBKDF2 with the runtime told the thread blocks; an unknown
+//!   name waits as long as a check takes: listener.rs `password_user`) to the
 //!   connection's [`ConnTx`], where the driver takes every later request's
 //!   identities, as for a native login. Another scheme or a malformed one
 //!   is `AUTH_FAILED` and the connection closes. ACLs in are mapped and
