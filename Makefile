@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps zk-clients-deps build release demo test lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench clean
+.PHONY: deps peer-deps zk-clients-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -40,18 +40,26 @@ lint: deps
 advisories:
 	./scripts/advisories.sh
 
-# The whole suite: lint, the advisory check, unit and golden tests, real
-# 3-member clusters, the harness's fault-catching tests, the peers' adapters
-# and etcd's lock safety test, Curator's and kazoo's recipes on the
-# ZooKeeper port, the simulator, 20 s of each fuzz target, a
-# short Jepsen run of every workload, a short compare and a short scale.
-test: lint advisories build check-docs check-readme peer-deps zk-clients-deps
-	$(CARGO) test --workspace -- --test-threads=2
-	$(MAKE) sim
-	$(MAKE) fuzz-smoke FUZZ_SECS=20
-	$(MAKE) jepsen-smoke
-	$(MAKE) compare-smoke
-	$(MAKE) scale-smoke
+# The whole suite, stage by stage (scripts/test-all.sh): lint, the advisory
+# check, the build, the docs, the peers and ZooKeeper clients, the
+# workspace's tests (unit, golden, real 3-member clusters, the harness's
+# fault-catching tests, etcd's lock safety test, Curator's and kazoo's
+# recipes), the simulator, 20 s of each fuzz target, a short Jepsen run of
+# every workload, a short compare and a short scale. Ends with the time each
+# stage took and the slowest test binaries. What CI runs.
+test:
+	@MAKE="$(MAKE)" CARGO="$(CARGO)" ./scripts/test-all.sh
+
+# The fast tier for the edit loop (a few minutes warm): fmt, clippy, every
+# crate's unit tests, the golden scripts, the wire captures, and the
+# simulator's session scripts with BATON_SIM_SEEDS (default 300) random
+# fault schedules. No clusters, no peers, no smokes: `make test` has them.
+CHECK_SIM_SEEDS ?= 300
+check: lint
+	$(CARGO) test --workspace --lib --bins -- --test-threads=2
+	$(CARGO) test -p baton-server --test golden
+	$(CARGO) test -p baton-proto --tests
+	BATON_SIM_SEEDS=$(CHECK_SIM_SEEDS) $(MAKE) --no-print-directory sim
 
 # The deterministic simulator: the session scripts (findings S1-S7, L1, each
 # with a planted-bug twin) and BATON_SIM_SEEDS random fault schedules
@@ -71,14 +79,7 @@ jepsen-faults-long: build
 # ZooKeeper, and Baton through its ZooKeeper port), to keep the adapters
 # working (debug build: the figures mean nothing). A failed run fails it.
 compare-smoke: build peer-deps
-	@set -o pipefail; out=$$(mktemp -d /tmp/baton-compare-smoke.XXXXXX); \
-	$(CARGO) run -q -p baton-jepsen -- compare --targets baton,etcd,zookeeper,baton-zk \
-	  --duration 2 --warmup 0 --run-warmup 1 --runs 1 --out $$out 2>&1 | grep -v WARN | tail -n 40 \
-	  || { echo "compare smoke failed; see $$out"; exit 1; }; \
-	rows=$$(grep -c '"workload"' $$out/compare.json); \
-	[ "$$rows" -eq 24 ] || { echo "compare smoke: $$rows rows in compare.json, expected 24"; exit 1; }; \
-	! grep -q '"failed"' $$out/compare.json || { echo "compare smoke: a run failed; see $$out/compare.md"; exit 1; }; \
-	test -s $$out/compare.png && test -s $$out/compare.md; rm -rf $$out
+	@CARGO="$(CARGO)" ./scripts/compare-smoke.sh
 
 # The full side-by-side (release build, ~20 min): docs/comparison.md has
 # the last results.
@@ -90,20 +91,9 @@ compare: release peer-deps
 # ~3 min): fails if the command fails (a herd in a lock queue fails it) or
 # scale.json lacks a dimension's rows.
 scale-smoke: build peer-deps
-	@set -o pipefail; out=$$(mktemp -d /tmp/baton-scale-smoke.XXXXXX); \
-	timeout 420 $(CARGO) run -q -p baton-jepsen -- scale --targets baton,zookeeper,etcd --shared-cluster \
-	  --nodes 1000,3000 --sessions 50 --watches 500 --watchers 50 --waiters 1,5,20 --clients 1,8 \
-	  --session-timeout 4000 --interval 1 --expiry-sample 5 --lock-window 2 --duration 1 --runs 1 \
-	  --out $$out 2>&1 | grep -v WARN | tail -n 60 \
-	  || { echo "scale smoke failed; see $$out"; exit 1; }; \
-	for d in nodes sessions watches fanout locks clients; do \
-	  rows=$$(grep -c "\"dim\": \"$$d\"" $$out/scale.json); \
-	  [ "$$rows" -ge 2 ] || { echo "scale smoke: $$rows $$d rows in scale.json, expected 2 or more"; exit 1; }; \
-	  test -s $$out/scale-$$d.png || { echo "scale smoke: no scale-$$d.png"; exit 1; }; \
-	done; \
-	grep -q '"wakeups_per_release"' $$out/scale.json && test -s $$out/scale.md; rm -rf $$out
+	@CARGO="$(CARGO)" ./scripts/scale-smoke.sh
 
-# The full scale run (release build, ~15 min; docs/scaling.md has the last
+# The full scale run (release build, ~12 min; docs/scaling.md has the last
 # results): 10k-1M nodes, 1k-25k sessions, 10k-100k watches, 1k-10k
 # watchers, 1-1000 lock waiters, 1-512 clients, Baton and ZooKeeper.
 scale: release peer-deps
@@ -116,33 +106,14 @@ scale: release peer-deps
 # result fails the build.
 JEPSEN_SECS ?= 30
 jepsen-smoke: build
-	@set -o pipefail; out=$$(mktemp -d /tmp/baton-jepsen-smoke.XXXXXX); \
-	for w in register lock election session lock+tls all+zk; do \
-	  args="--workload $${w%+*}"; [ "$$w" = lock+tls ] && args="$$args --tls"; \
-	  [ "$$w" = all+zk ] && args="$$args --door zookeeper"; \
-	  for try in 1 2; do \
-	    $(CARGO) run -q -p baton-jepsen -- test $$args --nemesis all \
-	      --time-limit $(JEPSEN_SECS) --out $$out/$$w-$$try | tail -n 12; rc=$$?; \
-	    [ $$rc -eq 2 ] && [ $$try -eq 1 ] && { echo "harness error or unknown; retrying $$w once"; continue; }; \
-	    break; \
-	  done; \
-	  [ $$rc -eq 0 ] || { echo "jepsen smoke: $$w failed (exit $$rc); results in $$out/$$w-$$try"; exit 1; }; \
-	done; rm -rf $$out
+	@CARGO="$(CARGO)" JEPSEN_SECS=$(JEPSEN_SECS) ./scripts/jepsen-smoke.sh
 
 # Each fuzz target (fuzz/README.md) for FUZZ_SECS seconds with nightly and
 # cargo-fuzz (installed if missing); a crash fails and leaves its input in
 # fuzz/artifacts/. `make test` runs it with FUZZ_SECS=20.
 FUZZ_SECS ?= 30
 fuzz-smoke:
-	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	@for t in client_frame peer_frame apply zk_frame; do \
-	  mkdir -p fuzz/corpus/$$t fuzz/seeds/$$t; \
-	  echo "fuzz-smoke: $$t ($(FUZZ_SECS) s)"; \
-	  $(CARGO) +nightly fuzz run -a $$t fuzz/corpus/$$t fuzz/seeds/$$t -- \
-	    -max_total_time=$(FUZZ_SECS) -print_final_stats=1 2>&1 \
-	    | grep -E '^(Done|stat::average_exec_per_sec)|panicked|ERROR|SUMMARY|Test unit written' ; \
-	  [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz-smoke: $$t failed (input in fuzz/artifacts/$$t)"; exit 1; }; \
-	done
+	@CARGO="$(CARGO)" FUZZ_SECS=$(FUZZ_SECS) ./scripts/fuzz-smoke.sh
 
 # Every `baton`, `batond` and `make` command in README.md and docs/*.md
 # names a subcommand and flags the binaries have (their --help) or a

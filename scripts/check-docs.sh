@@ -3,7 +3,9 @@
 #
 #   scripts/check-docs.sh              every `baton ...`, `batond ...` and
 #                                      `make ...` command in README.md and
-#                                      docs/*.md (code blocks and inline code)
+#                                      docs/*.md (code blocks and inline code),
+#                                      and every file path named there or in
+#                                      a `//!` doc (it must exist)
 #   scripts/check-docs.sh --run-readme instead runs README.md's shell
 #                                      example blocks (those marked
 #                                      `<!-- check-docs: run -->`) against
@@ -34,7 +36,8 @@ for a in "$@"; do
     *) FILES+=("$a") ;;
   esac
 done
-[ ${#FILES[@]} -eq 0 ] && FILES=(README.md docs/*.md)
+PATHS=0
+[ ${#FILES[@]} -eq 0 ] && { FILES=(README.md docs/*.md); PATHS=1; }
 
 for p in baton batond; do
   [ -x "$BIN/$p" ] || { echo "check-docs: $BIN/$p is missing: run 'cargo build --bins' (or set BATON_BIN_DIR)" >&2; exit 2; }
@@ -232,8 +235,58 @@ static_check() {
     rm -rf "$tmp"
   fi
 
-  echo "check-docs: $CHECKED commands in ${#FILES[@]} files, $FAILS failures"
+  [ "$PATHS" -eq 1 ] && check_paths
+
+  echo "check-docs: $CHECKED commands and paths in ${#FILES[@]} files and the //! docs, $FAILS failures"
   [ "$FAILS" -eq 0 ] || exit 1
+}
+
+# Names that look like repository files but are not: what they are.
+NOT_OURS=(
+  compare.md   # written by `baton-jepsen compare` into its --out dir
+  scale.md     # written by `baton-jepsen scale` into its --out dir
+  zkCli.sh     # ZooKeeper's CLI (Debian's zookeeper package)
+  bill.sh      # the example script of docs/recipes.md
+  server.rs    # mini-redis's, cited by server/src/shutdown.rs
+)
+
+# Every file path named in a `//!` doc (any crate) or in README.md and
+# docs/*.md exists in the repository: as written from the repository root
+# or from the naming file's folder, or as the end of a tracked file's path
+# (`driver/ready.rs`, `cluster.rs`). Absolute paths and URLs are not ours.
+check_paths() {
+  local files tokens f l t p c ok
+  files=$(git ls-files)
+  tokens=$(
+    {
+      git ls-files '*.rs' | xargs grep -n '^[[:space:]]*//!' /dev/null | sed -E 's/^([^:]*):([0-9]*):/\1\t\2\t/'
+      for f in README.md docs/*.md; do awk -v F="$f" '{ printf "%s\t%d\t%s\n", F, NR, $0 }' "$f"; done
+    } | awk -F'\t' '{
+      n = split($3, w, /[^A-Za-z0-9_.\/:-]+/)
+      for (i = 1; i <= n; i++) {
+        t = w[i]; sub(/[.:]+$/, "", t); sub(/^[-:]+/, "", t)
+        if (t !~ /\//) { if (w[i] ~ /^-/) continue }
+        if (t ~ /:\/\// || t ~ /^\//) continue
+        if (t ~ /[A-Za-z0-9_]\.(rs|md|sh|proto|toml|py|java|example|service)$/) print $1 "\t" $2 "\t" t
+      }
+    }'
+  )
+  while IFS=$'\t' read -r f l t; do
+    [ -n "$t" ] || continue
+    CHECKED=$((CHECKED + 1))
+    [[ " ${NOT_OURS[*]} " == *" ${t##*/} "* ]] && continue
+    ok=0
+    for c in "$t" "$(dirname "$f")/$t"; do
+      c=$(realpath -m --relative-to=. -- "$c")
+      grep -qxF -- "$c" <<<"$files" && { ok=1; break; }
+    done
+    if [ $ok -eq 0 ]; then
+      p="$t"
+      while [[ "$p" == ./* || "$p" == ../* ]]; do p="${p#./}"; p="${p#../}"; done
+      grep -qE -- "(^|/)${p//./\\.}\$" <<<"$files" && ok=1
+    fi
+    [ $ok -eq 1 ] || fail "$f:$l" "$t" "no such file in the repository (renamed or moved?)"
+  done <<<"$tokens"
 }
 
 [ "$RUN_README" -eq 1 ] || { static_check; exit; }

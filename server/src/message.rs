@@ -5,7 +5,7 @@
 //! This module is the seam between the deterministic driver
 //! (`driver/` and its pieces) and the runtime (`node.rs`, `transport.rs`,
 //! `listener.rs`): the runtime turns sockets and timers into `Input`s, the
-//! simulator (`sim.rs`) makes them up from a seeded schedule. Nothing here
+//! simulator (`server/tests/sim/mod.rs`) makes them up from a seeded schedule. Nothing here
 //! does I/O.
 //!
 //! # Channels, their capacity, and what happens when full

@@ -29,7 +29,8 @@
 //!   the driver made it, several Readies per fsync (group commit). The
 //!   driver keeps stepping messages, committing, applying and answering
 //!   while an fsync runs (raft-rs's async-ready mode).
-//! - **A tokio runtime with 2 worker threads** (main.rs `run_member`): all
+//! - **A tokio runtime with half the cores as workers** (1 to 8, or
+//!   `--io-threads`; main.rs `io_threads`): all
 //!   network I/O. The client accept loop (`listener::serve`) and, per
 //!   connection, a reader task (`listener::handle`) and a writer task
 //!   (`listener::write_loop`, over the shared `batch::write_batch`); the peer accept loop (`transport::serve`)

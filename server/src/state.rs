@@ -94,8 +94,8 @@
 //!   entry changes nothing.
 //!
 //! Persistence: every touched key is remembered as dirty and `flush` stages
-//! them, with the applied index, into the same batch (invariant 1 of
-//! DESIGN.md: state and applied index are written together). The driver
+//! them, with the applied index, into the same batch (the state on disk
+//! and its applied index are always written together). The driver
 //! calls `flush` only every so often (driver/ready.rs, "the state is written
 //! in coalesced batches"): a key written many times in between is written
 //! once, and the state on disk is the state at an older applied index.

@@ -7,7 +7,7 @@
 //! comes from a seeded generator, peers are reached through a [`PeerSink`]
 //! and the disk through a [`Persist`]. The runtime (`node.rs`) calls it from
 //! one thread with the wall clock, sockets and a syncer thread; the
-//! simulator (`sim.rs`) calls it with a manual clock, a seeded network and a
+//! simulator (`server/tests/sim/mod.rs`) calls it with a manual clock, a seeded network and a
 //! queue for a disk, and replays a run exactly from its seed.
 //!
 //! Layout: this file holds the driver's state, its inputs, time (ticks,

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `make compare-smoke`: every compare workload for a few seconds on every
+# target (Baton, etcd, ZooKeeper, and Baton through its ZooKeeper port), to
+# keep the adapters working (debug build: the figures mean nothing). A
+# failed run, a missing row or a missing page fails it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CARGO="${CARGO:-cargo}"
+out=$(mktemp -d /tmp/baton-compare-smoke.XXXXXX)
+$CARGO run -q -p baton-jepsen -- compare --targets baton,etcd,zookeeper,baton-zk \
+  --duration 2 --warmup 0 --run-warmup 1 --runs 1 --out "$out" 2>&1 | grep -v WARN | tail -n 40
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "compare smoke failed; see $out"; exit 1; }
+rows=$(grep -c '"workload"' "$out/compare.json")
+[ "$rows" -eq 24 ] || { echo "compare smoke: $rows rows in compare.json, expected 24"; exit 1; }
+! grep -q '"failed"' "$out/compare.json" || { echo "compare smoke: a run failed; see $out/compare.md"; exit 1; }
+test -s "$out/compare.png" && test -s "$out/compare.md" || { echo "compare smoke: no compare.png or compare.md in $out"; exit 1; }
+rm -rf "$out"
