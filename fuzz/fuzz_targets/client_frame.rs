@@ -28,8 +28,8 @@ use baton_proto::{
     DEFAULT_MAX_FRAME,
 };
 use baton_server::acl::Caller;
-use baton_server::driver::{fast_read, local_read, SharedState};
 use baton_server::state::StateMachine;
+use baton_server::view::{fast_read, local_read, SharedState};
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;

@@ -18,6 +18,7 @@
 //!
 //! See docs/architecture.md for the write and read paths end to end.
 
+pub mod accept;
 pub mod acl;
 pub mod backup;
 pub mod batch;
@@ -43,5 +44,6 @@ pub mod shutdown;
 pub mod state;
 pub mod syncer;
 pub mod transport;
+pub mod view;
 pub mod watches;
 pub mod zk;

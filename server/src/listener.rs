@@ -1,5 +1,8 @@
 //! Client listener: one task pair (reader, writer) per connection.
 //!
+//! Connections come from the accept loop every port shares (accept.rs:
+//! places, connection ids, the TLS sniff).
+//!
 //! The reader decodes `ClientFrame`s and hands requests to the driver; the
 //! writer sends what the driver queued for this connection (responses and
 //! watch events, in the order the driver produced them, which is log order).
@@ -44,19 +47,16 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, warn};
 
+use crate::accept::{self, Secured, HANDSHAKE_TIMEOUT};
 use crate::acl::Caller;
 use crate::batch::{write_batch, Batch, Outbox};
 use crate::config::Config;
-use crate::driver::{capped, fast_read, SharedState};
 use crate::message::{ConnTx, Input, QueueGauge};
 use crate::shutdown::Signal;
+use crate::view::{capped, fast_read, SharedState};
 
-/// Time a new connection has to finish its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Frames written per flush at most.
 pub const MAX_BATCH: usize = 256;
-
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 /// `state`: the driver's shared state, for answering local reads without a
 /// watch here (None: every request goes to the driver).
@@ -72,47 +72,32 @@ pub async fn serve(
     fast_reads: bool,
     tls: Option<tokio_rustls::TlsAcceptor>,
     open: Arc<Semaphore>,
-    mut signal: Signal,
+    signal: Signal,
 ) {
     let cfg = Arc::new(cfg);
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = signal.wait() => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                debug!("client accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let signal = signal.clone();
-        let input = input.clone();
-        let state = state.clone();
-        let tls = tls.clone();
+    let full = {
         let cfg = cfg.clone();
-        let Ok(slot) = open.clone().try_acquire_owned() else {
-            warn!(%peer, "{} client connections are open: refusing one more", cfg.limits.max_connections);
-            tokio::spawn(async move {
-                let msg = format!("this member has {} connections open; try another", cfg.limits.max_connections);
+        move |stream, peer| {
+            let max = cfg.limits.max_connections;
+            warn!(%peer, "{max} client connections are open: refusing one more");
+            async move {
+                let msg = format!("this member has {max} connections open; try another");
                 let mut w = FramedWrite::new(stream, baton_proto::codec(usize::MAX));
                 let frame = error_frame(ErrorCode::Busy, msg);
                 let _ =
                     tokio::time::timeout(HANDSHAKE_TIMEOUT, w.send(bytes::Bytes::from(frame.encode_to_vec()))).await;
-            });
-            continue;
-        };
-        tokio::spawn(async move {
-            let _slot = slot;
-            let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    let stop = signal.clone();
+    let serve = move |c: accept::Conn| {
+        let (signal, input, state, tls, cfg) = (signal.clone(), input.clone(), state.clone(), tls.clone(), cfg.clone());
+        async move {
+            let (conn, peer, _place) = (c.id, c.peer, c.place);
             debug!(conn, %peer, "client connected");
-            let _ = stream.set_nodelay(true);
-            let mut cert_name = None;
-            let stream: BoxStream = match tls {
-                None => Box::new(stream),
-                Some(_) if !speaks_tls(&stream).await => {
+            let (stream, cert_name) = match accept::secure(c.stream, tls.as_ref(), conn, peer).await {
+                Secured::Ready(s, name) => (s, name),
+                Secured::NotTls(stream) => {
                     let frame = error_frame(
                         ErrorCode::NoAuth,
                         "this member's client port requires TLS: connect with --cacert (docs/security.md)".into(),
@@ -122,52 +107,13 @@ pub async fn serve(
                     debug!(conn, %peer, "plaintext client on the TLS port: refused");
                     return;
                 }
-                Some(tls) => match tls_accept(&tls, stream, conn, peer).await {
-                    Some((s, name)) => {
-                        cert_name = name;
-                        s
-                    }
-                    None => return,
-                },
+                Secured::Failed => return,
             };
             handle(conn, stream, input, &cfg, state, fast_reads, cert_name, signal).await;
             debug!(conn, "client disconnected");
-        });
-    }
-}
-
-/// A client's TLS handshake, bounded by [`HANDSHAKE_TIMEOUT`]: the
-/// stream and the common name of the client's certificate, if it gave
-/// one. None: the handshake failed (logged).
-pub(crate) async fn tls_accept(
-    tls: &tokio_rustls::TlsAcceptor,
-    stream: tokio::net::TcpStream,
-    conn: u64,
-    peer: std::net::SocketAddr,
-) -> Option<(BoxStream, Option<String>)> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-        Ok(Ok(s)) => {
-            let cert = s.get_ref().1.peer_certificates().and_then(|c| c.first());
-            let name = cert.and_then(baton_proto::tls::common_name);
-            Some((Box::new(s), name))
         }
-        Ok(Err(e)) => {
-            debug!(conn, %peer, "client TLS handshake failed: {e}");
-            None
-        }
-        Err(_) => {
-            debug!(conn, %peer, "client TLS handshake timed out");
-            None
-        }
-    }
-}
-
-/// True when the first byte the client sent starts a TLS handshake record
-/// (0x16); a Baton frame starts with its length's high byte, 0 in practice
-/// (a ZooKeeper connect frame too).
-pub(crate) async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    matches!(tokio::time::timeout(HANDSHAKE_TIMEOUT, s.peek(&mut b)).await, Ok(Ok(1)) if b[0] == 0x16)
+    };
+    accept::serve("client", listener, open, stop, full, serve).await;
 }
 
 /// A password `auth`: checked off the runtime's threads (PBKDF2 is slow
@@ -180,7 +126,7 @@ pub(crate) async fn speaks_tls(s: &tokio::net::TcpStream) -> bool {
 async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq, superusers: &[String]) -> Response {
     let (st, user, password) = (state.clone(), a.user.clone(), a.password.clone());
     let ok = tokio::task::spawn_blocking(move || password_ok(&st, &user, &password)).await.unwrap_or(false);
-    let zxid = crate::driver::read(state).applied();
+    let zxid = crate::view::read(state).applied();
     let digest = crate::acl::digest(&a.user, &a.password);
     if !ok && superusers.contains(&digest) {
         tx.add_identity(digest);
@@ -200,7 +146,7 @@ async fn auth(state: &SharedState, tx: &ConnTx, id: u64, a: &AuthReq, superusers
 /// lock is held only to copy the user's salt and hash. See
 /// [`check_password`] for what bounds its cost.
 pub(crate) fn password_ok(state: &SharedState, user: &str, password: &str) -> bool {
-    let stored = crate::driver::read(state).user_hash(user);
+    let stored = crate::view::read(state).user_hash(user);
     check_password(stored.as_ref().map(|(s, h)| (s.as_ref(), h.as_ref())), password)
 }
 
@@ -214,7 +160,7 @@ pub(crate) fn password_ok(state: &SharedState, user: &str, password: &str) -> bo
 /// there is nothing to tell, and no wait.
 pub(crate) fn password_user(state: &SharedState, user: &str, password: &str) -> bool {
     let (stored, any_users) = {
-        let st = crate::driver::read(state);
+        let st = crate::view::read(state);
         (st.user_hash(user), !st.user_names().is_empty())
     };
     password_user_with(stored, any_users, password)

@@ -21,7 +21,7 @@
 //!   machine, the watch table, the session layer and every pending request.
 //!   The state machine is shared behind an `RwLock` (`SharedState`): only
 //!   the driver writes it, and the listener tasks read it to answer stale
-//!   reads without a watch (`driver::fast_read`) without waiting for a
+//!   reads without a watch (`view::fast_read`) without waiting for a
 //!   driver turn. The driver holds the write lock while it applies an entry
 //!   and queues the entry's events and reply, so a local read that sees the
 //!   entry is answered after them on the same connection.
@@ -58,10 +58,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::driver::{Driver, SharedState, WallClock, MAX_INPUTS_PER_TURN};
+use crate::driver::{Driver, WallClock, MAX_INPUTS_PER_TURN};
 use crate::kv::Kv;
 use crate::message::{Input, PeerSink};
 use crate::syncer::{SyncReports, Syncer};
+use crate::view::SharedState;
 
 /// What a member that applied its own removal stops with.
 pub const REMOVED: &str = "this member was removed from the cluster: it stops and serves no one (add the machine \

@@ -20,7 +20,7 @@
 use baton_proto::ClusterSettings;
 
 use crate::config::Config;
-use crate::driver::SharedState;
+use crate::view::SharedState;
 
 /// The settings a member's flags say (the seed of a new cluster's record).
 pub fn from_flags(cfg: &Config) -> ClusterSettings {
@@ -34,7 +34,7 @@ pub fn effective(recorded: Option<&ClusterSettings>, cfg: &Config) -> ClusterSet
 
 /// [`effective`] as of the state now.
 pub fn current(state: &SharedState, cfg: &Config) -> ClusterSettings {
-    let sm = crate::driver::read(state);
+    let sm = crate::view::read(state);
     effective(sm.cluster().settings.as_ref(), cfg)
 }
 

@@ -12,7 +12,8 @@
 //! dropped (Raft retransmits) and the driver is told the peer is
 //! unreachable; reconnects back off from 50 ms to 1 s.
 //!
-//! Admission (the rule is in `cluster.rs`): the TLS handshake (mutual, when
+//! Admission (the rule is in `cluster.rs`), after the accept loop every
+//! port shares (accept.rs): the TLS handshake (mutual, when
 //! `--peer-ca` is set), then the hello, within [`ADMIT_TIMEOUT`], with
 //! frames limited to `HELLO_FRAME_LIMIT`; at most [`MAX_ADMITTING`]
 //! connections are being admitted at once (more are closed at accept).
@@ -42,9 +43,9 @@ use tracing::{debug, error, info, warn};
 
 use crate::batch::{write_batch, Batch, Outbox};
 use crate::cluster::{self, Verdict, HELLO_FRAME_LIMIT};
-use crate::driver::SharedState;
 use crate::message::{Input, PeerOut, PeerSink, Report};
 use crate::shutdown::Signal;
+use crate::view::SharedState;
 
 /// Messages written per flush at most.
 const MAX_BATCH: usize = 512;
@@ -94,7 +95,7 @@ pub type Members = Arc<std::sync::RwLock<BTreeSet<u64>>>;
 
 impl PeerAuth {
     fn cluster(&self) -> baton_proto::ClusterRecord {
-        crate::driver::read(&self.state).cluster().clone()
+        crate::view::read(&self.state).cluster().clone()
     }
 
     fn members(&self) -> BTreeSet<u64> {
@@ -329,30 +330,18 @@ async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input
 
 /// Accepts peer connections, admits them (cluster.rs) and feeds their
 /// messages to the driver.
-pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth, mut signal: Signal) {
+pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth, signal: Signal) {
     let admitting = Arc::new(tokio::sync::Semaphore::new(MAX_ADMITTING));
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = signal.wait() => return,
-        };
-        let (stream, from) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                warn!("peer accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = admitting.clone().try_acquire_owned() else {
-            warn!(%from, "{MAX_ADMITTING} peer connections are being admitted already; closing this one");
-            continue;
-        };
-        let input = input.clone();
-        let auth = auth.clone();
-        let mut signal = signal.clone();
-        tokio::spawn(async move {
-            let admitted = match tokio::time::timeout(ADMIT_TIMEOUT, admit(stream, &auth)).await {
+    let full = |_stream, from| {
+        warn!(%from, "{MAX_ADMITTING} peer connections are being admitted already; closing this one");
+        async {}
+    };
+    let stop = signal.clone();
+    let serve = move |c: crate::accept::Conn| {
+        let (input, auth, mut signal) = (input.clone(), auth.clone(), signal.clone());
+        async move {
+            let from = c.peer;
+            let admitted = match tokio::time::timeout(ADMIT_TIMEOUT, admit(c.stream, &auth)).await {
                 Ok(Ok(a)) => a,
                 Ok(Err(e)) => {
                     debug!(%from, "peer connection not admitted: {e}");
@@ -363,7 +352,7 @@ pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth, 
                     return;
                 }
             };
-            drop(slot);
+            drop(c.place);
             let (peer, mut r) = admitted;
             tokio::select! {
                 r = frames(&mut r, peer, auth.me, &input) => if let Err(e) = r {
@@ -372,15 +361,16 @@ pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth, 
                 _ = signal.wait() => return,
             }
             let _ = input.send(Input::PeerGone(peer));
-        });
-    }
+        }
+    };
+    crate::accept::serve("peer", listener, admitting, stop, full, serve).await;
 }
 
 type PeerReader = FramedRead<ReadHalf<BoxStream>, LengthDelimitedCodec>;
 
 /// TLS, then the hello: who the peer is, if it may talk to this member.
 async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerReader)> {
-    let _ = tcp.set_nodelay(true);
+    // (accept.rs set TCP_NODELAY.)
     let (stream, cert): (BoxStream, _) = match &auth.tls {
         Some(tls) => {
             let s = tls.acceptor.accept(tcp).await?;

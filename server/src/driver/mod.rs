@@ -80,8 +80,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{
     client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
-    ExistsResp, ExpireSessions, GetResp, NamesResp, NewSession, ReapNode, ReapNodes, Request, Response, ServerFrame,
-    StatusResp, WatchEvent, WatchKind, WatchSpec,
+    ExpireSessions, NamesResp, NewSession, ReapNode, ReapNodes, Request, Response, ServerFrame, StatusResp, WatchEvent,
+    WatchKind, WatchSpec,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -105,10 +105,7 @@ mod members;
 mod ready;
 mod requests;
 
-pub use requests::{capped, fast_read, local_read};
-
-/// The state machine as the driver and the listeners share it.
-pub type SharedState = Arc<RwLock<StateMachine>>;
+use crate::view::{capped, local_read, read, SharedState};
 
 /// The backup this member took last (backup.rs), until the next one.
 struct Backup {
@@ -224,12 +221,6 @@ pub struct Driver {
     backup: Option<Backup>,
     /// When the state machine's changed keys were last staged (ready.rs).
     state_flushed: Instant,
-}
-
-/// Reads the shared state (a poisoned lock is still read: only this
-/// driver writes it, and a panic there stops the member).
-pub fn read(st: &SharedState) -> RwLockReadGuard<'_, StateMachine> {
-    st.read().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How many inputs one runtime turn takes at most before a `Ready`; a turn

@@ -43,7 +43,7 @@
 //!   next chunk.
 //! - **`member_change`**: driver/members.rs (the rules: membership.rs).
 //! - **Stale reads without a watch** never reach the driver: the listener
-//!   answers them from the shared state ([`fast_read`]; not when deliberate
+//!   answers them from the shared state (view.rs `fast_read`; not when deliberate
 //!   bugs are on, which act in the driver).
 
 use super::*;
@@ -501,16 +501,6 @@ impl Driver {
     }
 }
 
-/// `resp`, or TOO_LARGE in its place when it is over `max` bytes.
-pub fn capped(resp: Response, max: usize) -> Response {
-    let len = resp.encoded_len();
-    if len <= max {
-        return resp;
-    }
-    let msg = format!("the response is {len} bytes, over {max} (--max-reply-bytes)");
-    Response { id: resp.id, ..error_response(resp.zxid, ErrorCode::TooLarge, msg) }
-}
-
 /// Checks a watch registration: a valid path and a known kind.
 fn check_spec(spec: &WatchSpec) -> Result<(), (ErrorCode, String)> {
     baton_proto::validate_path(&spec.path).map_err(|m| (ErrorCode::InvalidPath, m))?;
@@ -574,50 +564,4 @@ fn precheck_write(req: &Request, max_ops: usize) -> Option<(ErrorCode, String)> 
         }
     }
     None
-}
-
-/// A get or exists answered from local state (no watch, no session needed).
-pub fn local_read(
-    sm: &StateMachine,
-    body: &Option<request::Body>,
-    caller: &Caller,
-) -> Result<response::Body, (ErrorCode, String)> {
-    use request::Body as B;
-    match body {
-        Some(B::Get(r)) => sm
-            .check_read(&r.path, caller, "get")
-            .and_then(|_| sm.get(&r.path))
-            .map(|(data, stat)| response::Body::Get(GetResp { data, stat: Some(stat) })),
-        Some(B::Exists(r)) => sm.exists(&r.path).map(|stat| response::Body::Exists(ExistsResp { stat })),
-        Some(B::Children(r)) => sm
-            .check_read(&r.path, caller, "children")
-            .and_then(|_| sm.children(&r.path))
-            .map(|(children, stat)| response::Body::Children(ChildrenResp { children, stat: Some(stat) })),
-        Some(B::GetAcl(r)) => sm.get_acl(&r.path, caller).map(response::Body::Acl),
-        _ => Err((ErrorCode::BadRequest, "not a read".into())),
-    }
-}
-
-/// The listener's fast path: a local read without a watch, answered from
-/// the shared state without waiting for the driver thread (which may be in
-/// an fsync). Linearizable reads and anything with a watch go to the driver.
-pub fn fast_read(state: &SharedState, req: &Request, caller: &Caller) -> Option<Response> {
-    use request::Body as B;
-    let r = match &req.body {
-        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => r,
-        _ => return None,
-    };
-    if !r.stale || r.watch.is_some() {
-        return None;
-    }
-    let sm = read(state);
-    let zxid = sm.applied();
-    Some(match local_read(&sm, &req.body, caller) {
-        Ok(body) => Response { id: req.id, zxid, body: Some(body), ..Default::default() },
-        Err((code, msg)) => {
-            let mut resp = error_response(zxid, code, msg);
-            resp.id = req.id;
-            resp
-        }
-    })
 }

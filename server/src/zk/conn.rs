@@ -27,9 +27,9 @@ use super::stats::{self, Stats};
 use super::vouch::{Answer, Vouch};
 use super::{words, ZkSettings, SEQ_GAP};
 use crate::config::Config;
-use crate::driver::{read, SharedState};
 use crate::message::{ConnTx, Input};
 use crate::shutdown::Signal;
+use crate::view::{read, SharedState};
 use baton_proto::ClaimSessionReq;
 
 /// Time a client has to send its connect request (or a four-letter word).
@@ -972,7 +972,7 @@ impl Gateway {
             Request::GetAllChildrenNumber { path } => {
                 // Needs READ on the node, as in ZooKeeper.
                 let settings = {
-                    let sm = crate::driver::read(&self.state);
+                    let sm = crate::view::read(&self.state);
                     sm.cluster().settings.clone().unwrap_or_else(|| self.flags.clone())
                 };
                 let caller = crate::acl::Caller::new(self.tx.identities(), &settings.superusers);

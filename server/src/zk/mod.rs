@@ -124,19 +124,18 @@ mod stats;
 pub mod vouch;
 mod words;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use baton_proto::tls::BoxStream;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use crate::accept;
 use crate::config::Config;
-use crate::driver::SharedState;
 use crate::message::Input;
 use crate::shutdown::Signal;
+use crate::view::SharedState;
 
 /// How far past a resumed session's next free sequence number the
 /// `zk-resume-without-claim` fault starts a connection (the old rule).
@@ -165,14 +164,6 @@ impl ZkSettings {
     }
 }
 
-/// Connection ids of this port, apart from the native listener's
-/// (the driver only needs them to be unique).
-static NEXT_CONN: AtomicU64 = AtomicU64::new(1 << 62);
-
-pub(crate) fn next_conn() -> u64 {
-    NEXT_CONN.fetch_add(1, Ordering::Relaxed)
-}
-
 /// Accepts ZooKeeper clients until shutdown. `open` holds the member's
 /// `--max-connections` slots, shared with the native port.
 /// `tls`: the client port's TLS (`--cert`/`--key`, docs/security.md):
@@ -188,48 +179,34 @@ pub async fn serve(
     state: SharedState,
     tls: Option<tokio_rustls::TlsAcceptor>,
     open: Arc<Semaphore>,
-    mut signal: Signal,
+    signal: Signal,
 ) {
     let cfg = Arc::new(cfg);
     let zk = Arc::new(zk);
     let stats = Arc::new(stats::Stats::default());
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = signal.wait() => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                debug!("zookeeper accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = open.clone().try_acquire_owned() else {
-            warn!(%peer, "{} connections are open on the ZooKeeper port: refusing one more", cfg.limits.max_connections);
-            continue;
-        };
+    let max = cfg.limits.max_connections;
+    let full = move |_stream, peer| {
+        warn!(%peer, "{max} connections are open on the ZooKeeper port: refusing one more");
+        async {}
+    };
+    let stop = signal.clone();
+    let serve = move |c: accept::Conn| {
         let (input, cfg, zk, state, signal) = (input.clone(), cfg.clone(), zk.clone(), state.clone(), signal.clone());
         let (stats, tls) = (stats.clone(), tls.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let _ = stream.set_nodelay(true);
-            let conn = next_conn();
-            let (stream, cert_name): (BoxStream, _) = match tls {
-                None => (Box::new(stream), None),
-                Some(_) if !crate::listener::speaks_tls(&stream).await => {
+        async move {
+            let (conn, peer, _place) = (c.id, c.peer, c.place);
+            let (stream, cert_name) = match accept::secure(c.stream, tls.as_ref(), conn, peer).await {
+                accept::Secured::Ready(s, name) => (s, name),
+                accept::Secured::NotTls(_) => {
                     debug!(%peer, "plaintext client on the ZooKeeper port, which requires TLS: closed");
                     return;
                 }
-                Some(tls) => match crate::listener::tls_accept(&tls, stream, conn, peer).await {
-                    Some(s) => s,
-                    None => return,
-                },
+                accept::Secured::Failed => return,
             };
             let at = conn::Accepted { conn, peer, cert_name };
             conn::handle(stream, at, input, &cfg, &zk, &stats, state, signal).await;
             debug!(%peer, "zookeeper client disconnected");
-        });
-    }
+        }
+    };
+    accept::serve("zookeeper", listener, open, stop, full, serve).await;
 }

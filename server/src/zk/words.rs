@@ -28,8 +28,8 @@ use tokio::io::AsyncWriteExt;
 use super::stats::Stats;
 use super::ZkSettings;
 use crate::config::Config;
-use crate::driver::{read, SharedState};
 use crate::message::{ConnTx, Input};
+use crate::view::{read, SharedState};
 
 /// Every word this port knows.
 pub const WORDS: &[&str] = &["ruok", "isro", "srvr", "stat", "mntr", "conf", "envi", "cons"];
@@ -130,7 +130,7 @@ async fn text_of(
 
 /// The driver's status, through a connection of its own.
 async fn status(input: &Sender<Input>) -> Option<StatusResp> {
-    let conn = super::next_conn();
+    let conn = crate::accept::next_conn();
     let (tx, mut rx) = ConnTx::new(1 << 20);
     input.send(Input::ConnOpened { conn, tx }).ok()?;
     let req = baton_proto::Request { id: 1, body: Some(request::Body::Status(StatusReq {})), ..Default::default() };
