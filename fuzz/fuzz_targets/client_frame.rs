@@ -4,30 +4,27 @@
 //! The input goes through what `server/src/listener.rs` does with a socket:
 //! the length-delimited codec (`baton_proto::codec`, at the server's default
 //! limit), then `ClientFrame::decode` on each frame. Each decoded request is
-//! then played against a `StateMachine` the way the driver would
+//! routed by the driver's own router (`server/src/driver/route.rs`, every
+//! flag at its default, a leader in contact), and the route carried out
+//! against a `StateMachine` the way the driver would
 //! (`server/src/driver/requests.rs`):
-//! - `create_session` becomes a `NewSession` command and binds the
-//!   "connection" to the new session;
-//! - `attach` checks the session and its secret, then binds;
-//! - writes (`create`, `set`, `delete`, `multi`, `close_session`) become a
-//!   `ClientWrite` command for the bound session;
+//! - a new session is a `NewSession` command and binds the "connection";
+//! - an attach checks the session and its secret, then binds;
+//! - a write is the router's `ClientWrite` command for the bound session;
 //! - reads go through `fast_read` (stale, no watch) or `local_read`.
 //!
 //! Every command is encoded and decoded again before it is applied, as it
-//! travels through the Raft log. The driver's `precheck_write` (private) is
-//! not repeated: the state machine checks every write again, so it gets a
-//! superset of what a real member proposes.
+//! travels through the Raft log.
 //!
 //! Invariant: no panic, whatever the bytes.
 #![no_main]
 
 use std::sync::{Arc, RwLock};
 
-use baton_proto::{
-    client_write, command, request, ClientFrame, ClientWrite, Command, NewSession, WatchKind, WatchSpec,
-    DEFAULT_MAX_FRAME,
-};
+use baton_proto::{command, request, ClientFrame, Command, NewSession, DEFAULT_MAX_FRAME};
 use baton_server::acl::Caller;
+use baton_server::config::Config;
+use baton_server::driver::route::{self, check_spec, ConnFacts, Route};
 use baton_server::state::StateMachine;
 use baton_server::view::{fast_read, local_read, SharedState};
 use bytes::BytesMut;
@@ -41,6 +38,8 @@ const SECRET: [u8; 16] = [7; 16];
 /// One fuzzed connection and the state it writes to.
 struct Conn {
     state: SharedState,
+    /// Every flag at its default.
+    cfg: Config,
     /// The session bound to the connection (create or attach), as the
     /// driver's `Conn::session`.
     session: Option<u64>,
@@ -63,38 +62,31 @@ impl Conn {
         }
     }
 
-    fn on_request(&mut self, req: request::Body, whole: &baton_proto::Request) {
-        use request::Body as B;
-        match req {
-            B::CreateSession(cs) => {
-                let timeout_ms = if cs.timeout_ms == 0 { 10_000 } else { cs.timeout_ms.clamp(1_000, 60_000) };
+    /// The driver's own routing (`baton_server::driver::route::route`),
+    /// then what the driver would do with the route, against the state
+    /// machine alone.
+    fn on_request(&mut self, req: baton_proto::Request) {
+        let route = {
+            let Ok(sm) = self.state.read() else { return };
+            let caller = Caller::default;
+            let conn = ConnFacts { session: self.session, secret: SECRET.to_vec().into(), caller: &caller, watches: 0 };
+            route::route(req, &conn, &sm, &self.cfg, &Default::default(), true)
+        };
+        match route {
+            Route::Reply(r) => {
+                let _ = r.encode_to_vec();
+            }
+            Route::Propose { cmd, .. } => {
+                if let Some(body) = cmd.body {
+                    self.apply(body);
+                }
+            }
+            Route::NewSession { timeout_ms, .. } => {
                 self.apply(command::Body::NewSession(NewSession { timeout_ms, secret: SECRET.to_vec().into() }));
                 self.session = Some(self.index);
             }
-            B::Attach(a) => {
-                let ok = self.state.read().map(|sm| sm.check_session(a.session_id, &a.secret).is_ok()).unwrap_or(false);
-                if ok && a.watches.iter().all(spec_ok) {
-                    self.session = Some(a.session_id);
-                }
-            }
-            B::Get(r) | B::Exists(r) | B::Children(r) | B::GetAcl(r) => {
-                if r.watch.as_ref().is_some_and(|w| !spec_ok(w)) {
-                    return;
-                }
-                let caller = Caller::default();
-                if fast_read(&self.state, whole, &caller).is_none() {
-                    if let Ok(sm) = self.state.read() {
-                        let _ = local_read(&sm, &whole.body, &caller);
-                    }
-                }
-            }
-            B::Auth(a) => {
-                let _ = self.state.read().map(|sm| sm.verify_user(&a.user, &a.password));
-            }
-            B::AddWatch(w) => {
-                let _ = w.watch.as_ref().map(spec_ok);
-            }
-            B::MemberChange(mc) => {
+            Route::ReadIndex { req, .. } | Route::WaitApplied { req, .. } | Route::Serve(req) => self.serve(&req),
+            Route::MemberChange { change, .. } => {
                 // The leader's checks (membership.rs) on any request.
                 let conf = raft::prelude::ConfState::from((vec![1, 2, 3], vec![4]));
                 let Ok(sm) = self.state.read() else { return };
@@ -107,69 +99,45 @@ impl Conn {
                     last_index: 40,
                     pending: false,
                 };
-                let _ = baton_server::membership::plan(&v, &mc);
+                let _ = baton_server::membership::plan(&v, &change);
             }
-            B::Keepalive(_)
-            | B::RemoveWatch(_)
-            | B::Status(_)
-            | B::ListUsers(_)
-            | B::Whoami(_)
-            | B::Members(_)
-            | B::Snapshot(_) => {}
-            B::CloseSession(_)
-            | B::Create(_)
-            | B::Set(_)
-            | B::Delete(_)
-            | B::Multi(_)
-            | B::SetAcl(_)
-            | B::AddUser(_)
-            | B::RemoveUser(_)
-            | B::ResetFence(_)
-            | B::SetSettings(_)
-            | B::ClaimSession(_) => {
-                let Some(sid) = self.session else { return };
-                if !self.state.read().map(|sm| sm.session_exists(sid)).unwrap_or(false) {
-                    return;
+            Route::Keepalive { .. }
+            | Route::AddWatch { .. }
+            | Route::RemoveWatch { .. }
+            | Route::Status { .. }
+            | Route::Members { .. }
+            | Route::BackupChunk { .. } => {}
+        }
+    }
+
+    /// What the driver's `serve` does with a read or an attach, from the
+    /// state machine.
+    fn serve(&mut self, req: &baton_proto::Request) {
+        use request::Body as B;
+        match &req.body {
+            Some(B::Attach(a)) => {
+                let ok = self.state.read().map(|sm| sm.check_session(a.session_id, &a.secret).is_ok()).unwrap_or(false);
+                if ok && a.watches.iter().all(|w| check_spec(w).is_ok()) {
+                    self.session = Some(a.session_id);
                 }
-                let op = match req {
-                    B::CloseSession(c) => client_write::Op::CloseSession(c),
-                    B::Create(c) => client_write::Op::Create(c),
-                    B::Set(s) => client_write::Op::Set(s),
-                    B::Delete(d) => client_write::Op::Delete(d),
-                    B::Multi(m) => client_write::Op::Multi(m),
-                    B::SetAcl(a) => client_write::Op::SetAcl(a),
-                    B::AddUser(u) => client_write::Op::AddUser(u),
-                    B::RemoveUser(u) => client_write::Op::RemoveUser(u),
-                    B::ClaimSession(c) => client_write::Op::ClaimSession(c),
-                    B::ResetFence(f) => client_write::Op::ResetFence(f),
-                    B::SetSettings(s) => client_write::Op::SetSettings(s),
-                    _ => return,
-                };
-                // As a plain client: the connection's secret, no identity.
-                self.apply(command::Body::Write(ClientWrite {
-                    session_id: sid,
-                    seq: whole.seq,
-                    acked_below: whole.acked_below,
-                    secret: SECRET.to_vec().into(),
-                    identities: Vec::new(),
-                    superuser: false,
-                    epoch: whole.epoch,
-                    op: Some(op),
-                }));
+            }
+            _ => {
+                let caller = Caller::default();
+                if fast_read(&self.state, req, &caller).is_none() {
+                    if let Ok(sm) = self.state.read() {
+                        let _ = local_read(&sm, &req.body, &caller);
+                    }
+                }
             }
         }
     }
 }
 
-/// The driver's `check_spec`: a valid path and a known kind.
-fn spec_ok(spec: &WatchSpec) -> bool {
-    baton_proto::validate_path(&spec.path).is_ok() && WatchKind::try_from(spec.kind).is_ok()
-}
-
 fuzz_target!(|data: &[u8]| {
     let mut codec = baton_proto::codec(DEFAULT_MAX_FRAME);
     let mut buf = BytesMut::from(data);
-    let mut conn = Conn { state: Arc::new(RwLock::new(StateMachine::new())), session: None, index: 0 };
+    let mut conn =
+        Conn { state: Arc::new(RwLock::new(StateMachine::new())), cfg: Config::defaults(1), session: None, index: 0 };
     loop {
         let frame = match codec.decode(&mut buf) {
             Ok(Some(frame)) => frame,
@@ -190,8 +158,6 @@ fuzz_target!(|data: &[u8]| {
         if req.id == 0 {
             continue; // reserved: BAD_REQUEST, the connection stays
         }
-        if let Some(body) = req.body.clone() {
-            conn.on_request(body, &req);
-        }
+        conn.on_request(req);
     }
 });

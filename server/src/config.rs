@@ -95,6 +95,35 @@ impl Default for Limits {
 pub const DEFAULT_SESSION_MS: u32 = 10_000;
 
 impl Config {
+    /// Member `id` alone, with every flag at its default (`batond --help`):
+    /// for tools and tests that need a configuration and no member (the
+    /// fuzz targets).
+    pub fn defaults(id: u64) -> Config {
+        Config {
+            id,
+            data_dir: PathBuf::new(),
+            client_addr: "127.0.0.1:7000".into(),
+            peer_addr: "127.0.0.1:7100".into(),
+            advertise_client_addr: "127.0.0.1:7000".into(),
+            advertise_peer_addr: "127.0.0.1:7100".into(),
+            peers: [(id, "127.0.0.1:7100".to_string())].into(),
+            founding: true,
+            tick_ms: 50,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            snapshot_entries: 20_000,
+            max_frame: baton_proto::DEFAULT_MAX_FRAME,
+            min_session_ms: 1000,
+            max_session_ms: 120_000,
+            request_timeout_ms: 8000,
+            limits: Limits::default(),
+            superusers: Vec::new(),
+            open_admin: false,
+            slow_request_ms: 1000,
+            faults: Default::default(),
+        }
+    }
+
     pub fn negotiate_timeout(&self, asked: u32) -> u32 {
         let asked = if asked == 0 { DEFAULT_SESSION_MS } else { asked };
         asked.clamp(self.min_session_ms, self.max_session_ms)

@@ -11,9 +11,11 @@
 //! queue for a disk, and replays a run exactly from its seed.
 //!
 //! Layout: this file holds the driver's state, its inputs, time (ticks,
-//! expiry) and the end of a turn; `requests.rs` what it answers clients
-//! (and the listeners' local reads); `ready.rs` the Ready handling, from
-//! persisting to applying entries.
+//! expiry) and the end of a turn; `route.rs` what each client request
+//! becomes (a pure function: the rules), `requests.rs` how the driver
+//! carries that out; `ready.rs` the Ready handling, from persisting to
+//! applying entries; `members.rs` membership changes. The listeners'
+//! local reads are view.rs.
 //!
 //! One loop turn, as the runtime drives it:
 //! 1. [`Driver::handle`] every queued input: step peer messages, propose
@@ -79,9 +81,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use baton_proto::{
-    client_write, command, request, response, AttachReq, ChildrenResp, ClientWrite, Command, Empty, ErrorCode,
-    ExpireSessions, NamesResp, NewSession, ReapNode, ReapNodes, Request, Response, ServerFrame, StatusResp, WatchEvent,
-    WatchKind, WatchSpec,
+    command, request, response, AttachReq, ChildrenResp, Command, Empty, ErrorCode, ExpireSessions, NewSession,
+    ReapNode, ReapNodes, Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -104,8 +105,10 @@ use crate::watches::{missed_events, Fired, Watches};
 mod members;
 mod ready;
 mod requests;
+pub mod route;
 
 use crate::view::{capped, local_read, read, SharedState};
+use route::{check_spec, Route};
 
 /// The backup this member took last (backup.rs), until the next one.
 struct Backup {

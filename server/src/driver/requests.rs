@@ -1,50 +1,11 @@
-//! What the driver answers clients: writes are checked and proposed,
-//! linearizable reads and attaches queued for a ReadIndex, keepalives handed
-//! to the session layer, local reads served; and the listeners' fast path
-//! for local reads that needs no driver turn.
-//!
-//! Every request on a connection bound to a session touches the session
-//! (sessions.rs). Then, by kind:
-//! - **Writes** (`create`, `set`, `delete`, `multi`, `close_session`,
-//!   `set_acl`, `add_user`, `remove_user`, `claim_session`): the connection must be bound to
-//!   a session (`BAD_REQUEST`) that exists here (`SESSION_EXPIRED`);
-//!   `precheck_write` refuses a `multi` over `--max-multi-ops`
-//!   (`TOO_LARGE`), an empty op in a `multi` (`BAD_REQUEST`), `seq` 0
-//!   (`BAD_REQUEST`), data over 1 MiB (`TOO_LARGE`) and an invalid path
-//!   (`INVALID_PATH`). None of these refusals reaches the log, so none is
-//!   cached: a retry with the same `seq` runs normally. Then `propose`
-//!   wraps the request in a `Command` (`origin` = this member,
-//!   `request_id` = the next of this member's counter, `time_ms` = the wall
-//!   clock at `now`; the write carries the session's secret and the
-//!   connection's identities) and records it as pending; raft-rs refusing
-//!   it (no leader known) is `NO_LEADER` at once.
-//! - **`create_session`**: `BUSY` over `--max-sessions`, else the timeout
-//!   is negotiated (`Config::negotiate_timeout`), a random secret drawn and
-//!   a `NewSession` entry proposed; the connection is bound when it applies.
-//! - **Linearizable reads** (`get`, `exists`, `children`, `get_acl`) and a
-//!   new backup (`snapshot` with `backup_id` 0) wait for the turn's
-//!   ReadIndex (reads.rs) and are served by `serve`. A watch in a read is
-//!   checked first (`check_spec`: a valid path and a known kind, and room
-//!   under `--max-watches`) and registered in `serve`, in the same step
-//!   that reads the state.
-//! - **`attach`**: refused `NO_LEADER` by a member that has not heard from
-//!   a leader within an election timeout, else queued like a linearizable
-//!   read and served once the member has applied both the ReadIndex and the
-//!   client's `last_zxid`. Then `attach` checks the secret, that this leader
-//!   has not proposed the session's expiry (`BUSY`), and *every* watch
-//!   (`check_spec`, `--max-watches`): one bad watch fails the whole attach,
-//!   and nothing is bound or registered. A lagging member or one cut off
-//!   from the leader never resumes a session whose expiry committed.
-//! - **`keepalive`**: `on_keepalive`, then the session layer answers it
-//!   once a quorum recorded the touch (sessions.rs).
-//! - **Answered at once from local state**: stale reads with a watch,
-//!   `add_watch` (registered at the current applied index, nothing replayed),
-//!   `remove_watch`, `status`, `whoami`, `members`, `list_users`, a backup's
-//!   next chunk.
-//! - **`member_change`**: driver/members.rs (the rules: membership.rs).
-//! - **Stale reads without a watch** never reach the driver: the listener
-//!   answers them from the shared state (view.rs `fast_read`; not when deliberate
-//!   bugs are on, which act in the driver).
+//! Carrying out a client request's route (driver/route.rs has the rules):
+//! replies (capped at `--max-reply-bytes`), proposals (`propose`: `origin`
+//! = this member, `request_id` = the next of this member's counter,
+//! `time_ms` = the wall clock at `now`; raft-rs refusing it, no leader
+//! known, is `NO_LEADER` at once), the ReadIndex queue (reads.rs) and what
+//! it serves (`serve`: the read, the attach with its watches, a new
+//! backup), keepalives (the session layer, sessions.rs), watches,
+//! membership changes (driver/members.rs) and backup chunks.
 
 use super::*;
 
@@ -100,180 +61,58 @@ impl Driver {
 
     pub(super) fn on_request(&mut self, conn: ConnId, req: Request, now: Instant) {
         let Some(c) = self.conns.get(&conn) else { return };
-        let session = c.session;
-        let secret = c.secret.clone();
+        let (session, secret) = (c.session, c.secret.clone());
+        let st = self.state();
+        let sm = read(&st);
         if let Some(sid) = session {
-            let st = self.state();
-            let sm = read(&st);
             self.sessions.touch(sid, &sm, now);
         }
-        let id = req.id;
-        use request::Body as B;
-        match &req.body {
-            None => self.reply_err(conn, id, ErrorCode::BadRequest, "empty or unknown request (newer protocol?)"),
-            Some(B::Status(_)) => {
-                let r = Response {
-                    id,
-                    zxid: self.sm().applied(),
-                    body: Some(response::Body::Status(self.status())),
-                    ..Default::default()
-                };
-                self.reply(conn, r);
-            }
-            Some(B::CreateSession(cs)) => {
-                let max = self.cfg.limits.max_sessions;
-                if self.sm().session_count() >= max {
-                    let msg = format!("the cluster has {max} sessions (--max-sessions); retry later");
-                    return self.reply_err(conn, id, ErrorCode::Busy, msg);
-                }
-                let timeout = self.cfg.negotiate_timeout(cs.timeout_ms);
+        let caller = || self.caller(conn);
+        let facts = route::ConnFacts { session, secret, caller: &caller, watches: self.watches.count(conn) };
+        let leader_alive = self.leader_alive(now);
+        let route = route::route(req, &facts, &sm, &self.cfg, &self.settings, leader_alive);
+        drop(sm);
+        self.carry_out(conn, route, now);
+    }
+
+    /// Does what [`route::route`] decided.
+    fn carry_out(&mut self, conn: ConnId, route: Route, now: Instant) {
+        match route {
+            Route::Reply(r) => self.reply(conn, r),
+            Route::Propose { id, cmd } => self.propose(conn, id, cmd, false, now),
+            Route::NewSession { id, timeout_ms } => {
                 let secret: [u8; 16] = self.rng.gen();
-                let cmd = Command {
-                    body: Some(command::Body::NewSession(NewSession {
-                        timeout_ms: timeout,
-                        secret: secret.to_vec().into(),
-                    })),
-                    ..Default::default()
-                };
-                self.propose(conn, id, cmd, true, now);
+                let body = command::Body::NewSession(NewSession { timeout_ms, secret: secret.to_vec().into() });
+                self.propose(conn, id, Command { body: Some(body), ..Default::default() }, true, now);
             }
-            Some(B::Attach(a)) => {
-                // Checked against a linearizable state (a lagging member or
-                // one cut off from the leader must not resume a session whose
-                // expiry committed), at or past what the client saw.
-                let min_index = a.last_zxid;
-                if self.cfg.faults.attach_from_local_state() {
-                    // Deliberate bug: no leader check, no ReadIndex.
-                    self.reads.wait(min_index, Deferred { conn, req, since: now, min_index });
-                    return;
-                }
-                if !self.leader_alive(now) {
-                    return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
-                }
-                self.reads.push(Deferred { conn, req, since: now, min_index });
+            Route::ReadIndex { req, min_index } => self.reads.push(Deferred { conn, req, since: now, min_index }),
+            Route::WaitApplied { req, min_index } => {
+                self.reads.wait(min_index, Deferred { conn, req, since: now, min_index })
             }
-            Some(B::Keepalive(_)) => self.on_keepalive(conn, id, session, now),
-            Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => {
-                let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| self.watch_room(conn, 1)));
-                if let Some(Err((code, msg))) = checked {
-                    return self.reply_err(conn, id, code, msg);
-                }
-                if r.stale || self.cfg.faults.stale_reads() {
-                    self.serve(conn, &req, now);
-                } else {
-                    self.reads.push(Deferred { conn, req, since: now, min_index: 0 });
-                }
+            Route::Serve(req) => self.serve(conn, &req, now),
+            Route::Keepalive { id } => {
+                let session = self.conns.get(&conn).and_then(|c| c.session);
+                self.on_keepalive(conn, id, session, now)
             }
-            Some(B::AddWatch(w)) => {
-                let Some(spec) = w.watch.clone() else {
-                    return self.reply_err(conn, id, ErrorCode::BadRequest, "add_watch without a watch");
-                };
-                let caller = self.caller(conn);
-                let allowed = check_spec(&spec)
-                    .and_then(|_| self.watch_room(conn, 1))
-                    .and_then(|_| self.sm().check_read(&spec.path, &caller, "watch"));
-                if let Err((code, msg)) = allowed {
-                    return self.reply_err(conn, id, code, msg);
-                }
+            Route::AddWatch { id, spec } => {
                 let st = self.state();
                 self.watches.add(conn, &spec, &read(&st));
                 self.reply_ok(conn, id);
             }
-            Some(B::RemoveWatch(rw)) => {
-                self.watches.remove(conn, rw.watch_id);
+            Route::RemoveWatch { id, watch_id } => {
+                self.watches.remove(conn, watch_id);
                 self.reply_ok(conn, id);
             }
-            Some(B::Auth(_)) => {
-                self.reply_err(conn, id, ErrorCode::BadRequest, "auth is answered by the listener; retry")
-            }
-            Some(B::Whoami(_)) => {
-                let mut names = vec![crate::acl::ANYONE.to_string()];
-                names.extend(self.caller(conn).identities);
-                let body = response::Body::Names(NamesResp { names });
+            Route::Status { id } => {
+                let body = response::Body::Status(self.status());
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
             }
-            Some(B::Snapshot(s)) => {
-                let settings = self.settings();
-                if !crate::settings::admin_allowed(&settings, self.caller(conn).superuser) {
-                    let msg = crate::settings::admin_refusal(&settings, "backups");
-                    return self.reply_err(conn, id, ErrorCode::NoAuth, msg);
-                }
-                if s.backup_id != 0 {
-                    return self.send_backup_chunk(conn, id, s.backup_id, s.offset);
-                }
-                // A new backup holds every acknowledged write: after a ReadIndex.
-                if !self.leader_alive(now) {
-                    return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
-                }
-                self.reads.push(Deferred { conn, req, since: now, min_index: 0 });
-            }
-            Some(B::Members(_)) => {
+            Route::Members { id } => {
                 let body = response::Body::Members(self.members_resp());
                 self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
             }
-            Some(B::MemberChange(mc)) => self.on_member_change(conn, id, mc, now),
-            Some(B::ListUsers(_)) => {
-                if !self.caller(conn).superuser {
-                    return self.reply_err(conn, id, ErrorCode::NoAuth, "list-users needs a superuser (--superuser)");
-                }
-                let body = response::Body::Names(NamesResp { names: self.sm().user_names() });
-                self.reply(conn, Response { id, zxid: self.sm().applied(), body: Some(body), ..Default::default() });
-            }
-            Some(B::CloseSession(_))
-            | Some(B::Create(_))
-            | Some(B::Set(_))
-            | Some(B::Delete(_))
-            | Some(B::Multi(_))
-            | Some(B::SetAcl(_))
-            | Some(B::AddUser(_))
-            | Some(B::RemoveUser(_))
-            | Some(B::ResetFence(_))
-            | Some(B::SetSettings(_))
-            | Some(B::ClaimSession(_)) => {
-                let Some(sid) = session else {
-                    return self.reply_err(
-                        conn,
-                        id,
-                        ErrorCode::BadRequest,
-                        "writes need a session: create or attach one first",
-                    );
-                };
-                if !self.sm().session_exists(sid) {
-                    return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
-                }
-                if let Some(msg) = precheck_write(&req, self.cfg.limits.max_multi_ops) {
-                    return self.reply_err(conn, id, msg.0, msg.1);
-                }
-                let op = match req.body {
-                    Some(B::CloseSession(c)) => client_write::Op::CloseSession(c),
-                    Some(B::Create(c)) => client_write::Op::Create(c),
-                    Some(B::Set(s)) => client_write::Op::Set(s),
-                    Some(B::Delete(d)) => client_write::Op::Delete(d),
-                    Some(B::Multi(m)) => client_write::Op::Multi(m),
-                    Some(B::SetAcl(a)) => client_write::Op::SetAcl(a),
-                    Some(B::AddUser(u)) => client_write::Op::AddUser(u),
-                    Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
-                    Some(B::ClaimSession(c)) => client_write::Op::ClaimSession(c),
-                    Some(B::ResetFence(f)) => client_write::Op::ResetFence(f),
-                    Some(B::SetSettings(s)) => client_write::Op::SetSettings(s),
-                    _ => return,
-                };
-                let caller = self.caller(conn);
-                let cmd = Command {
-                    body: Some(command::Body::Write(ClientWrite {
-                        session_id: sid,
-                        seq: req.seq,
-                        acked_below: req.acked_below,
-                        epoch: req.epoch,
-                        secret,
-                        identities: caller.identities,
-                        superuser: caller.superuser,
-                        op: Some(op),
-                    })),
-                    ..Default::default()
-                };
-                self.propose(conn, id, cmd, false, now);
-            }
+            Route::MemberChange { id, change } => self.on_member_change(conn, id, &change, now),
+            Route::BackupChunk { id, backup_id, offset } => self.send_backup_chunk(conn, id, backup_id, offset),
         }
     }
 
@@ -499,69 +338,4 @@ impl Driver {
             c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Event(ev)) });
         }
     }
-}
-
-/// Checks a watch registration: a valid path and a known kind.
-fn check_spec(spec: &WatchSpec) -> Result<(), (ErrorCode, String)> {
-    baton_proto::validate_path(&spec.path).map_err(|m| (ErrorCode::InvalidPath, m))?;
-    WatchKind::try_from(spec.kind)
-        .map(|_| ())
-        .map_err(|_| (ErrorCode::BadRequest, format!("unknown watch kind {} (newer protocol?)", spec.kind)))
-}
-
-/// Checks a write before it is proposed (the state machine checks again).
-fn precheck_write(req: &Request, max_ops: usize) -> Option<(ErrorCode, String)> {
-    use request::Body as B;
-    if let Some(B::Multi(m)) = &req.body {
-        if m.ops.len() > max_ops {
-            let msg = format!("a multi of {} operations, over {max_ops} (--max-multi-ops)", m.ops.len());
-            return Some((ErrorCode::TooLarge, msg));
-        }
-    }
-    let mut paths: Vec<&str> = Vec::new();
-    let mut data = 0usize;
-    match &req.body {
-        Some(B::Create(c)) => {
-            paths.push(&c.path);
-            data = c.data.len();
-        }
-        Some(B::Set(s)) => {
-            paths.push(&s.path);
-            data = s.data.len();
-        }
-        Some(B::Delete(d)) => paths.push(&d.path),
-        Some(B::SetAcl(a)) => paths.push(&a.path),
-        Some(B::Multi(m)) => {
-            for o in &m.ops {
-                match &o.op {
-                    Some(baton_proto::op::Op::Create(c)) => {
-                        paths.push(&c.path);
-                        data = data.max(c.data.len());
-                    }
-                    Some(baton_proto::op::Op::Set(s)) => {
-                        paths.push(&s.path);
-                        data = data.max(s.data.len());
-                    }
-                    Some(baton_proto::op::Op::Delete(d)) => paths.push(&d.path),
-                    Some(baton_proto::op::Op::Check(c)) => paths.push(&c.path),
-                    Some(baton_proto::op::Op::SetAcl(a)) => paths.push(&a.path),
-                    Some(baton_proto::op::Op::CheckFence(_)) => {}
-                    None => return Some((ErrorCode::BadRequest, "empty op in multi".into())),
-                }
-            }
-        }
-        _ => {}
-    }
-    if req.seq == 0 {
-        return Some((ErrorCode::BadRequest, "write without a sequence number".into()));
-    }
-    if data > baton_proto::MAX_DATA {
-        return Some((ErrorCode::TooLarge, format!("data is {data} bytes, over {}", baton_proto::MAX_DATA)));
-    }
-    for p in paths {
-        if let Err(m) = baton_proto::validate_path(p) {
-            return Some((ErrorCode::InvalidPath, m));
-        }
-    }
-    None
 }
