@@ -195,8 +195,9 @@ pub struct Driver {
     /// This member applied a configuration without itself: it stops
     /// (node.rs ends its loop; cluster.rs rule 2).
     removed: bool,
-    /// When this member last proposed a cluster record (cluster.rs).
-    cluster_proposed: Option<Instant>,
+    /// What only a leader does, and when it last did it; new on every
+    /// leader change.
+    duties: LeaderDuties,
     /// The recorded cluster settings last compared with this member's
     /// flags (settings.rs: a difference is logged once per change).
     settings_noted: Option<baton_proto::ClusterSettings>,
@@ -205,10 +206,6 @@ pub struct Driver {
     /// (event filtering) never lock it again: refreshed after every apply
     /// and every turn.
     settings: baton_proto::ClusterSettings,
-    /// The leader's last look for due container and TTL nodes, and what it
-    /// found due then (state.rs, "Reaping").
-    reap_looked: Option<Instant>,
-    reap_seen: Vec<ReapNode>,
     /// The current election countdown already got its random start.
     election_drawn: bool,
     /// The members' peer addresses as last given to the transport.
@@ -224,6 +221,20 @@ pub struct Driver {
     backup: Option<Backup>,
     /// When the state machine's changed keys were last staged (ready.rs).
     state_flushed: Instant,
+}
+
+/// The leader's own duties (proposing the cluster record, reaping), with
+/// what each remembers between turns. A member that becomes leader, or
+/// stops being one, starts them afresh: nothing one term's leader saw is
+/// taken for the next's.
+#[derive(Default)]
+struct LeaderDuties {
+    /// When this leader last proposed a cluster record (cluster.rs).
+    cluster_proposed: Option<Instant>,
+    /// Its last look for due container and TTL nodes, and what it found
+    /// due then (state.rs, "Reaping").
+    reap_looked: Option<Instant>,
+    reap_seen: Vec<ReapNode>,
 }
 
 /// How many inputs one runtime turn takes at most before a `Ready`; a turn
@@ -317,11 +328,9 @@ impl Driver {
             last_tick: None,
             observed: None,
             removed: false,
-            cluster_proposed: None,
+            duties: LeaderDuties::default(),
             settings_noted: None,
             settings,
-            reap_looked: None,
-            reap_seen: Vec::new(),
             election_drawn: false,
             members: BTreeMap::new(),
             reported: None,
@@ -643,7 +652,7 @@ impl Driver {
     /// The cluster's id, then who joined it (cluster.rs), at most once per
     /// election timeout.
     fn propose_cluster_record(&mut self, now: Instant) {
-        if self.cluster_proposed.is_some_and(|t| now.duration_since(t) < self.cfg.election_timeout()) {
+        if self.duties.cluster_proposed.is_some_and(|t| now.duration_since(t) < self.cfg.election_timeout()) {
             return;
         }
         let cs = self.raw.store().conf_state();
@@ -658,7 +667,7 @@ impl Driver {
         let Some(rec) = rec else { return };
         info!(cluster = %rec.cluster_id, joined = ?rec.joined, "proposing the cluster record");
         self.propose_own(command::Body::Cluster(rec), now, "cluster record");
-        self.cluster_proposed = Some(now);
+        self.duties.cluster_proposed = Some(now);
     }
 
     /// Every [`crate::state::REAP_INTERVAL_MS`], proposes deleting the
@@ -666,13 +675,13 @@ impl Driver {
     /// same `pzxid` (state.rs, "Reaping"). Leader only.
     fn reap(&mut self, now: Instant) {
         let every = Duration::from_millis(crate::state::REAP_INTERVAL_MS);
-        if self.reap_looked.is_some_and(|t| now.duration_since(t) < every) {
+        if self.duties.reap_looked.is_some_and(|t| now.duration_since(t) < every) {
             return;
         }
-        self.reap_looked = Some(now);
+        self.duties.reap_looked = Some(now);
         let due = read(&self.state()).due_for_reaping(self.wall.at(now));
-        let nodes: Vec<ReapNode> = due.iter().filter(|n| self.reap_seen.contains(n)).cloned().collect();
-        self.reap_seen = due;
+        let nodes: Vec<ReapNode> = due.iter().filter(|n| self.duties.reap_seen.contains(n)).cloned().collect();
+        self.duties.reap_seen = due;
         if !nodes.is_empty() {
             debug!(nodes = nodes.len(), "reaping container and TTL nodes");
             self.propose_own(command::Body::Reap(ReapNodes { nodes }), now, "reap");

@@ -176,6 +176,7 @@ impl Driver {
             }
             // ReadIndex requests go to the new leader.
             self.reads.requeue();
+            self.duties = LeaderDuties::default();
             let mut acts = self.sessions.leader_changed();
             if is_leader {
                 // raft-rs appended this term's first (empty) entry on
