@@ -90,8 +90,7 @@ impl Driver {
                 self.reply_err(conn, id, ErrorCode::NotLeader, msg);
             }
             Ok(Plan::Propose(mut cc)) => {
-                let rid = self.next_request_id;
-                self.next_request_id += 1;
+                let rid = self.pending.next_id();
                 let member = matches!(Kind::try_from(req.kind), Ok(Kind::Add) | Ok(Kind::AddLearner)).then(|| {
                     baton_proto::MemberRecord {
                         id: req.member_id,
@@ -105,7 +104,7 @@ impl Driver {
                 if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
                     return self.reply_err(conn, id, ErrorCode::NoLeader, format!("not proposed: {e}"));
                 }
-                self.pending.insert(rid, PendingWrite { conn, client_id: id, since: now, bind_session: false });
+                self.pending.wait(rid, PendingWrite { conn, client_id: id, since: now, bind_session: false });
             }
         }
     }
@@ -162,7 +161,7 @@ impl Driver {
         };
         self.members_changed();
         if ctx.origin == self.cfg.id {
-            if let Some(p) = self.pending.remove(&ctx.request_id) {
+            if let Some(p) = self.pending.take(ctx.request_id) {
                 match result {
                     Ok(()) => {
                         let r = Response {

@@ -31,7 +31,7 @@
 //!
 //! Replies are matched to requests by `(origin member, request id)` carried
 //! in the entry, never by queue position; request ids start at a random
-//! value on every start. A pending write fails with `LEADER_CHANGED`
+//! value on every start (pending.rs). A pending write fails with `LEADER_CHANGED`
 //! (ambiguous) when the leader changes, and with `TIMEOUT` (ambiguous) after
 //! `request_timeout`; clients retry with the same sequence number and
 //! exactly-once makes that safe.
@@ -103,11 +103,13 @@ use crate::syncer::{Persist, SyncJob, Synced};
 use crate::watches::{missed_events, Fired, Watches};
 
 mod members;
+mod pending;
 mod ready;
 mod requests;
 pub mod route;
 
 use crate::view::{capped, local_read, read, SharedState};
+use pending::{Pending, PendingWrite};
 use route::{check_spec, Route};
 
 /// The backup this member took last (backup.rs), until the next one.
@@ -125,15 +127,6 @@ struct Conn {
     /// The session's secret, from its create or attach: every write this
     /// connection proposes carries it (state.rs checks it on apply).
     secret: bytes::Bytes,
-}
-
-/// A request waiting for its entry to be applied.
-struct PendingWrite {
-    conn: ConnId,
-    client_id: u64,
-    since: Instant,
-    /// Bind the connection to the new session (CreateSession).
-    bind_session: bool,
 }
 
 /// Wall-clock time for entries (`Command::time_ms`), derived from the
@@ -179,8 +172,8 @@ pub struct Driver {
     wall: WallClock,
     conns: BTreeMap<ConnId, Conn>,
     watches: Watches,
-    pending: BTreeMap<u64, PendingWrite>,
-    next_request_id: u64,
+    /// Writes waiting for their entry (pending.rs).
+    pending: Pending,
     reads: Reads,
     sessions: Sessions,
     /// As of the last `Ready`'s soft state.
@@ -313,11 +306,10 @@ impl Driver {
             wall,
             conns: BTreeMap::new(),
             watches: Watches::default(),
-            pending: BTreeMap::new(),
+            pending: Pending::new(rng.gen::<u64>() >> 1),
             // Random starts: an entry proposed before a restart may commit
             // after it and must not match a new request; a ReadIndex answer
             // to a request from before a restart must not serve a new read.
-            next_request_id: rng.gen::<u64>() >> 1,
             reads: Reads::new(cfg.id, if cfg.faults.read_ctx_restarts() { 1 } else { rng.gen::<u64>() >> 1 }),
             sessions: Sessions::new(cfg.id, timing, now),
             rng,
@@ -572,20 +564,17 @@ impl Driver {
         }
         // Pending writes that waited too long: ambiguous.
         let timeout = self.cfg.request_timeout();
-        let late: Vec<u64> =
-            self.pending.iter().filter(|(_, p)| now.duration_since(p.since) > timeout).map(|(k, _)| *k).collect();
+        let late = self.pending.late(now, timeout);
         if !late.is_empty() {
             crate::metrics::proposal_failed("timeout", late.len());
         }
-        for rid in late {
-            if let Some(p) = self.pending.remove(&rid) {
-                self.reply_err(
-                    p.conn,
-                    p.client_id,
-                    ErrorCode::Timeout,
-                    "no commit within the request timeout; the write may or may not happen",
-                );
-            }
+        for p in late {
+            self.reply_err(
+                p.conn,
+                p.client_id,
+                ErrorCode::Timeout,
+                "no commit within the request timeout; the write may or may not happen",
+            );
         }
         for d in self.reads.retry(now, timeout) {
             self.reply_err(
@@ -803,7 +792,7 @@ impl Driver {
     pub fn shutdown(&mut self) {
         info!("shutting down");
         let msg = "member shutting down; the write may or may not happen";
-        for (_, p) in std::mem::take(&mut self.pending) {
+        for p in self.pending.take_all() {
             self.reply_err(p.conn, p.client_id, ErrorCode::Timeout, msg);
         }
         warn!(conns = self.conns.len(), "{msg}");

@@ -162,11 +162,11 @@ impl Driver {
                 crate::metrics::leader_changed();
             }
             // Forwarded proposals may be lost with the old leader.
-            let pending: Vec<(u64, PendingWrite)> = std::mem::take(&mut self.pending).into_iter().collect();
+            let pending = self.pending.take_all();
             if !pending.is_empty() {
                 crate::metrics::proposal_failed("leader_changed", pending.len());
             }
-            for (_, p) in pending {
+            for p in pending {
                 self.reply_err(
                     p.conn,
                     p.client_id,
@@ -316,7 +316,7 @@ impl Driver {
             log.push(AppliedExpiry { index, sessions: applied.ended_sessions.clone() });
         }
         if cmd.origin == self.cfg.id {
-            if let Some(p) = self.pending.remove(&cmd.request_id) {
+            if let Some(p) = self.pending.take(cmd.request_id) {
                 if let Some(mut resp) = applied.reply {
                     resp.id = p.client_id;
                     if p.bind_session && resp.error == 0 {
@@ -347,7 +347,7 @@ impl Driver {
             if cmd.origin != self.cfg.id || !matches!(cmd.body, Some(command::Body::Write(_))) {
                 continue;
             }
-            if let (Some(p), Some(mut resp)) = (self.pending.remove(&cmd.request_id), applied.reply) {
+            if let (Some(p), Some(mut resp)) = (self.pending.take(cmd.request_id), applied.reply) {
                 resp.id = p.client_id;
                 self.reply(p.conn, resp);
             }

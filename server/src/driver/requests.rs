@@ -147,14 +147,13 @@ impl Driver {
     }
 
     pub(super) fn propose(&mut self, conn: ConnId, client_id: u64, mut cmd: Command, bind_session: bool, now: Instant) {
-        let rid = self.next_request_id;
-        self.next_request_id += 1;
+        let rid = self.pending.next_id();
         cmd.origin = self.cfg.id;
         cmd.request_id = rid;
         cmd.time_ms = self.wall.at(now);
         match self.raw.propose(vec![], cmd.encode_to_vec()) {
             Ok(()) => {
-                self.pending.insert(rid, PendingWrite { conn, client_id, since: now, bind_session });
+                self.pending.wait(rid, PendingWrite { conn, client_id, since: now, bind_session });
             }
             Err(e) => {
                 crate::metrics::proposal_failed("not_proposed", 1);
