@@ -27,7 +27,7 @@
 //! with the old id, grown with `member add`, could admit a member of the
 //! old cluster with the same id as a voter.
 
-use baton_proto::{BackupFile, ClusterRecord};
+use baton_proto::{BackupFile, ClusterRecord, ErrorCode, SnapshotChunk};
 use prost::Message as _;
 use rand::Rng;
 
@@ -40,6 +40,53 @@ pub const CHUNK: usize = 4 << 20;
 
 pub fn sha256(data: &[u8]) -> Vec<u8> {
     ring::digest::digest(&ring::digest::SHA256, data).as_ref().to_vec()
+}
+
+/// The backup a member took last, kept for its chunks to be fetched until
+/// the next one replaces it (one at a time per member).
+pub struct Taken {
+    pub id: u64,
+    pub index: u64,
+    pub term: u64,
+    sha: Vec<u8>,
+    data: Vec<u8>,
+}
+
+impl Taken {
+    /// `data`: the state (`StateMachine::backup`) applied at `index`, of `term`.
+    pub fn new(id: u64, index: u64, term: u64, data: Vec<u8>) -> Taken {
+        Taken { id, index, term, sha: sha256(&data), data }
+    }
+
+    /// The chunk of backup `backup_id` at `offset` (at most [`CHUNK`]
+    /// bytes; empty at the end). Err: NO_NODE when this is not that backup
+    /// (another was taken since: start again), BAD_REQUEST past the end.
+    pub fn chunk(
+        this: Option<&Taken>,
+        backup_id: u64,
+        offset: u64,
+        cluster_id: &str,
+    ) -> Result<SnapshotChunk, (ErrorCode, String)> {
+        let Some(b) = this.filter(|b| b.id == backup_id) else {
+            let msg = format!("backup {backup_id:#x} is gone from this member (another was taken); start again");
+            return Err((ErrorCode::NoNode, msg));
+        };
+        let total = b.data.len() as u64;
+        if offset > total {
+            return Err((ErrorCode::BadRequest, format!("offset {offset} is past {total}")));
+        }
+        let end = (offset as usize + CHUNK).min(b.data.len());
+        Ok(SnapshotChunk {
+            backup_id,
+            index: b.index,
+            term: b.term,
+            total,
+            offset,
+            data: bytes::Bytes::copy_from_slice(&b.data[offset as usize..end]),
+            sha256: b.sha.clone().into(),
+            cluster_id: cluster_id.to_string(),
+        })
+    }
 }
 
 /// Checks a backup file's version and digest.
@@ -77,4 +124,26 @@ pub fn restore(kv: &dyn Kv, file: &BackupFile, id: u64, cluster_id: Option<Strin
     sm.replace_cluster(ClusterRecord { cluster_id: cluster_id.clone(), index: file.index, ..Default::default() });
     RaftStore::found_at(kv, &[id], file.index, file.term.max(1), sm.snapshot())?;
     Ok(cluster_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_backup_is_handed_out_in_chunks_until_another_replaces_it() {
+        let data: Vec<u8> = (0..CHUNK + 10).map(|i| i as u8).collect();
+        let b = Taken::new(7, 40, 3, data.clone());
+        let first = Taken::chunk(Some(&b), 7, 0, "c").expect("first chunk");
+        assert_eq!((first.index, first.term, first.total, first.data.len()), (40, 3, data.len() as u64, CHUNK));
+        assert_eq!(first.sha256.as_ref(), sha256(&data).as_slice());
+        let last = Taken::chunk(Some(&b), 7, CHUNK as u64, "c").expect("last chunk");
+        assert_eq!(&last.data[..], &data[CHUNK..]);
+        let end = Taken::chunk(Some(&b), 7, data.len() as u64, "c").expect("the end");
+        assert!(end.data.is_empty());
+        let past = Taken::chunk(Some(&b), 7, data.len() as u64 + 1, "c");
+        assert!(matches!(past, Err((ErrorCode::BadRequest, _))));
+        assert!(matches!(Taken::chunk(Some(&b), 8, 0, "c"), Err((ErrorCode::NoNode, _))), "another backup's id");
+        assert!(matches!(Taken::chunk(None, 7, 0, "c"), Err((ErrorCode::NoNode, _))), "none taken here");
+    }
 }

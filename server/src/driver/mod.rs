@@ -112,15 +112,6 @@ use crate::view::{capped, local_read, read, SharedState};
 use pending::{Pending, PendingWrite};
 use route::{check_spec, Route};
 
-/// The backup this member took last (backup.rs), until the next one.
-struct Backup {
-    id: u64,
-    index: u64,
-    term: u64,
-    sha: Vec<u8>,
-    data: Arc<Vec<u8>>,
-}
-
 struct Conn {
     tx: ConnTx,
     session: Option<u64>,
@@ -211,7 +202,8 @@ pub struct Driver {
     /// metrics (http.rs, metrics.rs); None: neither (the simulator).
     board: Option<crate::http::Board>,
     ticks: u64,
-    backup: Option<Backup>,
+    /// The backup this member took last (backup.rs), until the next one.
+    backup: Option<crate::backup::Taken>,
     /// When the state machine's changed keys were last staged (ready.rs).
     state_flushed: Instant,
 }

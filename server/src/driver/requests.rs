@@ -176,33 +176,18 @@ impl Driver {
         };
         let term = self.raw.raft.raft_log.term(index).unwrap_or(0);
         let backup_id = self.rng.gen_range(1..u64::MAX);
-        let sha = crate::backup::sha256(&data);
         info!(backup_id, index, bytes = data.len(), "backup taken");
-        self.backup = Some(Backup { id: backup_id, index, term, sha, data: Arc::new(data) });
+        self.backup = Some(crate::backup::Taken::new(backup_id, index, term, data));
         self.send_backup_chunk(conn, id, backup_id, 0);
     }
 
-    fn send_backup_chunk(&self, conn: ConnId, id: u64, backup_id: u64, offset: u64) {
-        let Some(b) = self.backup.as_ref().filter(|b| b.id == backup_id) else {
-            let msg = format!("backup {backup_id:#x} is gone from this member (another was taken); start again");
-            return self.reply_err(conn, id, ErrorCode::NoNode, msg);
+    pub(super) fn send_backup_chunk(&self, conn: ConnId, id: u64, backup_id: u64, offset: u64) {
+        let cluster_id = self.sm().cluster().cluster_id.clone();
+        let chunk = match crate::backup::Taken::chunk(self.backup.as_ref(), backup_id, offset, &cluster_id) {
+            Ok(c) => c,
+            Err((code, msg)) => return self.reply_err(conn, id, code, msg),
         };
-        let total = b.data.len() as u64;
-        if offset > total {
-            return self.reply_err(conn, id, ErrorCode::BadRequest, format!("offset {offset} is past {total}"));
-        }
-        let end = (offset as usize + crate::backup::CHUNK).min(b.data.len());
-        let chunk = baton_proto::SnapshotChunk {
-            backup_id,
-            index: b.index,
-            term: b.term,
-            total,
-            offset,
-            data: bytes::Bytes::copy_from_slice(&b.data[offset as usize..end]),
-            sha256: b.sha.clone().into(),
-            cluster_id: self.sm().cluster().cluster_id.clone(),
-        };
-        let r = Response { id, zxid: b.index, body: Some(response::Body::Snapshot(chunk)), ..Default::default() };
+        let r = Response { id, zxid: chunk.index, body: Some(response::Body::Snapshot(chunk)), ..Default::default() };
         // Not capped by --max-reply-bytes: a chunk is at most backup::CHUNK.
         if let Some(c) = self.conns.get(&conn) {
             c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(r)) });
