@@ -67,7 +67,7 @@ use crate::kv::{Batch, Kv, KvError};
 use crate::state::StateMachine;
 
 /// This data dir's own incarnation (8 bytes, big-endian). One keyspace
-/// with state.rs and raft_store.rs: `state::tests::keys_are_distinct`.
+/// with state/mod.rs and raft_store.rs: state/tests.rs `keys_are_distinct`.
 pub(crate) const KEY_INCARNATION: &[u8] = b"o";
 /// `m` + member id (8 bytes, big-endian) -> its incarnation as first admitted.
 pub(crate) const PREFIX_PEER_INCARNATION: u8 = b'm';

@@ -29,7 +29,7 @@
 //! - `n` + path: `NodeRecord` (data, stat, sequential counter, ACL),
 //!   `s` + id (u64 BE): `SessionRecord` (timeout, secret, cached replies,
 //!   `acked_below`), `f` + name: `FenceRecord`, `u` + name: `UserRecord`,
-//!   `i`: the `ClusterRecord` (state.rs)
+//!   `i`: the `ClusterRecord` (state/mod.rs)
 //!
 //! Not stored, rebuilt on load (`StateMachine::load`): each node's child
 //! list and `num_children`, each session's ephemeral paths; `data_length`

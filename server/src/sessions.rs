@@ -70,7 +70,7 @@
 //! - Applying the entry on every member ends each listed session that
 //!   still exists and deletes its ephemeral nodes in path order, with
 //!   `NODE_DELETED` and `NODE_CHILDREN_CHANGED` events at the entry's index
-//!   (state.rs `end_session`); unknown ids are ignored. Apply does not ask
+//!   (state/mod.rs `end_session`); unknown ids are ignored. Apply does not ask
 //!   whether the session was touched after the expiry was proposed: once the
 //!   entry is in the log, the session ends.
 //! - `close_session` is a client write that ends the session the same way,

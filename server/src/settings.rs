@@ -10,7 +10,7 @@
 //!   from its next leader (cluster.rs `next_record`); a seed applies only
 //!   while the record has none;
 //! - an admin changes them with `baton settings set` (a `SetSettingsOp`
-//!   write, superusers only; state.rs), which must leave an admin: at least
+//!   write, superusers only; state/mod.rs), which must leave an admin: at least
 //!   one superuser, or open admin;
 //! - every member follows the recorded settings ([`effective`]); one whose
 //!   flags disagree logs it, once per change, and follows the record. Until

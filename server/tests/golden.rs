@@ -1,4 +1,4 @@
-//! Golden-script tests for the deterministic state machine (`src/state.rs`).
+//! Golden-script tests for the deterministic state machine (`src/state/mod.rs`).
 //!
 //! Every `tests/golden/<name>.script` is run against a fresh
 //! [`StateMachine`] and the transcript it produces is compared with

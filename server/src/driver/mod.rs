@@ -72,7 +72,7 @@
 //! | A peer is down | its sender drops what was queued, reports `Unreachable` (and failed snapshots) and redials with backoff (transport.rs) | nothing; Raft resends |
 //!
 //! Clients retry ambiguous failures with the same `seq`; exactly-once
-//! (state.rs) makes the retry safe. After a restart, a member re-applies
+//! (state/mod.rs) makes the retry safe. After a restart, a member re-applies
 //! the committed entries after its stored applied index; their replies go
 //! nowhere (the old connections are gone).
 
@@ -116,7 +116,7 @@ struct Conn {
     tx: ConnTx,
     session: Option<u64>,
     /// The session's secret, from its create or attach: every write this
-    /// connection proposes carries it (state.rs checks it on apply).
+    /// connection proposes carries it (state/mod.rs checks it on apply).
     secret: bytes::Bytes,
 }
 
@@ -217,7 +217,7 @@ struct LeaderDuties {
     /// When this leader last proposed a cluster record (cluster.rs).
     cluster_proposed: Option<Instant>,
     /// Its last look for due container and TTL nodes, and what it found
-    /// due then (state.rs, "Reaping").
+    /// due then (state/mod.rs, "Reaping").
     reap_looked: Option<Instant>,
     reap_seen: Vec<ReapNode>,
 }
@@ -653,7 +653,7 @@ impl Driver {
 
     /// Every [`crate::state::REAP_INTERVAL_MS`], proposes deleting the
     /// container and TTL nodes found due at this look and the last with the
-    /// same `pzxid` (state.rs, "Reaping"). Leader only.
+    /// same `pzxid` (state/mod.rs, "Reaping"). Leader only.
     fn reap(&mut self, now: Instant) {
         let every = Duration::from_millis(crate::state::REAP_INTERVAL_MS);
         if self.duties.reap_looked.is_some_and(|t| now.duration_since(t) < every) {

@@ -215,7 +215,7 @@ struct Gateway {
     next_id: u64,
     next_seq: u64,
     /// The session epoch this connection's writes go under: 0 for a
-    /// session it created, else its claim's index (state.rs).
+    /// session it created, else its claim's index (state/mod.rs).
     epoch: u64,
     /// The `zk-resume-without-claim` server fault (faults.rs).
     resume_without_claim: bool,
@@ -1177,7 +1177,7 @@ fn acl_out(acl: &[Acl]) -> Vec<jute::Acl> {
 /// Every create mode is served: a container (`CONTAINER`, by
 /// `createContainer` or inside a multi) and a TTL node
 /// (`PERSISTENT[_SEQUENTIAL]_WITH_TTL`, by `createTTL` or inside a multi)
-/// are Baton's container and TTL nodes, which the leader reaps (state.rs,
+/// are Baton's container and TTL nodes, which the leader reaps (state/mod.rs,
 /// "Reaping"). As in ZooKeeper, a TTL mode needs a TTL of 1 ms to
 /// 2^40 - 1 ms and a TTL with another mode is refused (`BAD_ARGUMENTS`);
 /// unlike ZooKeeper, no server flag is needed to turn them on.

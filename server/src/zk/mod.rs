@@ -72,7 +72,7 @@
 //! - **A resume claims the session through the log** (ZooKeeper's owner
 //!   change): once the attach is served, the connection proposes
 //!   `claim_session` and is answered only when it applied; its index is
-//!   the session's new *epoch* (state.rs, step 2a). Every write of the
+//!   the session's new *epoch* (state/mod.rs, step 2a). Every write of the
 //!   connection carries that epoch and a sequence number from 1 (a session
 //!   this connection created has epoch 0). A write still in flight from an
 //!   older connection of the session (one on a member that was paused, or
@@ -82,7 +82,7 @@
 //!   Z2: a resume numbered from the *applied* state's next free number, a
 //!   paused member's connection had drawn the same one, and the new
 //!   connection's `create /w2` was answered with `/w1`'s reply and never
-//!   ran). As a second guard, a replay needs the same op (state.rs step
+//!   ran). As a second guard, a replay needs the same op (state/mod.rs step
 //!   5). A claim that fails closes the connection: the client reconnects.
 //!   ZooKeeper clients never retry a write, so the exactly-once window
 //!   only ever holds this connection's outstanding writes.
@@ -103,7 +103,7 @@
 //!   from a connection with no identity; permissions are checked by the
 //!   state machine and denials answered `NO_AUTH`.
 //! - **Container and TTL nodes** are Baton's: the leader reaps them
-//!   (state.rs, "Reaping"); conn.rs `create_op` maps ZooKeeper's create
+//!   (state/mod.rs, "Reaping"); conn.rs `create_op` maps ZooKeeper's create
 //!   modes and `ephemeral_owner` shows ZooKeeper's marks for them.
 //! - **removeWatches / checkWatches** act on this connection's watches
 //!   (conn.rs `Watch::is_of` maps ZooKeeper's watcher types); a removed

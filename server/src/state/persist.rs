@@ -1,0 +1,257 @@
+//! Persistence: loading the state from the store, staging what changed
+//! (the module doc's "Persistence"), snapshots and backups.
+
+use super::*;
+
+impl StateMachine {
+    /// Loads state from `kv` (empty tree if nothing is stored).
+    pub fn load(kv: &dyn Kv) -> Result<Self, KvError> {
+        let mut sm = StateMachine::new();
+        if let Some(b) = kv.get(KEY_APPLIED)? {
+            sm.applied =
+                u64::from_be_bytes(b.as_slice().try_into().map_err(|_| KvError("corrupt applied index".into()))?);
+        }
+        for (k, v) in kv.scan_prefix(&[PREFIX_NODE])? {
+            let path = String::from_utf8(k[1..].to_vec()).map_err(|_| KvError("corrupt node key".into()))?;
+            let rec = NodeRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt node {path}: {e}")))?;
+            sm.nodes.insert(path, node_from_record(rec));
+        }
+        for (_, v) in kv.scan_prefix(&[PREFIX_SESSION])? {
+            let rec = SessionRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt session: {e}")))?;
+            sm.sessions.insert(rec.id, session_from_record(rec));
+        }
+        for (_, v) in kv.scan_prefix(&[PREFIX_FENCE])? {
+            let rec = FenceRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt fence: {e}")))?;
+            sm.fences.insert(rec.resource, rec.token);
+        }
+        for (_, v) in kv.scan_prefix(&[PREFIX_USER])? {
+            let u = UserRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt user: {e}")))?;
+            sm.users.insert(u.name, (u.salt, u.hash));
+        }
+        if let Some(b) = kv.get(KEY_CLUSTER)? {
+            sm.cluster = ClusterRecord::decode(b.as_slice()).map_err(|e| KvError(format!("corrupt cluster: {e}")))?;
+        }
+        sm.rebuild_derived();
+        Ok(sm)
+    }
+
+    fn rebuild_derived(&mut self) {
+        self.nodes.entry("/".into()).or_insert_with(root_node);
+        self.kids.clear();
+        self.reapable.clear();
+        for (path, n) in self.nodes.iter_mut() {
+            n.stat.num_children = 0;
+            if n.stat.container || n.stat.ttl_ms > 0 {
+                self.reapable.insert(path.clone());
+            }
+        }
+        let paths: Vec<(String, u64)> = self.nodes.iter().map(|(p, n)| (p.clone(), n.stat.ephemeral_owner)).collect();
+        for (path, owner) in paths {
+            if let Some(parent) = parent_of(&path) {
+                if let Some(p) = self.nodes.get_mut(parent) {
+                    p.stat.num_children += 1;
+                    self.kids.entry(parent.to_string()).or_default().insert(base_name(&path).to_string());
+                }
+            }
+            if owner != 0 {
+                if let Some(s) = self.sessions.get_mut(&owner) {
+                    s.ephemerals.insert(path);
+                }
+            }
+        }
+    }
+
+    /// Keys changed since the last [`flush`](Self::flush).
+    pub fn dirty_keys(&self) -> usize {
+        self.dirty_nodes.len() + self.dirty_sessions.len() + self.dirty_fences.len() + self.dirty_users.len()
+    }
+
+    /// A change that must be on disk with this Ready: the whole state was
+    /// replaced (a snapshot) or the cluster record changed (it goes with
+    /// the configuration raft-rs stores).
+    pub fn must_flush(&self) -> bool {
+        self.dirty_all || self.dirty_cluster
+    }
+
+    /// Stages every change since the last flush, and the applied index.
+    pub fn flush(&mut self, batch: &mut Batch) {
+        if self.dirty_all {
+            for prefix in [PREFIX_NODE, PREFIX_SESSION, PREFIX_FENCE, PREFIX_USER] {
+                batch.delete_range(vec![prefix], prefix_end(&[prefix]));
+            }
+            self.dirty_nodes = self.nodes.keys().cloned().collect();
+            self.dirty_sessions = self.sessions.keys().copied().collect();
+            self.dirty_fences = self.fences.keys().cloned().collect();
+            self.dirty_cluster = true;
+            self.dirty_users = self.users.keys().cloned().collect();
+            self.dirty_all = false;
+        }
+        for path in self.dirty_nodes.drain() {
+            let key = node_key(&path);
+            match self.nodes.get(&path) {
+                Some(n) => batch.put(key, node_record(n).encode_to_vec()),
+                // Created and deleted since the last flush: never on disk.
+                None if self.born.contains(&path) => {}
+                None => batch.delete(key),
+            }
+        }
+        self.born.clear();
+        for id in self.dirty_sessions.drain() {
+            let key = session_key(id);
+            match self.sessions.get(&id) {
+                Some(s) => batch.put(key, session_record(id, s).encode_to_vec()),
+                None => batch.delete(key),
+            }
+        }
+        for name in self.dirty_fences.drain() {
+            let mut key = vec![PREFIX_FENCE];
+            key.extend_from_slice(name.as_bytes());
+            match self.fences.get(&name) {
+                Some(t) => batch.put(key, FenceRecord { resource: name.clone(), token: *t }.encode_to_vec()),
+                None => batch.delete(key),
+            }
+        }
+        for name in self.dirty_users.drain() {
+            let mut key = vec![PREFIX_USER];
+            key.extend_from_slice(name.as_bytes());
+            match self.users.get(&name) {
+                Some((salt, hash)) => {
+                    let rec = UserRecord { name: name.clone(), salt: salt.clone(), hash: hash.clone() };
+                    batch.put(key, rec.encode_to_vec())
+                }
+                None => batch.delete(key),
+            }
+        }
+        if std::mem::take(&mut self.dirty_cluster) {
+            batch.put(KEY_CLUSTER, self.cluster.encode_to_vec());
+        }
+        batch.put(KEY_APPLIED, self.applied.to_be_bytes().to_vec());
+    }
+
+    /// The whole state as bytes (Raft snapshot payload).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.snapshot_record().encode_to_vec()
+    }
+
+    /// The state for a backup file (backup.rs): [`StateMachine::snapshot`]
+    /// without what lets a reader act as a session. Every session's secret
+    /// and cached replies are left out, so no one holding the file can
+    /// resume or close a session of the live cluster; a restore gives the
+    /// sessions new secrets ([`StateMachine::rekey_sessions`]).
+    pub fn backup(&self) -> Vec<u8> {
+        let mut snap = self.snapshot_record();
+        for s in &mut snap.sessions {
+            s.secret = Bytes::new();
+            s.replies.clear();
+        }
+        snap.encode_to_vec()
+    }
+
+    /// Gives every session a fresh random secret (a restored backup's
+    /// sessions: no client knows it, so they expire after their timeout
+    /// with their ephemerals, and none can be taken over).
+    pub fn rekey_sessions(&mut self, rng: &mut impl rand::Rng) {
+        for s in self.sessions.values_mut() {
+            let mut secret = [0u8; 16];
+            rng.fill(&mut secret[..]);
+            s.secret = Bytes::copy_from_slice(&secret);
+            s.replies.clear();
+            s.reply_bytes = 0;
+        }
+    }
+
+    fn snapshot_record(&self) -> baton_proto::Snapshot {
+        let mut nodes: Vec<NodeEntry> =
+            self.nodes.iter().map(|(p, n)| NodeEntry { path: p.clone(), node: Some(node_record(n)) }).collect();
+        nodes.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut fences: Vec<FenceRecord> =
+            self.fences.iter().map(|(r, t)| FenceRecord { resource: r.clone(), token: *t }).collect();
+        fences.sort_by(|a, b| a.resource.cmp(&b.resource));
+        baton_proto::Snapshot {
+            applied_index: self.applied,
+            nodes,
+            sessions: self.sessions.iter().map(|(id, s)| session_record(*id, s)).collect(),
+            fences,
+            cluster: (self.cluster != ClusterRecord::default()).then(|| self.cluster.clone()),
+            users: self
+                .users
+                .iter()
+                .map(|(n, (s, h))| UserRecord { name: n.clone(), salt: s.clone(), hash: h.clone() })
+                .collect(),
+        }
+    }
+
+    /// Replaces the whole state with a snapshot's.
+    pub fn restore(&mut self, data: &[u8]) -> Result<(), prost::DecodeError> {
+        let snap = baton_proto::Snapshot::decode(data)?;
+        let mut sm = StateMachine::new();
+        sm.applied = snap.applied_index;
+        for e in snap.nodes {
+            if let Some(rec) = e.node {
+                sm.nodes.insert(e.path, node_from_record(rec));
+            }
+        }
+        for s in snap.sessions {
+            sm.sessions.insert(s.id, session_from_record(s));
+        }
+        for f in snap.fences {
+            sm.fences.insert(f.resource, f.token);
+        }
+        sm.cluster = snap.cluster.unwrap_or_default();
+        for u in snap.users {
+            sm.users.insert(u.name, (u.salt, u.hash));
+        }
+        sm.rebuild_derived();
+        sm.dirty_all = true;
+        sm.faults = self.faults;
+        *self = sm;
+        Ok(())
+    }
+
+    /// A canonical text dump of the whole state (tests, golden scripts).
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        let mut paths: Vec<&String> = self.nodes.keys().collect();
+        paths.sort();
+        for p in paths {
+            let n = &self.nodes[p];
+            let s = &n.stat;
+            out.push_str(&format!(
+                "{p} data={:?} czxid={} mzxid={} pzxid={} v={} cv={} owner={} children={}\n",
+                String::from_utf8_lossy(&n.data),
+                s.czxid,
+                s.mzxid,
+                s.pzxid,
+                s.version,
+                s.cversion,
+                s.ephemeral_owner,
+                s.num_children
+            ));
+        }
+        let mut acls: Vec<(&String, &Node)> = self.nodes.iter().filter(|(_, n)| !n.acl.is_empty()).collect();
+        acls.sort_by(|a, b| a.0.cmp(b.0));
+        for (p, n) in acls {
+            let acl: Vec<String> = n.acl.iter().map(acl::format).collect();
+            out.push_str(&format!("acl {p} {}\n", acl.join(",")));
+        }
+        for name in self.users.keys() {
+            out.push_str(&format!("user {name}\n"));
+        }
+        for (id, s) in &self.sessions {
+            out.push_str(&format!("session {id} timeout={} ephemerals={:?}\n", s.timeout_ms, s.ephemerals));
+        }
+        let mut fences: Vec<_> = self.fences.iter().collect();
+        fences.sort();
+        for (r, t) in fences {
+            out.push_str(&format!("fence {r} = {t}\n"));
+        }
+        if !self.cluster.cluster_id.is_empty() {
+            let c = &self.cluster;
+            out.push_str(&format!("cluster {} set at {} joined {:?}\n", c.cluster_id, c.index, c.joined));
+        }
+        for m in &self.cluster.members {
+            out.push_str(&format!("member {} peer {} client {}\n", m.id, m.peer_addr, m.client_addr));
+        }
+        out
+    }
+}
