@@ -149,7 +149,26 @@ impl Config {
     }
 
     /// Checks the timing flags against each other.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Raises every value below its floor to it (flags, config files and
+    /// tools all come through here: the one place the floors live), then
+    /// refuses what no floor can fix. The floors: a tick of 1 ms, a
+    /// heartbeat of 1 tick, a snapshot every 10 entries, frames of 1 KiB,
+    /// a request timeout of 100 ms, 1 connection, 1 request in flight,
+    /// 64 KiB queued per connection, 1 session, multis of 1 op, replies of
+    /// 64 KiB.
+    pub fn validate(&mut self) -> Result<(), String> {
+        self.tick_ms = self.tick_ms.max(1);
+        self.heartbeat_ticks = self.heartbeat_ticks.max(1);
+        self.snapshot_entries = self.snapshot_entries.max(10);
+        self.max_frame = self.max_frame.max(1024);
+        self.request_timeout_ms = self.request_timeout_ms.max(100);
+        let l = &mut self.limits;
+        l.max_connections = l.max_connections.max(1);
+        l.max_inflight = l.max_inflight.max(1);
+        l.max_queued_bytes = l.max_queued_bytes.max(64 << 10);
+        l.max_sessions = l.max_sessions.max(1);
+        l.max_multi_ops = l.max_multi_ops.max(1);
+        l.max_reply_bytes = l.max_reply_bytes.max(64 << 10);
         if self.election_ticks <= self.heartbeat_ticks {
             return Err("--election-ticks must be greater than --heartbeat-ticks".into());
         }
@@ -207,6 +226,32 @@ pub fn parse_peers(s: &str) -> Result<BTreeMap<u64, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validate_raises_every_value_to_its_floor_and_refuses_what_it_cannot_fix() {
+        let mut c = Config::defaults(1);
+        c.tick_ms = 0;
+        c.max_frame = 1;
+        c.limits = Limits {
+            max_connections: 0,
+            max_inflight: 0,
+            max_queued_bytes: 0,
+            max_sessions: 0,
+            max_multi_ops: 0,
+            max_reply_bytes: 0,
+            ..Limits::default()
+        };
+        c.validate().expect("valid once raised");
+        assert_eq!((c.tick_ms, c.max_frame), (1, 1024));
+        let l = &c.limits;
+        assert_eq!((l.max_connections, l.max_inflight, l.max_sessions, l.max_multi_ops), (1, 1, 1, 1));
+        assert_eq!((l.max_queued_bytes, l.max_reply_bytes), (64 << 10, 64 << 10));
+        let mut bad = Config { election_ticks: 2, heartbeat_ticks: 2, ..Config::defaults(1) };
+        assert!(bad.validate().is_err());
+        let mut short = Config { min_session_ms: 100, ..Config::defaults(1) };
+        assert!(short.validate().unwrap_err().contains("twice the election timeout"));
+        Config::defaults(1).validate().expect("the defaults are valid");
+    }
 
     #[test]
     fn peers() {

@@ -433,7 +433,7 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let client_tls = a.tls.client()?;
     let peer_tls = a.tls.peer()?;
     let t = a.timing;
-    let cfg = Config {
+    let mut cfg = Config {
         id,
         data_dir: data_dir.clone(),
         client_addr: client_addr.clone(),
@@ -442,22 +442,22 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
         advertise_peer_addr,
         peers,
         founding,
-        tick_ms: t.tick_ms.max(1),
+        tick_ms: t.tick_ms,
         election_ticks: t.election_ticks,
-        heartbeat_ticks: t.heartbeat_ticks.max(1),
-        snapshot_entries: t.snapshot_entries.max(10),
-        max_frame: t.max_frame.max(1024),
+        heartbeat_ticks: t.heartbeat_ticks,
+        snapshot_entries: t.snapshot_entries,
+        max_frame: t.max_frame,
         min_session_ms: t.min_session_ms,
         max_session_ms: t.max_session_ms,
-        request_timeout_ms: t.request_timeout_ms.max(100),
+        request_timeout_ms: t.request_timeout_ms,
         limits: Limits {
-            max_connections: t.max_connections.max(1),
-            max_inflight: t.max_inflight.max(1),
-            max_queued_bytes: t.max_queued_bytes.max(64 << 10),
-            max_sessions: t.max_sessions.max(1),
+            max_connections: t.max_connections,
+            max_inflight: t.max_inflight,
+            max_queued_bytes: t.max_queued_bytes,
+            max_sessions: t.max_sessions,
             max_watches: t.max_watches,
-            max_multi_ops: t.max_multi_ops.max(1),
-            max_reply_bytes: t.max_reply_bytes.max(64 << 10),
+            max_multi_ops: t.max_multi_ops,
+            max_reply_bytes: t.max_reply_bytes,
         },
         superusers: t.superusers.clone(),
         open_admin: t.open_admin.unwrap_or(false),
