@@ -51,13 +51,14 @@ test:
 	@MAKE="$(MAKE)" CARGO="$(CARGO)" ./scripts/test-all.sh
 
 # The fast tier for the edit loop (a few minutes warm): fmt, clippy, every
-# crate's unit tests, the golden scripts, the wire captures, and the
+# crate's unit tests, the golden scripts, the failure table's simulator
+# scripts, the wire captures, and the
 # simulator's session scripts with BATON_SIM_SEEDS (default 300) random
 # fault schedules. No clusters, no peers, no smokes: `make test` has them.
 CHECK_SIM_SEEDS ?= 300
 check: lint
 	$(CARGO) test --workspace --lib --bins -- --test-threads=2
-	$(CARGO) test -p baton-server --test golden
+	$(CARGO) test -p baton-server --test golden --test failures
 	$(CARGO) test -p baton-proto --tests
 	BATON_SIM_SEEDS=$(CHECK_SIM_SEEDS) $(MAKE) --no-print-directory sim
 

@@ -71,6 +71,10 @@
 //! | A membership change raft-rs refuses on apply | nothing changes on any member (driver/members.rs) | `BAD_REQUEST` |
 //! | A peer is down | its sender drops what was queued, reports `Unreachable` (and failed snapshots) and redials with backoff (transport.rs) | nothing; Raft resends |
 //!
+//! The first four rows are scripts on the simulator
+//! (server/tests/failures.rs: the event happens to a request in flight, and
+//! each asserts the code and whether it is ambiguous).
+//!
 //! Clients retry ambiguous failures with the same `seq`; exactly-once
 //! (state/mod.rs) makes the retry safe. After a restart, a member re-applies
 //! the committed entries after its stored applied index; their replies go
