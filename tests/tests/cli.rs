@@ -491,16 +491,26 @@ async fn t70_reads_need_no_session_and_stale_reads_no_quorum() {
     client.create("/r/kid", "k", CreateOptions::persistent()).await.unwrap();
     client.close().await.unwrap();
     let leader = c.wait_leader(SECS(10)).await;
-    // The leader's own entries after an election (its cluster record) may
-    // still be on their way: wait until the applied index holds still.
+    // The leader's own entries after an election (its cluster record: the
+    // id, then who joined, at most once per election timeout) may still be
+    // on their way: wait until every member is recorded as joined, then
+    // until the applied index holds still.
+    eventually(SECS(10), "every member recorded as joined", || async {
+        c.status(leader).await.filter(|s| !s.cluster_id.is_empty() && s.joined.len() == 3).map(|_| ())
+    })
+    .await;
+    // Members' address reports and the record are proposed at most once
+    // per election timeout (500 ms): still for two looks 600 ms apart.
     let mut before = c.wait_applied(leader, 0, SECS(5)).await;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut still = 0;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
         let now = c.status(leader).await.expect("leader status");
-        if now.applied_index == before.applied_index {
+        still = if now.applied_index == before.applied_index { still + 1 } else { 0 };
+        before = now;
+        if still == 2 {
             break;
         }
-        before = now;
     }
     assert_eq!(expect(baton(&eps, &["get", "/r"]), 0, "get"), "v1\n");
     assert_eq!(expect(baton(&eps, &["ls", "/r"]), 0, "ls"), "kid\n");
