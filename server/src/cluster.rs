@@ -107,18 +107,18 @@ pub fn judge(me: u64, mine: u64, members: &BTreeSet<u64>, own: &ClusterRecord, h
     if h.from == me || !members.contains(&h.from) {
         return Verdict::Refuse(format!("{} is not another member of this cluster ({members:?})", h.from));
     }
+    if own.cluster_id.is_empty() && !h.cluster_id.is_empty() && h.to_joined {
+        return Verdict::Wiped(format!(
+            "member {} says this member ({me}) joined cluster {} but this data dir has no cluster id: it was \
+             wiped or replaced. This member must not vote with its old id: remove it and add it back as a new \
+             member (docs/security.md)",
+            h.from, h.cluster_id
+        ));
+    }
     if let Some(wiped) = judge_own_incarnation(mine, h) {
         return wiped;
     }
     if own.cluster_id.is_empty() {
-        if !h.cluster_id.is_empty() && h.to_joined {
-            return Verdict::Wiped(format!(
-                "member {} says this member ({me}) joined cluster {} but this data dir has no cluster id: it was \
-                 wiped or replaced. This member must not vote with its old id: remove it and add it back as a new \
-                 member (docs/security.md)",
-                h.from, h.cluster_id
-            ));
-        }
         return Verdict::Admit;
     }
     if h.cluster_id.is_empty() {
@@ -172,10 +172,14 @@ pub fn judge_incarnation(known: Option<u64>, h: &PeerHello) -> Verdict {
 /// member with another incarnation than its own.
 fn judge_own_incarnation(mine: u64, h: &PeerHello) -> Option<Verdict> {
     (h.to_incarnation != 0 && h.to_incarnation != mine).then(|| {
+        let cluster = match h.cluster_id.is_empty() {
+            true => "a cluster with no id yet".to_string(),
+            false => format!("cluster {}", h.cluster_id),
+        };
         Verdict::Wiped(format!(
-            "member {} admitted this member ({}) as incarnation {:016x}, but this data dir is {mine:016x}: it was \
-             wiped or replaced. This member must not vote with its old id: remove it and add it back as a new \
-             member (docs/security.md)",
+            "member {} of {cluster} admitted this member ({}) as incarnation {:016x}, but this data dir is \
+             {mine:016x}: it was wiped or replaced. This member must not vote with its old id: remove it and add \
+             it back as a new member (docs/security.md)",
             h.from, h.to, h.to_incarnation
         ))
     })

@@ -161,7 +161,7 @@ pub(crate) fn password_ok(state: &SharedState, user: &str, password: &str) -> bo
 pub(crate) fn password_user(state: &SharedState, user: &str, password: &str) -> bool {
     let (stored, any_users) = {
         let st = crate::view::read(state);
-        (st.user_hash(user), !st.user_names().is_empty())
+        (st.user_hash(user), st.has_users())
     };
     password_user_with(stored, any_users, password)
 }

@@ -399,7 +399,12 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
         ));
     }
     if verdict == Verdict::Admit {
-        verdict = auth.incarnations.admit(&hello);
+        // A first contact syncs the peer's incarnation to disk: off the
+        // runtime's threads.
+        let (inc, h) = (auth.incarnations.clone(), hello.clone());
+        verdict = tokio::task::spawn_blocking(move || inc.admit(&h))
+            .await
+            .unwrap_or_else(|e| Verdict::Refuse(format!("recording member {}'s incarnation: {e}", hello.from)));
     }
     let reason = match verdict {
         Verdict::Admit => {

@@ -251,14 +251,7 @@ async fn s31_a_founding_member_wiped_before_any_leader_is_refused() {
     c.kill(victim);
     std::fs::remove_dir_all(c.data_dir(victim)).expect("wipe");
     c.start_member(victim);
-    let mut code = None;
-    for _ in 0..150 {
-        code = c.exit_code(victim);
-        if code.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let code = c.wait_exit(victim, Duration::from_secs(15)).await;
     assert_eq!(code, Some(2), "the wiped member did not stop\n{}", c.log_tails(30));
     let log = c.log(victim);
     assert!(log.contains("wiped or replaced") && log.contains("add it back"), "it says what to do:\n{log}");

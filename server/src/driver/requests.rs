@@ -90,10 +90,7 @@ impl Driver {
                 self.reads.wait(min_index, Deferred { conn, req, since: now, min_index })
             }
             Route::Serve(req) => self.serve(conn, &req, now),
-            Route::Keepalive { id } => {
-                let session = self.conns.get(&conn).and_then(|c| c.session);
-                self.on_keepalive(conn, id, session, now)
-            }
+            Route::Keepalive { id, session } => self.on_keepalive(conn, id, session, now),
             Route::AddWatch { id, spec } => {
                 let st = self.state();
                 self.watches.add(conn, &spec, &read(&st));

@@ -95,8 +95,9 @@ pub enum Route {
     WaitApplied { req: Request, min_index: u64 },
     /// Serve now from this member's state (a stale read).
     Serve(Request),
-    /// The session layer answers it (sessions.rs).
-    Keepalive { id: u64 },
+    /// The session layer answers it (sessions.rs), for the connection's
+    /// session.
+    Keepalive { id: u64, session: Option<u64> },
     /// Register this watch at the current applied index; answer OK.
     AddWatch { id: u64, spec: WatchSpec },
     /// Drop this watch; answer OK.
@@ -167,7 +168,7 @@ pub fn route(
             }
             Route::ReadIndex { req, min_index }
         }
-        Some(B::Keepalive(_)) => Route::Keepalive { id },
+        Some(B::Keepalive(_)) => Route::Keepalive { id, session: conn.session },
         Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => {
             let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| watch_room()));
             if let Some(Err((code, msg))) = checked {

@@ -431,6 +431,11 @@ impl StateMachine {
         self.users.get(user).cloned()
     }
 
+    /// True when the cluster has a password user.
+    pub fn has_users(&self) -> bool {
+        !self.users.is_empty()
+    }
+
     /// Password users, by name.
     pub fn user_names(&self) -> Vec<String> {
         self.users.keys().cloned().collect()
