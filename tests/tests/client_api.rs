@@ -229,6 +229,32 @@ async fn c40_leader_selector_takes_turns_with_growing_tokens() {
     assert!(log.iter().any(|t| t.0 == 0) && log.iter().any(|t| t.0 == 1), "{log:?}");
     let client = c.client().await;
     assert_eq!(client.leader("jobs").await.expect("leader"), None, "closed selectors left a leader");
+
+    // A selector closed while it waits in the queue has withdrawn by the
+    // time close returns (its node was once deleted in the background,
+    // after close, and a read right after still saw it).
+    let lead = client.campaign("queued", "holder").await.expect("campaign");
+    let waiter = c.client().await;
+    let s = LeaderSelector::start(&waiter, "queued", "waiter", |_| async {});
+    eventually(SECS(10), "the selector to queue", || async {
+        let kids = client.children("/_baton/election/queued").await.expect("children");
+        (kids.len() == 2).then_some(())
+    })
+    .await;
+    s.close().await;
+    let kids = client.children("/_baton/election/queued").await.expect("children");
+    assert_eq!(kids.len(), 1, "a closed selector left its candidacy: {kids:?}");
+    // Closed while its create is on the wire: the same holds.
+    for _ in 0..5 {
+        let s = LeaderSelector::start(&waiter, "queued", "waiter", |_| async {});
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        s.close().await;
+        let kids = client.children("/_baton/election/queued").await.expect("children");
+        assert_eq!(kids.len(), 1, "a selector closed during its create left its candidacy: {kids:?}");
+    }
+    assert_eq!(lead.token(), client.leader("queued").await.expect("leader").expect("a leader").token);
+    lead.resign().await.expect("resign");
+    let _ = Client::close(&waiter).await;
     let _ = Client::close(&client).await;
 }
 

@@ -14,7 +14,7 @@
 use tokio::sync::mpsc;
 
 use super::lock::{wait_first, HeldMark};
-use super::queue::{enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, QueueNode};
+use super::queue::{delete_in_background, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, QueueNode};
 use crate::{Client, Error, Result, SessionState};
 
 const PREFIX: &str = "n-";
@@ -104,6 +104,35 @@ impl Client {
         let node = enqueue(self, &dir, PREFIX, value.into()).await?;
         wait_first(self, &dir, &node, None).await?;
         Ok(Leadership { node, name: name.to_string(), _held: held })
+    }
+
+    /// Campaigns like [`Client::campaign`] until leader or until `stop`
+    /// resolves. On `stop` the candidacy is withdrawn (its node deleted,
+    /// retried for up to one session timeout) before this returns
+    /// `Ok(None)`, so a caller that then reads the election sees it gone.
+    /// The create itself is not raced with `stop` (it is bounded by the
+    /// request timeout); a stop during it is seen right after.
+    pub(crate) async fn campaign_until(
+        &self,
+        name: &str,
+        value: Vec<u8>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<Leadership>> {
+        let dir = recipe_dir("election", name)?;
+        let held = HeldMark::take(self, "election", name)?;
+        let mut node = enqueue(self, &dir, PREFIX, value).await?;
+        tokio::pin!(stop);
+        tokio::select! {
+            r = wait_first(self, &dir, &node, None) => {
+                r?;
+                Ok(Some(Leadership { node, name: name.to_string(), _held: held }))
+            }
+            _ = &mut stop => {
+                node.disarm();
+                delete_in_background(self, &node.path).await;
+                Ok(None)
+            }
+        }
     }
 
     /// The current leader of election `name`, if any.

@@ -12,7 +12,10 @@
 //!   a shared resource fences those writes with the term's token.
 //! - A session that expired ends the selector (a new session means a new
 //!   client); [`LeaderSelector::close`] ends it too, cancelling the work
-//!   and resigning if it leads.
+//!   and resigning if it leads, or withdrawing its candidacy if it waits.
+//!   When `close` returns, the selector's node is gone (unless the cluster
+//!   did not answer for a whole session timeout, after which the session
+//!   ends it anyway).
 //! - A failed campaign (e.g. no member answered) is retried after a pause.
 
 use std::future::Future;
@@ -101,12 +104,13 @@ impl Run {
         Fut: Future<Output = ()> + Send + 'static,
     {
         while !*stopped.borrow() {
-            let lead = tokio::select! {
-                l = self.client.campaign(&self.name, self.value.clone()) => l,
-                _ = stopped.changed() => return,
+            let stop = async {
+                let _ = stopped.changed().await;
             };
-            let lead = match lead {
-                Ok(l) => l,
+            let lead = match self.client.campaign_until(&self.name, self.value.clone(), stop).await {
+                Ok(Some(l)) => l,
+                // Stopped while queued: the candidacy is already withdrawn.
+                Ok(None) => return,
                 Err(e) if e.is_session_expired() || e.kind() == crate::ErrorKind::Closed => return,
                 Err(_) => {
                     tokio::time::sleep(CAMPAIGN_RETRY).await;
