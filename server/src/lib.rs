@@ -7,7 +7,8 @@
 //!   exactly-once replies, fences). No I/O, no clock.
 //! - [`driver`]: the Raft driver, deterministic (no I/O, no clock): Ready
 //!   handling, proposals, replies; with its pieces [`reads`] (ReadIndex),
-//!   [`watches`] and [`sessions`] (liveness, expiry).
+//!   [`watches`] and [`sessions`] (liveness, expiry); the parts return
+//!   [`effect`]s, which the driver carries out in one place.
 //! - [`message`]: what flows between the driver and the I/O around it.
 //! - [`node`]: the runtime loop (one thread, the wall clock) and
 //!   [`syncer`] (the fsync thread).
@@ -27,6 +28,7 @@ pub mod cluster;
 pub mod config;
 pub mod config_file;
 pub mod driver;
+pub mod effect;
 pub mod faults;
 pub mod http;
 pub mod kv;

@@ -109,7 +109,7 @@ impl Node {
                 Ok(i) => inputs.push(i),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    self.driver.shutdown();
+                    self.driver.shutdown(Instant::now());
                     return Ok(());
                 }
             }
@@ -124,7 +124,7 @@ impl Node {
             // 2. Inputs.
             for input in inputs {
                 if matches!(input, Input::Shutdown) {
-                    self.driver.shutdown();
+                    self.driver.shutdown(now);
                     return Ok(());
                 }
                 self.driver.handle(input, now);
@@ -146,7 +146,7 @@ impl Node {
             // A member that applied its own removal serves no one: what it
             // wrote is flushed, then `batond` exits 2 (main.rs).
             if self.driver.removed() {
-                self.driver.shutdown();
+                self.driver.shutdown(now);
                 anyhow::bail!("{REMOVED}");
             }
         }

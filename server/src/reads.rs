@@ -35,14 +35,16 @@
 //!   are asked again after [`READ_INDEX_RETRY`], and reads older than the
 //!   request timeout fail with TIMEOUT.
 //!
-//! Pure bookkeeping: time comes in as arguments.
+//! Pure bookkeeping: time comes in as arguments; a read that fails is
+//! returned as an effect (effect.rs), one that can be served as itself.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use baton_proto::Request;
+use baton_proto::{ErrorCode, Request};
 use raft::prelude::ReadState;
 
+use crate::effect::Effect;
 use crate::message::ConnId;
 
 /// How long an unanswered ReadIndex waits before it is asked again.
@@ -124,8 +126,8 @@ impl Reads {
     }
 
     /// Batches unanswered for [`READ_INDEX_RETRY`] are asked again; reads
-    /// older than `timeout` are returned (to fail with TIMEOUT).
-    pub fn retry(&mut self, now: Instant, timeout: Duration) -> Vec<Deferred> {
+    /// older than `timeout` fail with TIMEOUT (nothing changed).
+    pub fn retry(&mut self, now: Instant, timeout: Duration) -> Vec<Effect> {
         let stale: Vec<u64> = self
             .batches
             .iter()
@@ -137,7 +139,8 @@ impl Reads {
             if let Some(b) = self.batches.remove(&ctx) {
                 for d in b.reads {
                     if now.duration_since(d.since) > timeout {
-                        late.push(d);
+                        let msg = "no ReadIndex within the request timeout (no leader?)";
+                        late.push(Effect::reply(d.conn, d.req.id, ErrorCode::Timeout, msg));
                     } else {
                         self.queued.push(d);
                     }
@@ -147,14 +150,10 @@ impl Reads {
         late
     }
 
-    /// Reads that can be served at `applied`, and reads that waited longer
-    /// than `timeout` for it (with the index they needed).
-    pub fn take_ready(
-        &mut self,
-        applied: u64,
-        now: Instant,
-        timeout: Duration,
-    ) -> (Vec<Deferred>, Vec<(u64, Deferred)>) {
+    /// Reads that can be served at `applied`; reads that waited longer
+    /// than `timeout` for it fail with TIMEOUT, naming the index they
+    /// needed.
+    pub fn take_ready(&mut self, applied: u64, now: Instant, timeout: Duration) -> (Vec<Deferred>, Vec<Effect>) {
         if self.waiting.is_empty() {
             return (Vec::new(), Vec::new());
         }
@@ -165,7 +164,8 @@ impl Reads {
             if idx <= applied {
                 ready.push(d);
             } else if now.duration_since(d.since) > timeout {
-                late.push((idx, d));
+                let msg = format!("this member has applied {applied}, the read needs {idx}");
+                late.push(Effect::reply(d.conn, d.req.id, ErrorCode::Timeout, msg));
             } else {
                 still.push((idx, d));
             }
@@ -181,5 +181,93 @@ impl Reads {
             b.reads.retain(|d| d.conn != conn);
         }
         self.waiting.retain(|(_, d)| d.conn != conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(conn: ConnId, id: u64, since: Instant, min_index: u64) -> Deferred {
+        Deferred { conn, req: Request { id, ..Default::default() }, since, min_index }
+    }
+
+    fn state(ctx: &[u8], index: u64) -> ReadState {
+        ReadState { index, request_ctx: ctx.to_vec() }
+    }
+
+    fn ids(ds: &[Deferred]) -> Vec<u64> {
+        ds.iter().map(|d| d.req.id).collect()
+    }
+
+    #[test]
+    fn a_turns_reads_share_one_context_and_are_served_at_or_past_their_index() {
+        let t0 = Instant::now();
+        let mut r = Reads::new(2, u64::MAX);
+        assert_eq!(r.issue(t0), None, "nothing queued, no ReadIndex");
+        r.push(read(1, 10, t0, 0));
+        r.push(read(1, 11, t0, 9));
+        let ctx = r.issue(t0).expect("a context");
+        assert_eq!(ctx[..8], 2u64.to_be_bytes(), "the member's id first");
+        // Another member's answer, or an unknown context, is not ours.
+        r.on_read_states(&[state(&[&3u64.to_be_bytes()[..], &ctx[8..]].concat(), 5), state(&ctx[..8], 5)]);
+        assert!(ids(&r.take_ready(100, t0, Duration::from_secs(1)).0).is_empty());
+        r.on_read_states(&[state(&ctx, 5)]);
+        // At applied 4 nothing; at 5 the first; the second needs its own 9.
+        assert!(ids(&r.take_ready(4, t0, Duration::from_secs(1)).0).is_empty());
+        assert_eq!(ids(&r.take_ready(5, t0, Duration::from_secs(1)).0), [10]);
+        let (ready, late) = r.take_ready(9, t0, Duration::from_secs(1));
+        assert_eq!((ids(&ready), late.len()), (vec![11], 0));
+        // The next context is the counter's next (it wrapped).
+        r.push(read(1, 12, t0, 0));
+        assert_eq!(r.issue(t0).expect("a context")[8..], 0u64.to_be_bytes());
+    }
+
+    #[test]
+    fn unanswered_reads_are_asked_again_then_fail_with_timeout_and_nothing_else() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut r = Reads::new(1, 0);
+        r.push(read(7, 70, t0, 0));
+        r.push(read(7, 71, t0 + ms(800), 0));
+        let first = r.issue(t0).expect("a context");
+        // Before READ_INDEX_RETRY nothing is asked again.
+        assert!(r.retry(t0 + ms(100), ms(1000)).is_empty());
+        assert_eq!(r.issue(t0 + ms(100)), None);
+        // After it, the old request's reads are queued again: the older one
+        // is past the timeout and fails, the younger waits for a new context.
+        let late = r.retry(t0 + ms(1200), ms(1000));
+        assert_eq!(late.iter().filter_map(Effect::answered).collect::<Vec<_>>(), [(70, ErrorCode::Timeout)]);
+        let second = r.issue(t0 + ms(1200)).expect("asked again");
+        assert_ne!(first, second, "a new context");
+        // An answer to the first request serves nothing now.
+        r.on_read_states(&[state(&first, 1)]);
+        assert!(ids(&r.take_ready(1, t0 + ms(1200), ms(1000)).0).is_empty());
+        // A read that waits for an index this member does not reach in
+        // time fails, naming both.
+        r.on_read_states(&[state(&second, 50)]);
+        let (ready, late) = r.take_ready(40, t0 + ms(2000), ms(1000));
+        assert!(ready.is_empty());
+        match &late[..] {
+            [Effect::Reply { conn: 7, id: 71, code: ErrorCode::Timeout, msg }] => {
+                assert!(msg.contains("applied 40") && msg.contains("needs 50"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_leader_change_asks_the_new_leader_and_a_closed_connection_is_forgotten() {
+        let t0 = Instant::now();
+        let mut r = Reads::new(1, 0);
+        r.push(read(1, 10, t0, 0));
+        r.push(read(2, 20, t0, 0));
+        let old = r.issue(t0).expect("a context");
+        r.requeue();
+        r.remove_conn(2);
+        let new = r.issue(t0).expect("queued again");
+        assert_ne!(old, new);
+        r.on_read_states(&[state(&new, 3)]);
+        assert_eq!(ids(&r.take_ready(3, t0, Duration::from_secs(1)).0), [10]);
     }
 }

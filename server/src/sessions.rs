@@ -77,13 +77,14 @@
 //!   with a reply.
 //!
 //! Pure bookkeeping: time, the state machine and the configuration come in
-//! as arguments; what to send or answer goes out as [`Action`]s.
+//! as arguments; what to send or answer goes out as [`Effect`]s (effect.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use baton_proto::{ErrorCode, SessionAge};
 
+use crate::effect::Effect;
 use crate::message::{ConnId, PeerOut, Report};
 use crate::state::StateMachine;
 
@@ -92,22 +93,6 @@ use crate::state::StateMachine;
 const ROUND_EVERY_TICKS: u32 = 2;
 /// Ticks between prunes of records of sessions that no longer exist.
 const PRUNE_EVERY_TICKS: u64 = 100;
-
-/// Something for the driver to do.
-#[derive(Debug)]
-pub enum Action {
-    /// Answer a keepalive (`Ok`: the session is vouched for).
-    Reply {
-        conn: ConnId,
-        id: u64,
-        code: ErrorCode,
-        msg: String,
-    },
-    Send {
-        to: u64,
-        out: PeerOut,
-    },
-}
 
 /// The voters of the current configuration (both halves while joint).
 #[derive(Debug, Clone, Default)]
@@ -252,8 +237,8 @@ fn timeout_of(sm: &StateMachine, sid: u64) -> Option<Duration> {
     sm.session_timeout(sid).map(|t| Duration::from_millis(t as u64))
 }
 
-fn reply(conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) -> Action {
-    Action::Reply { conn, id, code, msg: msg.into() }
+fn reply(conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) -> Effect {
+    Effect::reply(conn, id, code, msg)
 }
 
 impl Sessions {
@@ -278,7 +263,7 @@ impl Sessions {
     }
 
     /// This member became leader of `term`; its first entry is `term_start`.
-    pub fn become_leader(&mut self, term: u64, term_start: u64, now: Instant) -> Vec<Action> {
+    pub fn become_leader(&mut self, term: u64, term_start: u64, now: Instant) -> Vec<Effect> {
         let out = self.drop_follower_keepalives("this member became leader; retry");
         self.touched.clear();
         let open = Round { want_report: true, ..Default::default() };
@@ -300,7 +285,7 @@ impl Sessions {
 
     /// This member no longer leads (or its leader changed): nothing it was
     /// about to vouch for may be vouched for now.
-    pub fn leader_changed(&mut self) -> Vec<Action> {
+    pub fn leader_changed(&mut self) -> Vec<Effect> {
         let mut out = self.drop_follower_keepalives("the leader changed; retry");
         if let Some(lead) = self.lead.take() {
             let rounds = lead.in_flight.into_values().chain(std::iter::once(lead.open));
@@ -313,7 +298,7 @@ impl Sessions {
         out
     }
 
-    fn drop_follower_keepalives(&mut self, why: &str) -> Vec<Action> {
+    fn drop_follower_keepalives(&mut self, why: &str) -> Vec<Effect> {
         self.keepalives.drain(..).map(|k| reply(k.conn, k.id, ErrorCode::NoLeader, why)).collect()
     }
 
@@ -366,7 +351,7 @@ impl Sessions {
         expired: &[u64],
         expiring: &[u64],
         sm: &StateMachine,
-    ) -> Vec<Action> {
+    ) -> Vec<Effect> {
         if !from_leader {
             return Vec::new();
         }
@@ -399,7 +384,7 @@ impl Sessions {
         raft_term: u64,
         raft_leader: u64,
         now: Instant,
-    ) -> Option<Action> {
+    ) -> Option<Effect> {
         for sid in ids {
             self.seen.insert(*sid, now);
         }
@@ -407,7 +392,7 @@ impl Sessions {
             return None;
         }
         let report = want_report.then(|| self.report(now));
-        Some(Action::Send { to: from, out: PeerOut::SyncAck { term, round, report } })
+        Some(Effect::Send { to: from, out: PeerOut::SyncAck { term, round, report } })
     }
 
     /// This member's records, as ages.
@@ -430,7 +415,7 @@ impl Sessions {
         voters: &Voters,
         sm: &StateMachine,
         now: Instant,
-    ) -> Vec<Action> {
+    ) -> Vec<Effect> {
         let Some(lead) = self.lead.as_mut() else { return Vec::new() };
         if lead.term != term {
             return Vec::new();
@@ -493,7 +478,7 @@ impl Sessions {
     }
 
     /// A round acknowledged by a quorum: answer what waited for it.
-    fn complete(&mut self, r: Round, sm: &StateMachine) -> Vec<Action> {
+    fn complete(&mut self, r: Round, sm: &StateMachine) -> Vec<Effect> {
         let Some(lead) = self.lead.as_ref() else { return Vec::new() };
         let caught_up = sm.applied() >= lead.term_start;
         let verdict = |sid: u64| -> ErrorCode {
@@ -527,14 +512,14 @@ impl Sessions {
                     _ => expiring.push(sid),
                 }
             }
-            out.push(Action::Send { to, out: PeerOut::TouchAck { batch, expired, expiring } });
+            out.push(Effect::Send { to, out: PeerOut::TouchAck { batch, expired, expiring } });
         }
         out
     }
 
     /// End of a loop turn: send what is due. `leader`: the member this one
     /// follows (0: none known).
-    pub fn flush(&mut self, leader: u64, voters: &Voters, sm: &StateMachine, now: Instant) -> Vec<Action> {
+    pub fn flush(&mut self, leader: u64, voters: &Voters, sm: &StateMachine, now: Instant) -> Vec<Effect> {
         let me = self.me;
         let tick = self.timing.tick;
         let Some(lead) = self.lead.as_mut() else {
@@ -549,7 +534,7 @@ impl Sessions {
             let batch = self.batch;
             self.batch += 1;
             self.next_forward = now + tick * ROUND_EVERY_TICKS;
-            return vec![Action::Send { to: leader, out: PeerOut::Touch { ids, batch } }];
+            return vec![Effect::Send { to: leader, out: PeerOut::Touch { ids, batch } }];
         };
         let due = now >= lead.last_round + tick * ROUND_EVERY_TICKS;
         if !(lead.open.urgent() || (due && !lead.open.ids.is_empty())) {
@@ -563,10 +548,10 @@ impl Sessions {
         r.acks.insert(me);
         r.started = Some(now);
         r.sent = Some(now);
-        let mut out: Vec<Action> = voters
+        let mut out: Vec<Effect> = voters
             .others(me)
             .into_iter()
-            .map(|to| Action::Send {
+            .map(|to| Effect::Send {
                 to,
                 out: PeerOut::Sync {
                     term: lead.term,
@@ -587,7 +572,7 @@ impl Sessions {
 
     /// Deliberate bug `keepalive-without-quorum`: complete every round at
     /// once, as a leader that trusted itself would.
-    pub fn complete_all_now(&mut self, sm: &StateMachine) -> Vec<Action> {
+    pub fn complete_all_now(&mut self, sm: &StateMachine) -> Vec<Effect> {
         let Some(lead) = self.lead.as_mut() else { return Vec::new() };
         let rounds: Vec<Round> = std::mem::take(&mut lead.in_flight).into_values().collect();
         let mut out = Vec::new();
@@ -601,7 +586,7 @@ impl Sessions {
     /// wait, give sessions without a deadline a fresh one.
     /// `leader_alive`: this member heard from its leader within an
     /// election timeout (a follower's keepalives wait no longer than that).
-    pub fn tick(&mut self, voters: &Voters, sm: &StateMachine, leader_alive: bool, now: Instant) -> Vec<Action> {
+    pub fn tick(&mut self, voters: &Voters, sm: &StateMachine, leader_alive: bool, now: Instant) -> Vec<Effect> {
         let give_up = self.timing.election * 2;
         // Records of sessions that ended without this member applying it
         // (a snapshot install) go now and then.
@@ -642,7 +627,7 @@ impl Sessions {
                 r.sent = Some(now);
                 for to in voters.others(me) {
                     if !r.acks.contains(&to) {
-                        out.push(Action::Send {
+                        out.push(Effect::Send {
                             to,
                             out: PeerOut::Sync {
                                 term: lead.term,
@@ -768,13 +753,8 @@ mod tests {
         sm
     }
 
-    fn answered(acts: &[Action]) -> Vec<(u64, ErrorCode)> {
-        acts.iter()
-            .filter_map(|a| match a {
-                Action::Reply { id, code, .. } => Some((*id, *code)),
-                _ => None,
-            })
-            .collect()
+    fn answered(acts: &[Effect]) -> Vec<(u64, ErrorCode)> {
+        acts.iter().filter_map(Effect::answered).collect()
     }
 
     /// Finding S6: a keepalive is answered only by the acknowledgement of
@@ -788,11 +768,11 @@ mod tests {
         let mut s = Sessions::new(2, timing(), t0);
         s.keepalive(10, 100, 1, &sm, t0);
         let sent = s.flush(1, &voters, &sm, t0);
-        assert!(matches!(&sent[..], [Action::Send { to: 1, out: PeerOut::Touch { batch: 1, .. } }]), "{sent:?}");
+        assert!(matches!(&sent[..], [Effect::Send { to: 1, out: PeerOut::Touch { batch: 1, .. } }]), "{sent:?}");
         // Batch 1 is lost; session 2's keepalive goes in batch 2.
         s.keepalive(11, 200, 2, &sm, t0);
         let sent = s.flush(1, &voters, &sm, t0);
-        assert!(matches!(&sent[..], [Action::Send { to: 1, out: PeerOut::Touch { batch: 2, .. } }]), "{sent:?}");
+        assert!(matches!(&sent[..], [Effect::Send { to: 1, out: PeerOut::Touch { batch: 2, .. } }]), "{sent:?}");
         let acts = s.on_touch_ack(true, 2, &[], &[], &sm);
         assert_eq!(answered(&acts), vec![(200, ErrorCode::Ok)], "only batch 2's keepalive");
         // An ack from someone else than the leader answers nothing.
@@ -817,7 +797,7 @@ mod tests {
         let round = acts
             .iter()
             .find_map(|a| match a {
-                Action::Send { out: PeerOut::Sync { round, term: 5, .. }, .. } => Some(*round),
+                Effect::Send { out: PeerOut::Sync { round, term: 5, .. }, .. } => Some(*round),
                 _ => None,
             })
             .expect("a sync round");

@@ -14,8 +14,10 @@
 //! expiry) and the end of a turn; `route.rs` what each client request
 //! becomes (a pure function: the rules), `requests.rs` how the driver
 //! carries that out; `ready.rs` the Ready handling, from persisting to
-//! applying entries; `members.rs` membership changes. The listeners'
-//! local reads are view.rs.
+//! applying entries; `members.rs` membership changes. The parts
+//! (sessions.rs, reads.rs, `pending.rs`, `duties.rs`) return effects
+//! (effect.rs) and `execute.rs` carries them out: the one place that
+//! replies, sends and proposes. The listeners' local reads are view.rs.
 //!
 //! One loop turn, as the runtime drives it:
 //! 1. [`Driver::handle`] every queued input: step peer messages, propose
@@ -86,7 +88,7 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{
     command, request, response, AttachReq, ChildrenResp, Command, Empty, ErrorCode, ExpireSessions, NewSession,
-    ReapNode, ReapNodes, Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
+    Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -97,15 +99,18 @@ use tracing::{debug, error, info, warn};
 
 use crate::acl::Caller;
 use crate::config::Config;
+use crate::effect::Effect;
 use crate::kv::{Batch, Kv};
 use crate::message::{ConnId, ConnTx, Input, PeerOut, PeerSink};
 use crate::raft_store::RaftStore;
 use crate::reads::{Deferred, Reads};
-use crate::sessions::{Action, Sessions, Timing, Voters};
+use crate::sessions::{Sessions, Timing, Voters};
 use crate::state::{error_response, StateMachine};
 use crate::syncer::{Persist, SyncJob, Synced};
 use crate::watches::{missed_events, Fired, Watches};
 
+mod duties;
+mod execute;
 mod members;
 mod pending;
 mod ready;
@@ -113,6 +118,7 @@ mod requests;
 pub mod route;
 
 use crate::view::{capped, local_read, read, SharedState};
+use duties::LeaderDuties;
 use pending::{Pending, PendingWrite};
 use route::{check_spec, Route};
 
@@ -210,20 +216,6 @@ pub struct Driver {
     backup: Option<crate::backup::Taken>,
     /// When the state machine's changed keys were last staged (ready.rs).
     state_flushed: Instant,
-}
-
-/// The leader's own duties (proposing the cluster record, reaping), with
-/// what each remembers between turns. A member that becomes leader, or
-/// stops being one, starts them afresh: nothing one term's leader saw is
-/// taken for the next's.
-#[derive(Default)]
-struct LeaderDuties {
-    /// When this leader last proposed a cluster record (cluster.rs).
-    cluster_proposed: Option<Instant>,
-    /// Its last look for due container and TTL nodes, and what it found
-    /// due then (state/mod.rs, "Reaping").
-    reap_looked: Option<Instant>,
-    reap_seen: Vec<ReapNode>,
 }
 
 /// How many inputs one runtime turn takes at most before a `Ready`; a turn
@@ -440,13 +432,12 @@ impl Driver {
                     let sm = read(&st);
                     self.sessions.on_touch_ack(from_leader, batch, &expired, &expiring, &sm)
                 };
-                self.act(acts);
+                self.execute(acts, now);
             }
             Input::Sync { from, term, round, ids, want_report } => {
                 let (t, l) = (self.raw.raft.term, self.raw.raft.leader_id);
-                if let Some(a) = self.sessions.on_sync(from, term, round, &ids, want_report, t, l, now) {
-                    self.act(vec![a]);
-                }
+                let acts = self.sessions.on_sync(from, term, round, &ids, want_report, t, l, now);
+                self.execute(acts, now);
             }
             Input::SyncAck { from, term, round, report } => {
                 let voters = self.voters();
@@ -455,7 +446,7 @@ impl Driver {
                     let sm = read(&st);
                     self.sessions.on_sync_ack(from, term, round, report, &voters, &sm, now)
                 };
-                self.act(acts);
+                self.execute(acts, now);
             }
             Input::Unreachable(to) => self.raw.report_unreachable(to),
             Input::PeerGone(from) => self.leader_gone(from),
@@ -512,16 +503,6 @@ impl Driver {
         info!(leader = from, ticks = extra, "leader's connection closed: election soon");
     }
 
-    fn act(&mut self, actions: Vec<Action>) {
-        for a in actions {
-            match a {
-                Action::Reply { conn, id, code: ErrorCode::Ok, .. } => self.reply_ok(conn, id),
-                Action::Reply { conn, id, code, msg } => self.reply_err(conn, id, code, msg),
-                Action::Send { to, out } => self.peers.send(to, out),
-            }
-        }
-    }
-
     fn voters(&self) -> Voters {
         let cs = self.raw.store().conf_state();
         Voters { incoming: cs.voters.clone(), outgoing: cs.voters_outgoing.clone() }
@@ -560,26 +541,10 @@ impl Driver {
         }
         // Pending writes that waited too long: ambiguous.
         let timeout = self.cfg.request_timeout();
-        let late = self.pending.late(now, timeout);
-        if !late.is_empty() {
-            crate::metrics::proposal_failed("timeout", late.len());
-        }
-        for p in late {
-            self.reply_err(
-                p.conn,
-                p.client_id,
-                ErrorCode::Timeout,
-                "no commit within the request timeout; the write may or may not happen",
-            );
-        }
-        for d in self.reads.retry(now, timeout) {
-            self.reply_err(
-                d.conn,
-                d.req.id,
-                ErrorCode::Timeout,
-                "no ReadIndex within the request timeout (no leader?)",
-            );
-        }
+        let late = self.pending.time_out(now, timeout);
+        self.execute(late, now);
+        let late = self.reads.retry(now, timeout);
+        self.execute(late, now);
         let voters = self.voters();
         let acts = {
             let st = self.state();
@@ -587,7 +552,7 @@ impl Driver {
             let alive = self.leader_alive(now);
             self.sessions.tick(&voters, &sm, alive, now)
         };
-        self.act(acts);
+        self.execute(acts, now);
         // Expiry (sessions.rs, rule 3).
         let may_expire = if stale_role {
             self.role == StateRole::Leader
@@ -601,9 +566,8 @@ impl Driver {
             }
         }
         if self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) {
-            self.propose_cluster_record(now);
+            self.leader_duties(now);
             self.maybe_promote();
-            self.reap(now);
         }
         self.note_settings();
         self.maybe_report(now);
@@ -634,53 +598,23 @@ impl Driver {
         self.settings_noted = Some(rec);
     }
 
-    /// The cluster's id, then who joined it (cluster.rs), at most once per
-    /// election timeout.
-    fn propose_cluster_record(&mut self, now: Instant) {
-        if self.duties.cluster_proposed.is_some_and(|t| now.duration_since(t) < self.cfg.election_timeout()) {
-            return;
-        }
+    /// The leader's duties (driver/duties.rs): the cluster's id, then who
+    /// joined it (cluster.rs); due container and TTL nodes.
+    fn leader_duties(&mut self, now: Instant) {
+        let st = self.state();
+        let sm = read(&st);
         let cs = self.raw.store().conf_state();
         let members: Vec<u64> = cs.voters.iter().chain(cs.learners.iter()).copied().collect();
-        let rec = {
-            let st = self.state();
-            let sm = read(&st);
-            let prs = self.raw.raft.prs();
-            let seed = crate::settings::from_flags(&self.cfg);
-            crate::cluster::next_record(&sm, members, |id| prs.get(id).map_or(0, |p| p.matched), &mut self.rng, &seed)
-        };
-        let Some(rec) = rec else { return };
-        info!(cluster = %rec.cluster_id, joined = ?rec.joined, "proposing the cluster record");
-        self.propose_own(command::Body::Cluster(rec), now, "cluster record");
-        self.duties.cluster_proposed = Some(now);
-    }
-
-    /// Every [`crate::state::REAP_INTERVAL_MS`], proposes deleting the
-    /// container and TTL nodes found due at this look and the last with the
-    /// same `pzxid` (state/mod.rs, "Reaping"). Leader only.
-    fn reap(&mut self, now: Instant) {
-        let every = Duration::from_millis(crate::state::REAP_INTERVAL_MS);
-        if self.duties.reap_looked.is_some_and(|t| now.duration_since(t) < every) {
-            return;
-        }
-        self.duties.reap_looked = Some(now);
-        let due = read(&self.state()).due_for_reaping(self.wall.at(now));
-        let nodes: Vec<ReapNode> = due.iter().filter(|n| self.duties.reap_seen.contains(n)).cloned().collect();
-        self.duties.reap_seen = due;
-        if !nodes.is_empty() {
-            debug!(nodes = nodes.len(), "reaping container and TTL nodes");
-            self.propose_own(command::Body::Reap(ReapNodes { nodes }), now, "reap");
-        }
-    }
-
-    /// Proposes an entry of this member's own (no client waits for it);
-    /// a refusal (no leader, a transfer under way) is only logged: each
-    /// caller proposes again on a later tick.
-    pub(super) fn propose_own(&mut self, body: command::Body, now: Instant, what: &str) {
-        let cmd = Command { origin: self.cfg.id, time_ms: self.wall.at(now), body: Some(body), ..Default::default() };
-        if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
-            debug!("{what} not proposed: {e}");
-        }
+        let prs = self.raw.raft.prs();
+        let seed = crate::settings::from_flags(&self.cfg);
+        let rng = &mut self.rng;
+        let record = self.duties.cluster_record(now, self.cfg.election_timeout(), || {
+            crate::cluster::next_record(&sm, members, |id| prs.get(id).map_or(0, |p| p.matched), rng, &seed)
+        });
+        let at = self.wall.at(now);
+        let reap = self.duties.reap(now, || sm.due_for_reaping(at));
+        drop(sm);
+        self.execute(record.into_iter().chain(reap), now);
     }
 
     fn propose_expiry(&mut self, due: Vec<u64>, now: Instant, may_forward: bool) {
@@ -690,7 +624,8 @@ impl Driver {
             return;
         }
         info!(sessions = ?due, "expiring sessions");
-        self.propose_own(command::Body::Expire(ExpireSessions { session_ids: due }), now, "expiry");
+        let body = command::Body::Expire(ExpireSessions { session_ids: due });
+        self.execute([Effect::Propose { body, what: "expiry" }], now);
     }
 
     // ------------------------------------------------------------ ready
@@ -719,7 +654,7 @@ impl Driver {
             }
             acts
         };
-        self.act(acts);
+        self.execute(acts, now);
         self.randomize_election();
         Ok(())
     }
@@ -730,14 +665,7 @@ impl Driver {
         for d in ready {
             self.serve(d.conn, &d.req, now);
         }
-        for (idx, d) in late {
-            self.reply_err(
-                d.conn,
-                d.req.id,
-                ErrorCode::Timeout,
-                format!("this member has applied {applied}, the read needs {idx}"),
-            );
-        }
+        self.execute_at(late, applied, now);
     }
 
     // ------------------------------------------------------------ misc
@@ -785,13 +713,15 @@ impl Driver {
         }
     }
 
-    pub fn shutdown(&mut self) {
+    pub fn shutdown(&mut self, now: Instant) {
         info!("shutting down");
-        let msg = "member shutting down; the write may or may not happen";
-        for p in self.pending.take_all() {
-            self.reply_err(p.conn, p.client_id, ErrorCode::Timeout, msg);
-        }
-        warn!(conns = self.conns.len(), "{msg}");
+        let failed = self.pending.shutdown();
+        warn!(
+            conns = self.conns.len(),
+            writes = failed.len(),
+            "member shutting down; pending writes may or may not happen"
+        );
+        self.execute(failed, now);
         self.persist.stop();
     }
 }

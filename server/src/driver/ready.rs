@@ -162,22 +162,11 @@ impl Driver {
                 crate::metrics::leader_changed();
             }
             // Forwarded proposals may be lost with the old leader.
-            let pending = self.pending.take_all();
-            if !pending.is_empty() {
-                crate::metrics::proposal_failed("leader_changed", pending.len());
-            }
-            for p in pending {
-                self.reply_err(
-                    p.conn,
-                    p.client_id,
-                    ErrorCode::LeaderChanged,
-                    "leader changed; the write may or may not happen (retry with the same seq)",
-                );
-            }
+            let mut acts = self.pending.leader_changed();
             // ReadIndex requests go to the new leader.
             self.reads.requeue();
             self.duties = LeaderDuties::default();
-            let mut acts = self.sessions.leader_changed();
+            acts.extend(self.sessions.leader_changed());
             if is_leader {
                 // raft-rs appended this term's first (empty) entry on
                 // becoming leader: applying up to here means every earlier
@@ -186,7 +175,7 @@ impl Driver {
                 info!(term, term_start, "became leader");
                 acts.extend(self.sessions.become_leader(term, term_start, now));
             }
-            self.act(acts);
+            self.execute(acts, now);
         }
         if leader != self.leader {
             self.leader_contact = now;

@@ -1,5 +1,5 @@
-//! Carrying out a client request's route (driver/route.rs has the rules):
-//! replies (capped at `--max-reply-bytes`), proposals (`propose`: `origin`
+//! Carrying out a client request's route (driver/route.rs has the rules;
+//! replies go out through driver/execute.rs): proposals (`propose`: `origin`
 //! = this member, `request_id` = the next of this member's counter,
 //! `time_ms` = the wall clock at `now`; raft-rs refusing it, no leader
 //! known, is `NO_LEADER` at once), the ReadIndex queue (reads.rs) and what
@@ -10,14 +10,6 @@
 use super::*;
 
 impl Driver {
-    /// Sends a response; one over `max_reply_bytes` is answered TOO_LARGE
-    /// instead (a children list of millions, say).
-    pub(super) fn reply(&self, conn: ConnId, resp: Response) {
-        let Some(c) = self.conns.get(&conn) else { return };
-        let resp = capped(resp, self.cfg.limits.max_reply_bytes);
-        c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) });
-    }
-
     /// Who is asking on `conn` (acl.rs).
     pub(super) fn caller(&self, conn: ConnId) -> Caller {
         let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
@@ -40,23 +32,6 @@ impl Driver {
             ));
         }
         Ok(())
-    }
-
-    /// An empty success at the current applied index.
-    pub(super) fn reply_ok(&self, conn: ConnId, id: u64) {
-        let r = Response {
-            id,
-            zxid: self.sm().applied(),
-            body: Some(response::Body::Empty(Empty {})),
-            ..Default::default()
-        };
-        self.reply(conn, r);
-    }
-
-    pub(super) fn reply_err(&self, conn: ConnId, id: u64, code: ErrorCode, msg: impl Into<String>) {
-        let mut r = error_response(self.sm().applied(), code, msg);
-        r.id = id;
-        self.reply(conn, r);
     }
 
     pub(super) fn on_request(&mut self, conn: ConnId, req: Request, now: Instant) {
@@ -186,9 +161,7 @@ impl Driver {
         };
         let r = Response { id, zxid: chunk.index, body: Some(response::Body::Snapshot(chunk)), ..Default::default() };
         // Not capped by --max-reply-bytes: a chunk is at most backup::CHUNK.
-        if let Some(c) = self.conns.get(&conn) {
-            c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(r)) });
-        }
+        self.send_uncapped(conn, r);
     }
 
     /// Answers a read (or attach) from local state.
@@ -311,12 +284,5 @@ impl Driver {
             };
         }
         sm.check_read(at, &caller, "watch").is_ok()
-    }
-
-    pub(super) fn send_event(&self, f: &Fired, zxid: u64) {
-        if let Some(c) = self.conns.get(&f.conn) {
-            let ev = WatchEvent { watch_id: f.watch_id, r#type: f.ty as i32, path: f.path.clone(), zxid };
-            c.tx.send(ServerFrame { frame: Some(baton_proto::server_frame::Frame::Event(ev)) });
-        }
     }
 }
