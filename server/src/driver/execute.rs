@@ -28,7 +28,7 @@ impl Driver {
     pub(super) fn execute_at(&mut self, effects: impl IntoIterator<Item = Effect>, zxid: u64, now: Instant) {
         for e in effects {
             match e {
-                Effect::Send { to, out } => self.peers.send(to, out),
+                Effect::Send { to, out } => self.io.peers.send(to, out),
                 Effect::Propose { body, what } => self.propose_own(body, now, what),
                 other => self.deliver(other, zxid),
             }
@@ -89,7 +89,8 @@ impl Driver {
     /// a refusal (no leader, a transfer under way) is only logged: each
     /// caller proposes again on a later tick.
     pub(super) fn propose_own(&mut self, body: command::Body, now: Instant, what: &str) {
-        let cmd = Command { origin: self.cfg.id, time_ms: self.wall.at(now), body: Some(body), ..Default::default() };
+        let cmd =
+            Command { origin: self.cfg.id, time_ms: self.clock.wall.at(now), body: Some(body), ..Default::default() };
         if let Err(e) = self.raw.propose(vec![], cmd.encode_to_vec()) {
             debug!("{what} not proposed: {e}");
         }

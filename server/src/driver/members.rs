@@ -17,10 +17,10 @@ impl Driver {
             let sm = read(&st);
             membership::peer_addrs(self.raw.store().conf_state(), &sm, &self.cfg.peers)
         };
-        if now != self.members {
+        if now != self.membership.addrs {
             info!(members = ?now, "members");
-            self.peers.set_members(&now);
-            self.members = now;
+            self.io.peers.set_members(&now);
+            self.membership.addrs = now;
         }
     }
 
@@ -113,42 +113,17 @@ impl Driver {
     /// members' addresses, and the new `ConfState` staged into `batch` with
     /// the applied index.
     pub(super) fn apply_conf_entry(&mut self, e: &Entry, batch: &mut Batch) -> anyhow::Result<()> {
-        let mut cc = ConfChangeV2::default();
-        if e.entry_type == EntryType::EntryConfChange {
-            let mut v1 = ConfChange::default();
-            protobuf::Message::merge_from_bytes(&mut v1, &e.data)?;
-            let mut one = ConfChangeSingle::default();
-            one.set_change_type(v1.get_change_type());
-            one.node_id = v1.node_id;
-            cc.mut_changes().push(one);
-            cc.context = v1.context;
-        } else {
-            protobuf::Message::merge_from_bytes(&mut cc, &e.data)?;
-        }
+        let cc = conf_change_of(e)?;
         let ctx = ConfContext::decode(&cc.context[..]).unwrap_or_default();
         let result = match self.raw.apply_conf_change(&cc) {
             Ok(cs) => {
-                {
-                    let mut sm = self.sm_mut();
-                    for c in &cc.changes {
-                        match c.get_change_type() {
-                            ConfChangeType::AddLearnerNode => {
-                                if let Some(m) = ctx.member.as_ref().filter(|m| m.id == c.node_id) {
-                                    sm.set_member(e.index, m);
-                                }
-                            }
-                            ConfChangeType::AddNode => sm.set_auto_promote(c.node_id, false),
-                            ConfChangeType::RemoveNode => sm.remove_member(e.index, c.node_id),
-                        }
-                    }
-                    sm.skip(e.index);
-                }
+                self.record_members(e.index, &cc, &ctx);
                 let joint = !cs.voters_outgoing.is_empty();
                 info!(index = e.index, voters = ?cs.voters, learners = ?cs.learners, joint, "configuration changed");
                 let all = cs.voters.iter().chain(&cs.learners).chain(&cs.voters_outgoing).chain(&cs.learners_next);
                 if all.clone().all(|&m| m != self.cfg.id) && !cs.voters.is_empty() {
                     error!("this member was removed from the cluster: it takes no further part in it");
-                    self.removed = true;
+                    self.membership.removed = true;
                 }
                 self.raw.mut_store().set_conf_state(cs, batch)?;
                 Ok(())
@@ -162,21 +137,37 @@ impl Driver {
         self.members_changed();
         if ctx.origin == self.cfg.id {
             if let Some(p) = self.pending.take(ctx.request_id) {
-                match result {
+                let answer = match result {
                     Ok(()) => {
-                        let r = Response {
-                            id: p.client_id,
-                            zxid: e.index,
-                            body: Some(response::Body::Members(self.members_resp())),
-                            ..Default::default()
-                        };
-                        self.reply(p.conn, r);
+                        let body = Some(response::Body::Members(self.members_resp()));
+                        let resp = Response { id: p.client_id, zxid: e.index, body, ..Default::default() };
+                        Effect::Respond { conn: p.conn, resp }
                     }
-                    Err(msg) => self.reply_err(p.conn, p.client_id, ErrorCode::BadRequest, msg),
-                }
+                    Err(msg) => Effect::reply(p.conn, p.client_id, ErrorCode::BadRequest, msg),
+                };
+                self.deliver(answer, e.index);
             }
         }
         Ok(())
+    }
+
+    /// The state's side of an applied change: a new learner's record, a
+    /// promoted member's auto-promotion done, a removed member's record
+    /// gone; the entry's index applied.
+    fn record_members(&mut self, index: u64, cc: &ConfChangeV2, ctx: &ConfContext) {
+        let mut sm = self.sm_mut();
+        for c in &cc.changes {
+            match c.get_change_type() {
+                ConfChangeType::AddLearnerNode => {
+                    if let Some(m) = ctx.member.as_ref().filter(|m| m.id == c.node_id) {
+                        sm.set_member(index, m);
+                    }
+                }
+                ConfChangeType::AddNode => sm.set_auto_promote(c.node_id, false),
+                ConfChangeType::RemoveNode => sm.remove_member(index, c.node_id),
+            }
+        }
+        sm.skip(index);
     }
 
     /// The leader's automatic promotion of a caught-up learner (rule 3).
@@ -199,7 +190,7 @@ impl Driver {
     /// election timeout, once it has a leader.
     pub(super) fn maybe_report(&mut self, now: Instant) {
         if self.raw.raft.leader_id == 0
-            || self.reported.is_some_and(|t| now.duration_since(t) < self.cfg.election_timeout())
+            || self.membership.reported.is_some_and(|t| now.duration_since(t) < self.cfg.election_timeout())
         {
             return;
         }
@@ -210,7 +201,25 @@ impl Driver {
             membership::self_report(self.cfg.id, self.raw.store().conf_state(), &sm, p, c)
         };
         let Some(rec) = rec else { return };
-        self.reported = Some(now);
+        self.membership.reported = Some(now);
         self.propose_own(command::Body::Member(rec), now, "address report");
     }
+}
+
+/// A configuration change entry as a `ConfChangeV2` (a V1 change becomes
+/// a single-step one).
+fn conf_change_of(e: &Entry) -> anyhow::Result<ConfChangeV2> {
+    let mut cc = ConfChangeV2::default();
+    if e.entry_type == EntryType::EntryConfChange {
+        let mut v1 = ConfChange::default();
+        protobuf::Message::merge_from_bytes(&mut v1, &e.data)?;
+        let mut one = ConfChangeSingle::default();
+        one.set_change_type(v1.get_change_type());
+        one.node_id = v1.node_id;
+        cc.mut_changes().push(one);
+        cc.context = v1.context;
+    } else {
+        protobuf::Message::merge_from_bytes(&mut cc, &e.data)?;
+    }
+    Ok(cc)
 }

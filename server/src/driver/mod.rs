@@ -166,56 +166,129 @@ pub struct Driver {
     /// Shared with the client listeners, which answer local (stale) reads
     /// without a watch straight from it; only this driver writes it.
     sm: SharedState,
-    /// Writes go through it (in order), never straight to the store.
-    persist: Box<dyn Persist>,
-    peers: Box<dyn PeerSink>,
+    io: Io,
     rng: StdRng,
-    wall: WallClock,
     conns: BTreeMap<ConnId, Conn>,
     watches: Watches,
     /// Writes waiting for their entry (pending.rs).
     pending: Pending,
     reads: Reads,
     sessions: Sessions,
-    /// As of the last `Ready`'s soft state.
+    soft: Soft,
+    clock: Clock,
+    /// What only a leader does (duties.rs); new on every leader change.
+    duties: LeaderDuties,
+    followed: Followed,
+    membership: Membership,
+    observers: Observers,
+    /// The backup this member took last (backup.rs), until the next one.
+    backup: Option<crate::backup::Taken>,
+}
+
+/// The driver's way out: the disk and the other members.
+struct Io {
+    /// Writes go through it (in order), never straight to the store.
+    persist: Box<dyn Persist>,
+    peers: Box<dyn PeerSink>,
+}
+
+/// Leader, term and role as of the last `Ready`'s soft state, and this
+/// member's election countdown.
+struct Soft {
     leader: u64,
     term: u64,
     role: StateRole,
     /// Last time a message from the current leader arrived (followers).
     leader_contact: Instant,
+    /// The current election countdown already got its random start.
+    election_drawn: bool,
+}
+
+/// Time as the driver has been told it.
+struct Clock {
+    wall: WallClock,
+    /// When this member started (status's uptime).
+    started: Instant,
     last_tick: Option<Instant>,
-    /// Recorded expiries (simulator only).
-    observed: Option<Vec<AppliedExpiry>>,
+    ticks: u64,
+    /// When the state machine's changed keys were last staged (ready.rs).
+    state_flushed: Instant,
+}
+
+/// The cluster-wide settings this member follows (settings.rs).
+struct Followed {
+    /// Kept here so that ACL checks made while the state is locked for an
+    /// apply (event filtering) never lock it again: refreshed after every
+    /// apply that may change them and every tick.
+    current: baton_proto::ClusterSettings,
+    /// The recorded settings last compared with this member's flags (a
+    /// difference is logged once per change).
+    noted: Option<baton_proto::ClusterSettings>,
+}
+
+/// This member's view of the configuration (membership.rs, cluster.rs).
+struct Membership {
+    /// The members' peer addresses as last given to the transport.
+    addrs: BTreeMap<u64, String>,
+    /// When this member last reported its own addresses.
+    reported: Option<Instant>,
     /// This member applied a configuration without itself: it stops
     /// (node.rs ends its loop; cluster.rs rule 2).
     removed: bool,
-    /// What only a leader does, and when it last did it; new on every
-    /// leader change.
-    duties: LeaderDuties,
-    /// The recorded cluster settings last compared with this member's
-    /// flags (settings.rs: a difference is logged once per change).
-    settings_noted: Option<baton_proto::ClusterSettings>,
-    /// The cluster-wide settings this member follows (settings.rs), kept
-    /// here so that ACL checks made while the state is locked for an apply
-    /// (event filtering) never lock it again: refreshed after every apply
-    /// and every turn.
-    settings: baton_proto::ClusterSettings,
-    /// The current election countdown already got its random start.
-    election_drawn: bool,
-    /// The members' peer addresses as last given to the transport.
-    members: BTreeMap<u64, String>,
-    /// When this member last reported its own addresses (membership.rs).
-    reported: Option<Instant>,
-    /// When this member started (status's uptime).
-    started: Instant,
+}
+
+/// Who watches the driver from outside.
+struct Observers {
     /// Where the status is published for `/health` and `/ready`, with the
     /// metrics (http.rs, metrics.rs); None: neither (the simulator).
     board: Option<crate::http::Board>,
-    ticks: u64,
-    /// The backup this member took last (backup.rs), until the next one.
-    backup: Option<crate::backup::Taken>,
-    /// When the state machine's changed keys were last staged (ready.rs).
-    state_flushed: Instant,
+    /// Recorded expiries (simulator only).
+    expiries: Option<Vec<AppliedExpiry>>,
+}
+
+/// The log and the state from `kv`; a fresh data dir founds a new
+/// cluster (`--peers`) or waits for the leader's snapshot (`--join`):
+/// membership.rs, rule 1.
+fn load(cfg: &Config, kv: &dyn Kv) -> anyhow::Result<(RaftStore, StateMachine)> {
+    if cfg.founding && RaftStore::is_fresh(kv)? {
+        let voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        let mut empty = StateMachine::new();
+        empty.skip(1);
+        RaftStore::found(kv, &voters, empty.snapshot())?;
+        info!(?voters, "founded a new cluster");
+    }
+    let store = RaftStore::load(kv, &[])?;
+    let mut sm = StateMachine::load(kv)?;
+    if sm.applied() + 1 < store.first() {
+        // The state is older than the log's start (a crash between
+        // installing a snapshot and writing the state): restore it.
+        let snap = store.stored_snapshot();
+        if snap.get_metadata().index + 1 < store.first() {
+            anyhow::bail!("the stored snapshot (index {}) is older than the log", snap.get_metadata().index);
+        }
+        sm.restore(&snap.data)?;
+    }
+    Ok((store, sm))
+}
+
+/// raft-rs's configuration (the module doc says why each).
+fn raft_config(cfg: &Config, applied: u64) -> raft::Config {
+    raft::Config {
+        id: cfg.id,
+        election_tick: cfg.election_ticks,
+        // Fixed at the top of the range; `randomize_election` starts each
+        // countdown part-way, from the seeded generator.
+        min_election_tick: 2 * cfg.election_ticks - 1,
+        max_election_tick: 2 * cfg.election_ticks,
+        heartbeat_tick: cfg.heartbeat_ticks,
+        applied,
+        max_size_per_msg: 1024 * 1024,
+        max_inflight_msgs: 256,
+        check_quorum: true,
+        pre_vote: true,
+        read_only_option: raft::ReadOnlyOption::Safe,
+        ..Default::default()
+    }
 }
 
 /// How many inputs one runtime turn takes at most before a `Ready`; a turn
@@ -233,48 +306,14 @@ impl Driver {
         now: Instant,
         wall: WallClock,
     ) -> anyhow::Result<Self> {
-        // A fresh data dir founds a new cluster (`--peers`) or waits for the
-        // leader's snapshot (`--join`): membership.rs, rule 1.
-        if cfg.founding && RaftStore::is_fresh(kv)? {
-            let voters: Vec<u64> = cfg.peers.keys().copied().collect();
-            let mut empty = StateMachine::new();
-            empty.skip(1);
-            RaftStore::found(kv, &voters, empty.snapshot())?;
-            info!(?voters, "founded a new cluster");
-        }
-        let store = RaftStore::load(kv, &[])?;
-        let mut sm = StateMachine::load(kv)?;
-        if sm.applied() + 1 < store.first() {
-            // The state is older than the log's start (a crash between
-            // installing a snapshot and writing the state): restore it.
-            let snap = store.stored_snapshot();
-            if snap.get_metadata().index + 1 < store.first() {
-                anyhow::bail!("the stored snapshot (index {}) is older than the log", snap.get_metadata().index);
-            }
-            sm.restore(&snap.data)?;
-        }
+        let (store, mut sm) = load(&cfg, kv)?;
         let applied = sm.applied();
         let settings = crate::settings::effective(sm.cluster().settings.as_ref(), &cfg);
         sm.set_faults(cfg.faults);
         if cfg.faults.any() {
             warn!(faults = ?cfg.faults, "DELIBERATE BUGS ARE ON: this member is for harness tests only");
         }
-        let rcfg = raft::Config {
-            id: cfg.id,
-            election_tick: cfg.election_ticks,
-            // Fixed at the top of the range; `randomize_election` starts
-            // each countdown part-way, from the seeded generator.
-            min_election_tick: 2 * cfg.election_ticks - 1,
-            max_election_tick: 2 * cfg.election_ticks,
-            heartbeat_tick: cfg.heartbeat_ticks,
-            applied,
-            max_size_per_msg: 1024 * 1024,
-            max_inflight_msgs: 256,
-            check_quorum: true,
-            pre_vote: true,
-            read_only_option: raft::ReadOnlyOption::Safe,
-            ..Default::default()
-        };
+        let rcfg = raft_config(&cfg, applied);
         rcfg.validate()?;
         let logger = crate::logging::slog_logger(cfg.id);
         let raw = RawNode::new(&rcfg, store, &logger)?;
@@ -289,9 +328,7 @@ impl Driver {
         let mut d = Driver {
             raw,
             sm: Arc::new(RwLock::new(sm)),
-            persist,
-            peers,
-            wall,
+            io: Io { persist, peers },
             conns: BTreeMap::new(),
             watches: Watches::default(),
             pending: Pending::new(rng.gen::<u64>() >> 1),
@@ -301,24 +338,13 @@ impl Driver {
             reads: Reads::new(cfg.id, if cfg.faults.read_ctx_restarts() { 1 } else { rng.gen::<u64>() >> 1 }),
             sessions: Sessions::new(cfg.id, timing, now),
             rng,
-            leader: 0,
-            term: 0,
-            role: StateRole::Follower,
-            leader_contact: now,
-            last_tick: None,
-            observed: None,
-            removed: false,
+            soft: Soft { leader: 0, term: 0, role: StateRole::Follower, leader_contact: now, election_drawn: false },
+            clock: Clock { wall, started: now, last_tick: None, ticks: 0, state_flushed: now },
             duties: LeaderDuties::default(),
-            settings_noted: None,
-            settings,
-            election_drawn: false,
-            members: BTreeMap::new(),
-            reported: None,
-            started: now,
-            board: None,
-            ticks: 0,
+            followed: Followed { current: settings, noted: None },
+            membership: Membership { addrs: BTreeMap::new(), reported: None, removed: false },
+            observers: Observers { board: None, expiries: None },
             backup: None,
-            state_flushed: now,
             cfg,
         };
         d.randomize_election();
@@ -328,16 +354,16 @@ impl Driver {
 
     /// Publish the status to `board` and record metrics, every tick.
     pub fn set_board(&mut self, board: crate::http::Board) {
-        self.board = Some(board);
+        self.observers.board = Some(board);
     }
 
     /// The status for `/health`, and the metrics (every tick; the state
     /// gauges, which walk the sessions, every 20 ticks).
     fn publish(&mut self, now: Instant) {
-        let Some(board) = &self.board else { return };
+        let Some(board) = &self.observers.board else { return };
         let s = self.status();
         crate::metrics::raft(&s, self.raw.raft.raft_log.persisted, self.pending.len());
-        if self.ticks.is_multiple_of(20) {
+        if self.clock.ticks.is_multiple_of(20) {
             let sm = self.sm();
             let (sessions, nodes, eph) = (sm.session_count(), sm.node_count(), sm.ephemeral_count());
             drop(sm);
@@ -369,11 +395,11 @@ impl Driver {
 
     /// Records every applied expiry from now on (simulator).
     pub fn observe_expiries(&mut self) {
-        self.observed = Some(Vec::new());
+        self.observers.expiries = Some(Vec::new());
     }
 
     pub fn take_expiries(&mut self) -> Vec<AppliedExpiry> {
-        self.observed.as_mut().map(std::mem::take).unwrap_or_default()
+        self.observers.expiries.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// raft-rs's live role and term.
@@ -413,40 +439,15 @@ impl Driver {
                 if m.to != self.cfg.id {
                     return;
                 }
-                if m.from == self.leader {
-                    self.leader_contact = now;
+                if m.from == self.soft.leader {
+                    self.soft.leader_contact = now;
                 }
                 if let Err(e) = self.raw.step(*m) {
                     debug!("step: {e}");
                 }
             }
-            Input::Touch { from, ids, batch } => {
-                let st = self.state();
-                let sm = read(&st);
-                self.sessions.on_touch(from, batch, ids, &sm, now);
-            }
-            Input::TouchAck { from, batch, expired, expiring } => {
-                let from_leader = from == self.raw.raft.leader_id && from != self.cfg.id;
-                let acts = {
-                    let st = self.state();
-                    let sm = read(&st);
-                    self.sessions.on_touch_ack(from_leader, batch, &expired, &expiring, &sm)
-                };
-                self.execute(acts, now);
-            }
-            Input::Sync { from, term, round, ids, want_report } => {
-                let (t, l) = (self.raw.raft.term, self.raw.raft.leader_id);
-                let acts = self.sessions.on_sync(from, term, round, &ids, want_report, t, l, now);
-                self.execute(acts, now);
-            }
-            Input::SyncAck { from, term, round, report } => {
-                let voters = self.voters();
-                let acts = {
-                    let st = self.state();
-                    let sm = read(&st);
-                    self.sessions.on_sync_ack(from, term, round, report, &voters, &sm, now)
-                };
-                self.execute(acts, now);
+            Input::Touch { .. } | Input::TouchAck { .. } | Input::Sync { .. } | Input::SyncAck { .. } => {
+                self.on_session_input(input, now)
             }
             Input::Unreachable(to) => self.raw.report_unreachable(to),
             Input::PeerGone(from) => self.leader_gone(from),
@@ -457,6 +458,31 @@ impl Driver {
             Input::Shutdown | Input::Persisted => {}
         }
         self.randomize_election();
+    }
+
+    /// The session layer's messages between members (sessions.rs).
+    fn on_session_input(&mut self, input: Input, now: Instant) {
+        let st = self.state();
+        let acts = match input {
+            Input::Touch { from, ids, batch } => {
+                self.sessions.on_touch(from, batch, ids, &read(&st), now);
+                return;
+            }
+            Input::TouchAck { from, batch, expired, expiring } => {
+                let from_leader = from == self.raw.raft.leader_id && from != self.cfg.id;
+                self.sessions.on_touch_ack(from_leader, batch, &expired, &expiring, &read(&st))
+            }
+            Input::Sync { from, term, round, ids, want_report } => {
+                let (t, l) = (self.raw.raft.term, self.raw.raft.leader_id);
+                self.sessions.on_sync(from, term, round, &ids, want_report, t, l, now).into_iter().collect()
+            }
+            Input::SyncAck { from, term, round, report } => {
+                let voters = self.voters();
+                self.sessions.on_sync_ack(from, term, round, report, &voters, &read(&st), now)
+            }
+            _ => return,
+        };
+        self.execute(acts, now);
     }
 
     /// raft-rs draws election timeouts from `thread_rng`, which cannot be
@@ -475,12 +501,12 @@ impl Driver {
         let base = self.cfg.election_ticks;
         let r = &mut self.raw.raft;
         if r.state == StateRole::Leader || r.election_elapsed != 0 {
-            self.election_drawn = false;
+            self.soft.election_drawn = false;
             return;
         }
-        if !self.election_drawn {
+        if !self.soft.election_drawn {
             r.election_elapsed = self.rng.gen_range(0..base);
-            self.election_drawn = true;
+            self.soft.election_drawn = true;
         }
     }
 
@@ -515,7 +541,10 @@ impl Driver {
     fn leader_alive(&self, now: Instant) -> bool {
         match self.raw.raft.state {
             StateRole::Leader => true,
-            _ => self.raw.raft.leader_id != 0 && now.duration_since(self.leader_contact) < self.cfg.election_timeout(),
+            _ => {
+                self.raw.raft.leader_id != 0
+                    && now.duration_since(self.soft.leader_contact) < self.cfg.election_timeout()
+            }
         }
     }
 
@@ -531,8 +560,8 @@ impl Driver {
         self.randomize_election();
         // A gap between ticks much longer than a tick: this member was
         // paused. Its deadlines are stale; restart them (sessions.rs, rule 3).
-        let gap = self.last_tick.is_some_and(|t| now.duration_since(t) > self.cfg.election_timeout() / 2);
-        self.last_tick = Some(now);
+        let gap = self.clock.last_tick.is_some_and(|t| now.duration_since(t) > self.cfg.election_timeout() / 2);
+        self.clock.last_tick = Some(now);
         let stale_role = self.cfg.faults.expire_from_stale_role();
         if gap && !stale_role {
             let st = self.state();
@@ -555,7 +584,7 @@ impl Driver {
         self.execute(acts, now);
         // Expiry (sessions.rs, rule 3).
         let may_expire = if stale_role {
-            self.role == StateRole::Leader
+            self.soft.role == StateRole::Leader
         } else {
             self.raw.raft.state == StateRole::Leader && self.sessions.caught_up(self.sm().applied()) && drained && !gap
         };
@@ -572,16 +601,16 @@ impl Driver {
         self.note_settings();
         self.maybe_report(now);
         self.publish(now);
-        self.ticks += 1;
+        self.clock.ticks += 1;
     }
 
     /// Logs, once per change of the recorded settings, that this member's
     /// flags say otherwise and that it follows the record (settings.rs).
     fn note_settings(&mut self) {
         let recorded = self.sm().cluster().settings.clone();
-        self.settings = crate::settings::effective(recorded.as_ref(), &self.cfg);
+        self.followed.current = crate::settings::effective(recorded.as_ref(), &self.cfg);
         let Some(rec) = recorded else { return };
-        if self.settings_noted.as_ref() == Some(&rec) {
+        if self.followed.noted.as_ref() == Some(&rec) {
             return;
         }
         let flags = crate::settings::from_flags(&self.cfg);
@@ -595,7 +624,7 @@ impl Driver {
                  the cluster's (baton settings get)"
             );
         }
-        self.settings_noted = Some(rec);
+        self.followed.noted = Some(rec);
     }
 
     /// The leader's duties (driver/duties.rs): the cluster's id, then who
@@ -611,7 +640,7 @@ impl Driver {
         let record = self.duties.cluster_record(now, self.cfg.election_timeout(), || {
             crate::cluster::next_record(&sm, members, |id| prs.get(id).map_or(0, |p| p.matched), rng, &seed)
         });
-        let at = self.wall.at(now);
+        let at = self.clock.wall.at(now);
         let reap = self.duties.reap(now, || sm.due_for_reaping(at));
         drop(sm);
         self.execute(record.into_iter().chain(reap), now);
@@ -690,10 +719,13 @@ impl Driver {
             nodes: self.sm().node_count() as u64,
             voters: self.raw.store().conf_state().voters.clone(),
             learners: self.raw.store().conf_state().learners.clone(),
-            uptime_ms: self.last_tick.map_or(0, |t| t.saturating_duration_since(self.started).as_millis() as u64),
-            db_bytes: self.persist.db_bytes(),
+            uptime_ms: self
+                .clock
+                .last_tick
+                .map_or(0, |t| t.saturating_duration_since(self.clock.started).as_millis() as u64),
+            db_bytes: self.io.persist.db_bytes(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            leader_contact: self.last_tick.is_some_and(|t| self.leader_alive(t)),
+            leader_contact: self.clock.last_tick.is_some_and(|t| self.leader_alive(t)),
             settings: Some(self.settings()),
             cluster_id: self.sm().cluster().cluster_id.clone(),
             joined: self.sm().cluster().joined.clone(),
@@ -706,7 +738,7 @@ impl Driver {
     /// stored configuration that leaves it out (it was removed before a
     /// restart).
     pub fn removed(&self) -> bool {
-        self.removed || {
+        self.membership.removed || {
             let cs = self.raw.store().conf_state();
             let mut all = cs.voters.iter().chain(&cs.learners).chain(&cs.voters_outgoing).chain(&cs.learners_next);
             !cs.voters.is_empty() && all.all(|&m| m != self.cfg.id)
@@ -722,6 +754,6 @@ impl Driver {
             "member shutting down; pending writes may or may not happen"
         );
         self.execute(failed, now);
-        self.persist.stop();
+        self.io.persist.stop();
     }
 }

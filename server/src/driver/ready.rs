@@ -109,7 +109,7 @@ impl Driver {
         if conf_changed || compacting || self.state_flush_due(now) {
             self.sm_mut().flush(&mut batch);
             self.raw.mut_store().stage_commit(&mut batch)?;
-            self.state_flushed = now;
+            self.clock.state_flushed = now;
         }
         if compacting {
             self.compact(&mut batch)?;
@@ -127,7 +127,7 @@ impl Driver {
         // them from there); the syncer makes them durable in order, and
         // `on_persisted` sends `after` and reports the number once it has.
         self.raw.advance_append_async(rd);
-        self.persist.submit(SyncJob { number, batch, sync: must_sync, after });
+        self.io.persist.submit(SyncJob { number, batch, sync: must_sync, after });
         self.advance_applied();
         Ok(())
     }
@@ -154,10 +154,10 @@ impl Driver {
 
     pub(super) fn on_soft_state(&mut self, leader: u64, role: StateRole, now: Instant) {
         let term = self.raw.raft.term;
-        let was_leader = self.role == StateRole::Leader;
+        let was_leader = self.soft.role == StateRole::Leader;
         let is_leader = role == StateRole::Leader;
-        if leader != self.leader || term != self.term || was_leader != is_leader {
-            if leader != self.leader {
+        if leader != self.soft.leader || term != self.soft.term || was_leader != is_leader {
+            if leader != self.soft.leader {
                 info!(leader, term, ?role, "leader changed");
                 crate::metrics::leader_changed();
             }
@@ -177,18 +177,18 @@ impl Driver {
             }
             self.execute(acts, now);
         }
-        if leader != self.leader {
-            self.leader_contact = now;
+        if leader != self.soft.leader {
+            self.soft.leader_contact = now;
         }
-        self.leader = leader;
-        self.term = term;
-        self.role = role;
+        self.soft.leader = leader;
+        self.soft.term = term;
+        self.soft.role = role;
     }
 
     pub(super) fn send_messages(&mut self, msgs: Vec<Message>) {
         for m in msgs {
             let to = m.to;
-            self.peers.send(to, PeerOut::Raft(Box::new(m)));
+            self.io.peers.send(to, PeerOut::Raft(Box::new(m)));
         }
     }
 
@@ -244,7 +244,7 @@ impl Driver {
         let sm = self.sm();
         sm.must_flush()
             || sm.dirty_keys() >= STATE_FLUSH_KEYS
-            || now.saturating_duration_since(self.state_flushed) >= STATE_FLUSH_EVERY
+            || now.saturating_duration_since(self.clock.state_flushed) >= STATE_FLUSH_EVERY
     }
 
     pub(super) fn apply_command(&mut self, index: u64, data: &[u8], now: Instant) {
@@ -282,7 +282,7 @@ impl Driver {
         };
         if settings_changed {
             // From the guard held: nothing here may lock the state again.
-            self.settings = crate::settings::effective(sm.cluster().settings.as_ref(), &self.cfg);
+            self.followed.current = crate::settings::effective(sm.cluster().settings.as_ref(), &self.cfg);
         }
         crate::metrics::lock_changes(&sm, &applied.changes);
         for ch in &applied.changes {
@@ -292,34 +292,43 @@ impl Driver {
                 }
             }
         }
-        for sid in &applied.ended_sessions {
+        self.note_sessions(index, &cmd, &applied.ended_sessions, now);
+        if cmd.origin == self.cfg.id {
+            self.answer_own(cmd.request_id, applied.reply, index);
+        }
+    }
+
+    /// The session layer's and the simulator's side of an applied entry:
+    /// sessions it ended or created, expiries it applied.
+    fn note_sessions(&mut self, index: u64, cmd: &Command, ended: &[u64], now: Instant) {
+        for sid in ended {
             self.sessions.ended(*sid);
         }
-        if let Some(command::Body::NewSession(ns)) = &cmd.body {
-            self.sessions.created(index, ns.timeout_ms, now);
-        }
-        if let Some(command::Body::Expire(_)) = &cmd.body {
-            crate::metrics::expirations(applied.ended_sessions.len());
-        }
-        if let (Some(log), Some(command::Body::Expire(_))) = (self.observed.as_mut(), &cmd.body) {
-            log.push(AppliedExpiry { index, sessions: applied.ended_sessions.clone() });
-        }
-        if cmd.origin == self.cfg.id {
-            if let Some(p) = self.pending.take(cmd.request_id) {
-                if let Some(mut resp) = applied.reply {
-                    resp.id = p.client_id;
-                    if p.bind_session && resp.error == 0 {
-                        if let (Some(c), Some(response::Body::CreateSession(cs))) =
-                            (self.conns.get_mut(&p.conn), &resp.body)
-                        {
-                            c.session = Some(cs.session_id);
-                            c.secret = cs.secret.clone();
-                        }
-                    }
-                    self.reply(p.conn, resp);
+        match &cmd.body {
+            Some(command::Body::NewSession(ns)) => self.sessions.created(index, ns.timeout_ms, now),
+            Some(command::Body::Expire(_)) => {
+                crate::metrics::expirations(ended.len());
+                if let Some(log) = self.observers.expiries.as_mut() {
+                    log.push(AppliedExpiry { index, sessions: ended.to_vec() });
                 }
             }
+            _ => {}
         }
+    }
+
+    /// The reply to this member's own entry `rid`, if a client waits for
+    /// it (a new session binds its connection). Locks nothing: it runs
+    /// under the state's write lock.
+    fn answer_own(&mut self, rid: u64, reply: Option<Response>, index: u64) {
+        let (Some(p), Some(mut resp)) = (self.pending.take(rid), reply) else { return };
+        resp.id = p.client_id;
+        if p.bind_session && resp.error == 0 {
+            if let (Some(c), Some(response::Body::CreateSession(cs))) = (self.conns.get_mut(&p.conn), &resp.body) {
+                c.session = Some(cs.session_id);
+                c.secret = cs.secret.clone();
+            }
+        }
+        self.deliver(Effect::Respond { conn: p.conn, resp }, index);
     }
 
     /// Fault `ack-before-commit`: answers this member's proposals as soon
@@ -357,7 +366,7 @@ impl Driver {
         info!(applied, bytes = data.len(), "snapshot for a new member");
         let mut batch = Batch::default();
         self.raw.mut_store().compact(applied, data, 0, &mut batch)?;
-        self.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new() });
+        self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new() });
         Ok(())
     }
 

@@ -13,13 +13,13 @@ impl Driver {
     /// Who is asking on `conn` (acl.rs).
     pub(super) fn caller(&self, conn: ConnId) -> Caller {
         let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
-        Caller::new(ids, &self.settings.superusers)
+        Caller::new(ids, &self.followed.current.superusers)
     }
 
     /// The cluster-wide settings this member follows (settings.rs; never
     /// locks the state: see `Driver::settings`).
     pub(super) fn settings(&self) -> baton_proto::ClusterSettings {
-        self.settings.clone()
+        self.followed.current.clone()
     }
 
     /// Room for `n` more watches on `conn` (the `max_watches` cap).
@@ -45,7 +45,7 @@ impl Driver {
         let caller = || self.caller(conn);
         let facts = route::ConnFacts { session, secret, caller: &caller, watches: self.watches.count(conn) };
         let leader_alive = self.leader_alive(now);
-        let route = route::route(req, &facts, &sm, &self.cfg, &self.settings, leader_alive);
+        let route = route::route(req, &facts, &sm, &self.cfg, &self.followed.current, leader_alive);
         drop(sm);
         self.carry_out(conn, route, now);
     }
@@ -122,7 +122,7 @@ impl Driver {
         let rid = self.pending.next_id();
         cmd.origin = self.cfg.id;
         cmd.request_id = rid;
-        cmd.time_ms = self.wall.at(now);
+        cmd.time_ms = self.clock.wall.at(now);
         match self.raw.propose(vec![], cmd.encode_to_vec()) {
             Ok(()) => {
                 self.pending.wait(rid, PendingWrite { conn, client_id, since: now, bind_session });

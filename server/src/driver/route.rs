@@ -123,25 +123,8 @@ pub fn route(
 ) -> Route {
     use request::Body as B;
     let id = req.id;
-    let refuse = |code: ErrorCode, msg: String| {
-        let mut r = error_response(sm.applied(), code, msg);
-        r.id = id;
-        Route::Reply(r)
-    };
-    let answer = |body: response::Body| {
-        Route::Reply(Response { id, zxid: sm.applied(), body: Some(body), ..Default::default() })
-    };
+    let refuse = |code: ErrorCode, msg: String| refusal(id, sm, code, msg);
     let no_leader = || refuse(ErrorCode::NoLeader, "this member has no contact with a leader".into());
-    let watch_room = || {
-        let max = cfg.limits.max_watches;
-        match conn.watches + 1 > max {
-            true => Err((
-                ErrorCode::Busy,
-                format!("this connection holds {} watches, at most {max} (--max-watches)", conn.watches),
-            )),
-            false => Ok(()),
-        }
-    };
     match &req.body {
         None => refuse(ErrorCode::BadRequest, "empty or unknown request (newer protocol?)".into()),
         Some(B::Status(_)) => Route::Status { id },
@@ -169,56 +152,16 @@ pub fn route(
             Route::ReadIndex { req, min_index }
         }
         Some(B::Keepalive(_)) => Route::Keepalive { id, session: conn.session },
-        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => {
-            let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| watch_room()));
-            if let Some(Err((code, msg))) = checked {
-                return refuse(code, msg);
-            }
-            match r.stale || cfg.faults.stale_reads() {
-                true => Route::Serve(req),
-                false => Route::ReadIndex { req, min_index: 0 },
-            }
-        }
-        Some(B::AddWatch(w)) => {
-            let Some(spec) = w.watch.clone() else {
-                return refuse(ErrorCode::BadRequest, "add_watch without a watch".into());
-            };
-            let allowed = check_spec(&spec)
-                .and_then(|_| watch_room())
-                .and_then(|_| sm.check_read(&spec.path, &(conn.caller)(), "watch"));
-            match allowed {
-                Err((code, msg)) => refuse(code, msg),
-                Ok(()) => Route::AddWatch { id, spec },
-            }
+        Some(B::Get(_)) | Some(B::Exists(_)) | Some(B::Children(_)) | Some(B::GetAcl(_)) | Some(B::AddWatch(_)) => {
+            read_route(req, conn, sm, cfg)
         }
         Some(B::RemoveWatch(rw)) => Route::RemoveWatch { id, watch_id: rw.watch_id },
         Some(B::Auth(_)) => refuse(ErrorCode::BadRequest, "auth is answered by the listener; retry".into()),
-        Some(B::Whoami(_)) => {
-            let mut names = vec![crate::acl::ANYONE.to_string()];
-            names.extend((conn.caller)().identities);
-            answer(response::Body::Names(NamesResp { names }))
-        }
-        Some(B::Snapshot(s)) => {
-            if !crate::settings::admin_allowed(settings, (conn.caller)().superuser) {
-                return refuse(ErrorCode::NoAuth, crate::settings::admin_refusal(settings, "backups"));
-            }
-            if s.backup_id != 0 {
-                return Route::BackupChunk { id, backup_id: s.backup_id, offset: s.offset };
-            }
-            // A new backup holds every acknowledged write: after a ReadIndex.
-            if !leader_alive {
-                return no_leader();
-            }
-            Route::ReadIndex { req, min_index: 0 }
+        Some(B::Whoami(_)) | Some(B::Snapshot(_)) | Some(B::ListUsers(_)) => {
+            admin_route(req, conn, sm, settings, leader_alive)
         }
         Some(B::Members(_)) => Route::Members { id },
         Some(B::MemberChange(mc)) => Route::MemberChange { id, change: mc.clone() },
-        Some(B::ListUsers(_)) => {
-            if !(conn.caller)().superuser {
-                return refuse(ErrorCode::NoAuth, "list-users needs a superuser (--superuser)".into());
-            }
-            answer(response::Body::Names(NamesResp { names: sm.user_names() }))
-        }
         Some(B::CloseSession(_))
         | Some(B::Create(_))
         | Some(B::Set(_))
@@ -229,50 +172,148 @@ pub fn route(
         | Some(B::RemoveUser(_))
         | Some(B::ResetFence(_))
         | Some(B::SetSettings(_))
-        | Some(B::ClaimSession(_)) => {
-            let Some(sid) = conn.session else {
-                return refuse(ErrorCode::BadRequest, "writes need a session: create or attach one first".into());
-            };
-            if !sm.session_exists(sid) {
-                return refuse(ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
+        | Some(B::ClaimSession(_)) => write_route(req, conn, sm, cfg),
+    }
+}
+
+/// Who am I, backups, the user list: answered from the caller's
+/// identities and the cluster's settings.
+fn admin_route(
+    req: Request,
+    conn: &ConnFacts,
+    sm: &StateMachine,
+    settings: &ClusterSettings,
+    leader_alive: bool,
+) -> Route {
+    use request::Body as B;
+    let id = req.id;
+    let refuse = |code: ErrorCode, msg: String| refusal(id, sm, code, msg);
+    match &req.body {
+        Some(B::Whoami(_)) => {
+            let mut names = vec![crate::acl::ANYONE.to_string()];
+            names.extend((conn.caller)().identities);
+            answer(id, sm, response::Body::Names(NamesResp { names }))
+        }
+        Some(B::Snapshot(s)) => {
+            if !crate::settings::admin_allowed(settings, (conn.caller)().superuser) {
+                return refuse(ErrorCode::NoAuth, crate::settings::admin_refusal(settings, "backups"));
             }
-            if let Some((code, msg)) = precheck_write(&req, cfg.limits.max_multi_ops) {
-                return refuse(code, msg);
+            if s.backup_id != 0 {
+                return Route::BackupChunk { id, backup_id: s.backup_id, offset: s.offset };
             }
-            let (seq, acked_below, epoch) = (req.seq, req.acked_below, req.epoch);
-            let op = match req.body {
-                Some(B::CloseSession(c)) => client_write::Op::CloseSession(c),
-                Some(B::Create(c)) => client_write::Op::Create(c),
-                Some(B::Set(s)) => client_write::Op::Set(s),
-                Some(B::Delete(d)) => client_write::Op::Delete(d),
-                Some(B::Multi(m)) => client_write::Op::Multi(m),
-                Some(B::SetAcl(a)) => client_write::Op::SetAcl(a),
-                Some(B::AddUser(u)) => client_write::Op::AddUser(u),
-                Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
-                Some(B::ClaimSession(c)) => client_write::Op::ClaimSession(c),
-                Some(B::ResetFence(f)) => client_write::Op::ResetFence(f),
-                Some(B::SetSettings(s)) => client_write::Op::SetSettings(s),
-                _ => return refuse(ErrorCode::BadRequest, "not a write".into()),
+            // A new backup holds every acknowledged write: after a ReadIndex.
+            if !leader_alive {
+                return refuse(ErrorCode::NoLeader, "this member has no contact with a leader".into());
+            }
+            Route::ReadIndex { req, min_index: 0 }
+        }
+        Some(B::ListUsers(_)) => {
+            if !(conn.caller)().superuser {
+                return refuse(ErrorCode::NoAuth, "list-users needs a superuser (--superuser)".into());
+            }
+            answer(id, sm, response::Body::Names(NamesResp { names: sm.user_names() }))
+        }
+        _ => refuse(ErrorCode::BadRequest, "not an admin request".into()),
+    }
+}
+
+/// A refusal: nothing happened.
+fn refusal(id: u64, sm: &StateMachine, code: ErrorCode, msg: String) -> Route {
+    let mut r = error_response(sm.applied(), code, msg);
+    r.id = id;
+    Route::Reply(r)
+}
+
+/// An answer made from the state now.
+fn answer(id: u64, sm: &StateMachine, body: response::Body) -> Route {
+    Route::Reply(Response { id, zxid: sm.applied(), body: Some(body), ..Default::default() })
+}
+
+/// Room for one more watch on the connection (`--max-watches`).
+fn watch_room(conn: &ConnFacts, cfg: &Config) -> Result<(), (ErrorCode, String)> {
+    let max = cfg.limits.max_watches;
+    if conn.watches + 1 > max {
+        return Err((
+            ErrorCode::Busy,
+            format!("this connection holds {} watches, at most {max} (--max-watches)", conn.watches),
+        ));
+    }
+    Ok(())
+}
+
+/// A read (get, exists, children, get_acl) or a watch registration.
+fn read_route(req: Request, conn: &ConnFacts, sm: &StateMachine, cfg: &Config) -> Route {
+    use request::Body as B;
+    let id = req.id;
+    match &req.body {
+        Some(B::AddWatch(w)) => {
+            let Some(spec) = w.watch.clone() else {
+                return refusal(id, sm, ErrorCode::BadRequest, "add_watch without a watch".into());
             };
-            let caller = (conn.caller)();
-            Route::Propose {
-                id,
-                cmd: Command {
-                    body: Some(command::Body::Write(ClientWrite {
-                        session_id: sid,
-                        seq,
-                        acked_below,
-                        epoch,
-                        secret: conn.secret.clone(),
-                        identities: caller.identities,
-                        superuser: caller.superuser,
-                        op: Some(op),
-                    })),
-                    ..Default::default()
-                },
+            let allowed = check_spec(&spec)
+                .and_then(|_| watch_room(conn, cfg))
+                .and_then(|_| sm.check_read(&spec.path, &(conn.caller)(), "watch"));
+            match allowed {
+                Err((code, msg)) => refusal(id, sm, code, msg),
+                Ok(()) => Route::AddWatch { id, spec },
             }
         }
+        Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => {
+            let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| watch_room(conn, cfg)));
+            if let Some(Err((code, msg))) = checked {
+                return refusal(id, sm, code, msg);
+            }
+            match r.stale || cfg.faults.stale_reads() {
+                true => Route::Serve(req),
+                false => Route::ReadIndex { req, min_index: 0 },
+            }
+        }
+        _ => refusal(id, sm, ErrorCode::BadRequest, "not a read".into()),
     }
+}
+
+/// A client write: checked for a live session and its shape, then
+/// proposed with the session's secret and the caller's identities.
+fn write_route(req: Request, conn: &ConnFacts, sm: &StateMachine, cfg: &Config) -> Route {
+    use request::Body as B;
+    let id = req.id;
+    let refuse = |code: ErrorCode, msg: String| refusal(id, sm, code, msg);
+    let Some(sid) = conn.session else {
+        return refuse(ErrorCode::BadRequest, "writes need a session: create or attach one first".into());
+    };
+    if !sm.session_exists(sid) {
+        return refuse(ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
+    }
+    if let Some((code, msg)) = precheck_write(&req, cfg.limits.max_multi_ops) {
+        return refuse(code, msg);
+    }
+    let (seq, acked_below, epoch) = (req.seq, req.acked_below, req.epoch);
+    let op = match req.body {
+        Some(B::CloseSession(c)) => client_write::Op::CloseSession(c),
+        Some(B::Create(c)) => client_write::Op::Create(c),
+        Some(B::Set(s)) => client_write::Op::Set(s),
+        Some(B::Delete(d)) => client_write::Op::Delete(d),
+        Some(B::Multi(m)) => client_write::Op::Multi(m),
+        Some(B::SetAcl(a)) => client_write::Op::SetAcl(a),
+        Some(B::AddUser(u)) => client_write::Op::AddUser(u),
+        Some(B::RemoveUser(u)) => client_write::Op::RemoveUser(u),
+        Some(B::ClaimSession(c)) => client_write::Op::ClaimSession(c),
+        Some(B::ResetFence(f)) => client_write::Op::ResetFence(f),
+        Some(B::SetSettings(s)) => client_write::Op::SetSettings(s),
+        _ => return refuse(ErrorCode::BadRequest, "not a write".into()),
+    };
+    let caller = (conn.caller)();
+    let write = ClientWrite {
+        session_id: sid,
+        seq,
+        acked_below,
+        epoch,
+        secret: conn.secret.clone(),
+        identities: caller.identities,
+        superuser: caller.superuser,
+        op: Some(op),
+    };
+    Route::Propose { id, cmd: Command { body: Some(command::Body::Write(write)), ..Default::default() } }
 }
 
 /// Checks a watch registration: a valid path and a known kind.
