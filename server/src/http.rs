@@ -41,7 +41,7 @@ impl Board {
     }
 
     /// This member applied its own removal: it serves no one and is about
-    /// to exit (main.rs, `REMOVED_LINGER`).
+    /// to exit (member.rs, `REMOVED_LINGER`).
     pub fn set_removed(&self) {
         self.1.store(true, std::sync::atomic::Ordering::SeqCst);
     }

@@ -14,7 +14,9 @@
 //!   [`syncer`] (the fsync thread).
 //! - [`transport`]: peer TCP links; [`listener`]: client connections;
 //!   [`batch`]: the batch-and-flush writer both use.
-//! - [`shutdown`]: the order in which a member stops.
+//! - [`member`]: one member assembled (data dir, ports, tasks, the loop),
+//!   shared by `batond` and the tests; [`shutdown`]: the order in which a
+//!   member stops.
 //! - [`config`], [`logging`].
 //!
 //! See docs/architecture.md for the write and read paths end to end.
@@ -34,6 +36,7 @@ pub mod http;
 pub mod kv;
 pub mod listener;
 pub mod logging;
+pub mod member;
 pub mod membership;
 pub mod message;
 pub mod metrics;

@@ -16,11 +16,10 @@ use baton_server::kv::RocksKv;
 /// member's CPU under load (docs/perf/README.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use baton_server::message::Input;
-use baton_server::node::Node;
-use baton_server::transport::{PeerAuth, PeerTls};
+use baton_server::member;
+use baton_server::transport::PeerTls;
 use clap::{Args, Parser, Subcommand};
-use tracing::{error, info, warn};
+use tracing::error;
 
 #[derive(Parser, Debug)]
 #[command(name = "batond", version, about = "A Baton member: Raft-replicated coordination service")]
@@ -135,6 +134,29 @@ struct Timing {
     server_fault: Vec<String>,
 }
 
+/// The member flags (`Timing`) given to `batond cluster` on its command
+/// line or in its `--config` file, for each member's command line, as
+/// given: a flag is written once, in `Timing`, and reaches the members
+/// whatever it is. Flags from BATON_* variables reach them through the
+/// environment they inherit.
+fn given_member_flags(args: &[String]) -> Vec<String> {
+    use clap::parser::ValueSource;
+    use clap::CommandFactory;
+    let Ok(all) = Cli::command().try_get_matches_from(args) else { return Vec::new() };
+    let Some(("cluster", m)) = all.subcommand() else { return Vec::new() };
+    let mut out = Vec::new();
+    for arg in Timing::augment_args(clap::Command::new("timing")).get_arguments() {
+        let (id, Some(long)) = (arg.get_id().as_str(), arg.get_long()) else { continue };
+        if m.value_source(id) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        for v in m.get_raw(id).into_iter().flatten() {
+            out.push(format!("--{long}={}", v.to_string_lossy()));
+        }
+    }
+    out
+}
+
 /// `--io-threads`, or half the cores (1 to 8).
 fn io_threads(flag: Option<usize>) -> usize {
     match flag {
@@ -144,32 +166,6 @@ fn io_threads(flag: Option<usize>) -> usize {
 }
 
 impl Timing {
-    fn to_args(&self) -> Vec<String> {
-        vec![
-            format!("--tick-ms={}", self.tick_ms),
-            format!("--election-ticks={}", self.election_ticks),
-            format!("--heartbeat-ticks={}", self.heartbeat_ticks),
-            format!("--snapshot-entries={}", self.snapshot_entries),
-            format!("--max-frame={}", self.max_frame),
-            format!("--min-session-ms={}", self.min_session_ms),
-            format!("--max-session-ms={}", self.max_session_ms),
-            format!("--request-timeout-ms={}", self.request_timeout_ms),
-            format!("--max-connections={}", self.max_connections),
-            format!("--max-inflight={}", self.max_inflight),
-            format!("--max-queued-bytes={}", self.max_queued_bytes),
-            format!("--max-sessions={}", self.max_sessions),
-            format!("--max-watches={}", self.max_watches),
-            format!("--max-multi-ops={}", self.max_multi_ops),
-            format!("--max-reply-bytes={}", self.max_reply_bytes),
-            format!("--slow-request-ms={}", self.slow_request_ms),
-        ]
-        .into_iter()
-        .chain(self.superusers.iter().map(|s| format!("--superuser={s}")))
-        .chain(self.open_admin.map(|b| format!("--insecure-open-admin={b}")))
-        .chain(self.io_threads.map(|n| format!("--io-threads={n}")))
-        .collect()
-    }
-
     fn faults(&self) -> anyhow::Result<baton_server::faults::Faults> {
         #[cfg(feature = "fault-injection")]
         return baton_server::faults::Faults::parse(&self.server_fault).map_err(|e| anyhow::anyhow!(e));
@@ -285,18 +281,6 @@ fn advertised(what: &str, listen: &str, given: Option<String>) -> anyhow::Result
     Ok(addr)
 }
 
-/// Warns loudly when a non-loopback address is served in plaintext.
-fn warn_plaintext(what: &str, addr: SocketAddr, tls: bool) {
-    if !tls && !addr.ip().is_loopback() {
-        warn!(
-            %addr,
-            "PLAINTEXT {what} port on a non-loopback address: anyone who can reach {addr} can {}. \
-             Configure TLS (docs/security.md).",
-            if what == "peer" { "steer or crash this cluster" } else { "read and write every node" }
-        );
-    }
-}
-
 #[derive(Args, Debug)]
 struct RestoreArgs {
     /// The backup file.
@@ -380,11 +364,11 @@ pub fn main() {
         eprintln!("batond: {e}");
         std::process::exit(1);
     });
-    let cli = Cli::parse_from(args);
+    let cli = Cli::parse_from(&args);
     baton_server::logging::init(cli.log_format == LogFormat::Json);
     let member_mode = cli.cmd.is_none();
     let result = match cli.cmd {
-        Some(Sub::Cluster(c)) => run_cluster(c),
+        Some(Sub::Cluster(c)) => run_cluster(c, given_member_flags(&args)),
         Some(Sub::Restore(r)) => run_restore(r),
         None => run_member(cli.member),
     };
@@ -435,9 +419,9 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let t = a.timing;
     let mut cfg = Config {
         id,
-        data_dir: data_dir.clone(),
-        client_addr: client_addr.clone(),
-        peer_addr: peer_addr.clone(),
+        data_dir,
+        client_addr,
+        peer_addr,
         advertise_client_addr,
         advertise_peer_addr,
         peers,
@@ -480,88 +464,22 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             "no --superuser: backups and membership changes are refused (docs/operations.md, The first admin)"
         );
     }
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-    let kv = RocksKv::open_with(&data_dir.join("db"), cfg.faults.lenient_storage())
-        .with_context(|| format!("opening RocksDB in {}", data_dir.display()))?;
-
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(io_threads(t.io_threads)).enable_all().build()?;
-    let (in_tx, in_rx) = std::sync::mpsc::channel::<Input>();
-    let (peer_listener, client_listener, http_listener, zk_listener) = rt.block_on(async {
-        let p = tokio::net::TcpListener::bind(&peer_addr)
-            .await
-            .with_context(|| format!("binding peer address {peer_addr}"))?;
-        let c = tokio::net::TcpListener::bind(&client_addr)
-            .await
-            .with_context(|| format!("binding client address {client_addr}"))?;
-        let h = match &a.http_addr {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding HTTP address {addr}"))?,
-            ),
-            None => None,
-        };
-        let z = match &a.zk_addr {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding ZooKeeper address {addr}"))?,
-            ),
-            None => None,
-        };
-        anyhow::Ok((p, c, h, z))
-    })?;
-    if let (Ok(c), Ok(p)) = (client_listener.local_addr(), peer_listener.local_addr()) {
-        warn_plaintext("client", c, client_tls.is_some());
-        warn_plaintext("peer", p, peer_tls.is_some());
-    }
-    let shutdown = baton_server::shutdown::Shutdown::new();
-    let (transport, links, members) = baton_server::transport::transport(id);
-    let kv: std::sync::Arc<dyn baton_server::kv::Kv> = std::sync::Arc::new(kv);
-    let mut node = Node::new(cfg.clone(), kv.clone(), Box::new(transport), in_tx.clone())?;
-    // The HTTP listener stops last: a removed member's /health and /ready
-    // say "removed" for REMOVED_LINGER after its client ports closed.
-    let http_stop = baton_server::shutdown::Shutdown::new();
-    let mut board_of_removal = None;
-    if let Some(l) = http_listener {
-        let prom = baton_server::http::install_recorder()?;
-        let board = baton_server::http::Board::default();
-        node.set_board(board.clone());
-        board_of_removal = Some(board.clone());
-        let stale = 3 * cfg.election_timeout();
-        rt.spawn(baton_server::http::serve(l, prom, board, stale, http_stop.signal()));
-    }
-    let incarnations = std::sync::Arc::new(
-        baton_server::cluster::Incarnations::load(kv.clone()).context("reading this data dir's incarnation")?,
-    );
-    let auth = PeerAuth { me: id, members, tls: peer_tls, state: node.shared_state(), incarnations };
-    {
-        let _g = rt.enter();
-        baton_server::transport::start_senders(links, in_tx.clone(), auth.clone(), shutdown.signal());
-    }
-    rt.spawn(baton_server::transport::serve(peer_listener, in_tx.clone(), auth, shutdown.signal()));
-    // Local reads without a watch are answered by the listeners from the
-    // shared state (not with deliberate bugs on: those act in the driver).
-    let fast_reads = !cfg.faults.any();
-    let (state, lcfg) = (node.shared_state(), cfg.clone());
-    let sig = shutdown.signal();
-    // One `--max-connections` for both client ports (finding Z7: each
-    // port had its own, twice the documented number).
-    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(cfg.limits.max_connections));
-    if let Some(l) = zk_listener {
-        let zk = baton_server::zk::ZkSettings {
-            linearizable_reads: a.zk_linearizable_reads,
-            words: a.zk_4lw_whitelist.split(',').map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect(),
-        };
-        let (state, zcfg) = (node.shared_state(), cfg.clone());
-        let tls = client_tls.clone();
-        let open = open.clone();
-        rt.spawn(baton_server::zk::serve(l, in_tx.clone(), zcfg, zk, state, tls, open, shutdown.signal()));
-    }
-    let listen =
-        baton_server::listener::serve(client_listener, in_tx.clone(), lcfg, state, fast_reads, client_tls, open, sig);
-    rt.spawn(listen);
-    let stop = in_tx.clone();
-    rt.spawn(async move {
+    let zk = baton_server::zk::ZkSettings {
+        linearizable_reads: a.zk_linearizable_reads,
+        words: a.zk_4lw_whitelist.split(',').map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect(),
+    };
+    let opts = member::Options {
+        cfg,
+        http_addr: a.http_addr,
+        zk_addr: a.zk_addr,
+        zk,
+        client_tls,
+        peer_tls,
+        io_threads: io_threads(t.io_threads),
+    };
+    let m = member::start(opts)?;
+    let stop = m.stopper();
+    m.spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
             return;
@@ -570,37 +488,17 @@ fn run_member(a: MemberArgs) -> anyhow::Result<()> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        let _ = stop.send(Input::Shutdown);
+        stop.stop();
     });
-    info!(id, %client_addr, %peer_addr, "member up");
-    drop(in_tx);
-    // The order is shutdown.rs's: the driver answers what is pending and
-    // returns; then every task is told, and given SHUTDOWN_GRACE to write
-    // out what is queued and close.
-    let result = node.run(in_rx);
-    let removed = result.as_ref().is_err_and(|e| format!("{e:#}").contains(baton_server::node::REMOVED));
-    if !rt.block_on(shutdown.finish(SHUTDOWN_GRACE)) {
-        tracing::warn!("some connections were still open {SHUTDOWN_GRACE:?} after shutdown began");
-    }
-    if let Some(board) = board_of_removal.filter(|_| removed) {
-        board.set_removed();
-        std::thread::sleep(REMOVED_LINGER);
-    }
-    rt.block_on(http_stop.finish(Duration::from_millis(200)));
-    rt.shutdown_timeout(Duration::from_secs(1));
-    result
+    m.run()
 }
 
-/// How long a removed member's HTTP listener goes on answering `/health`
-/// and `/ready` with "removed" before the member exits 2.
-const REMOVED_LINGER: Duration = Duration::from_secs(3);
-/// How long connections get to write out their last answers at shutdown.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long `batond cluster` waits for its members after SIGTERM before
 /// SIGKILL.
 const MEMBERS_STOP_BOUND: Duration = Duration::from_secs(5);
 
-fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
+/// `flags`: the member flags to pass on (`given_member_flags`).
+fn run_cluster(c: ClusterArgs, flags: Vec<String>) -> anyhow::Result<()> {
     if c.nodes == 0 || c.nodes > 9 {
         anyhow::bail!("--nodes must be 1..9");
     }
@@ -620,8 +518,10 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
     } else if c.timing.open_admin == Some(false) {
         (Vec::new(), "admin: none (backups and membership changes are refused)".into())
     } else {
+        // Given on the command line, it is passed on with the other flags.
+        let open = if c.timing.open_admin.is_none() { vec!["--insecure-open-admin".into()] } else { Vec::new() };
         (
-            vec!["--insecure-open-admin".into()],
+            open,
             "admin: every client (--insecure-open-admin: a local development cluster; give --superuser or --tls \
              to close it)"
                 .into(),
@@ -638,7 +538,7 @@ fn run_cluster(c: ClusterArgs) -> anyhow::Result<()> {
             join: Join::Peers(peers.clone()),
             tls_args: tls.get(i as usize - 1).cloned().unwrap_or_default(),
             extra: {
-                let mut e = c.timing.to_args();
+                let mut e = flags.clone();
                 e.extend(admin_args.iter().cloned());
                 if c.zk {
                     e.push(format!("--zk-addr={}", port(i, 300)));

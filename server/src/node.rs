@@ -15,8 +15,9 @@
 //! argument; this file only reads the clock and moves messages.
 //!
 //! # A member's threads
-//! - **The driver thread**: the process's main thread. After `run_member`
-//!   (main.rs) has started the runtime it calls [`Node::run`], which returns
+//! - **The driver thread**: the process's main thread. After
+//!   `member::start` (member.rs) has started the runtime and every task,
+//!   `Member::run` calls [`Node::run`], which returns
 //!   only at shutdown. The driver owns the raft-rs `RawNode`, the state
 //!   machine, the watch table, the session layer and every pending request.
 //!   The state machine is shared behind an `RwLock` (`SharedState`): only

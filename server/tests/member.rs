@@ -1,0 +1,166 @@
+//! `member::start` (member.rs) as a library: three members assembled in
+//! this process exactly as `batond` assembles one (real RocksDB, real TCP
+//! on loopback, raft-rs), a client takes a lock and writes through them,
+//! and every member stops in order when asked.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use baton_client::{Client, CreateOptions};
+use baton_server::config::Config;
+use baton_server::member::{self, Member, Options};
+use baton_server::zk::ZkSettings;
+
+fn options(id: u64, dir: &std::path::Path, ports: &[u16]) -> Options {
+    let mut cfg = Config::defaults(id);
+    let at = |p: u16| format!("127.0.0.1:{p}");
+    cfg.data_dir = dir.join(format!("member-{id}"));
+    cfg.client_addr = at(ports[(id as usize - 1) * 3]);
+    cfg.peer_addr = at(ports[(id as usize - 1) * 3 + 1]);
+    cfg.advertise_client_addr = cfg.client_addr.clone();
+    cfg.advertise_peer_addr = cfg.peer_addr.clone();
+    cfg.peers = (1..=3u64).map(|m| (m, at(ports[(m as usize - 1) * 3 + 1]))).collect();
+    cfg.tick_ms = 20;
+    cfg.open_admin = true;
+    cfg.validate().expect("a valid config");
+    let zk_addr = Some(at(ports[(id as usize - 1) * 3 + 2]));
+    Options {
+        cfg,
+        http_addr: None,
+        zk_addr,
+        zk: ZkSettings::default(),
+        client_tls: None,
+        peer_tls: None,
+        io_threads: 1,
+    }
+}
+
+/// Runs a started member's loop on a thread of its own; its result comes
+/// back on the channel.
+fn run(m: Member) -> mpsc::Receiver<anyhow::Result<()>> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(m.run());
+    });
+    rx
+}
+
+#[test]
+fn three_members_started_in_process_serve_a_lock_and_stop_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports = baton_kit::ports::distinct_ports(12);
+    let mut stoppers = Vec::new();
+    let mut done = Vec::new();
+    let mut endpoints = Vec::new();
+    for id in 1..=3 {
+        let m = member::start(options(id, dir.path(), &ports)).expect("start");
+        // Every port is bound when start returns.
+        let a = m.addrs().clone();
+        assert_eq!(a.client.port(), ports[(id as usize - 1) * 3]);
+        assert!(a.zk.is_some() && a.http.is_none(), "{a:?}");
+        std::net::TcpStream::connect(a.client).expect("the client port accepts before run");
+        endpoints.push(a.client.to_string());
+        stoppers.push(m.stopper());
+        done.push(run(m));
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let c = tokio::time::timeout(Duration::from_secs(30), Client::connect(endpoints.clone()))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        let guard =
+            tokio::time::timeout(Duration::from_secs(30), c.lock("jobs")).await.expect("in time").expect("lock");
+        assert!(guard.fencing_token() > 0);
+        c.create("/assembled", "yes", CreateOptions::persistent()).await.expect("create");
+        let (data, _) = c.get("/assembled").await.expect("get");
+        assert_eq!(&data[..], b"yes");
+        guard.release().await.expect("release");
+        let _ = c.close().await;
+    });
+
+    // A port already taken is an error from start, before any task runs.
+    let mut taken = options(4, dir.path(), &ports);
+    taken.cfg.client_addr = endpoints[0].clone();
+    let err = member::start(taken).err().expect("a bound port is refused");
+    assert!(format!("{err:#}").contains("binding client address"), "{err:#}");
+
+    for s in &stoppers {
+        s.stop();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for (i, rx) in done.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let r = rx.recv_timeout(left).unwrap_or_else(|_| panic!("member {} did not stop in time", i + 1));
+        r.unwrap_or_else(|e| panic!("member {} stopped with {e:#}", i + 1));
+    }
+    // Stopped means closed: the client ports refuse connections.
+    for e in &endpoints {
+        assert!(std::net::TcpStream::connect(e).is_err(), "{e} still accepts");
+    }
+}
+
+/// `batond cluster` passes the member flags it was given to every member
+/// as given (each flag is written once, in main.rs's `Timing`), and adds
+/// `--insecure-open-admin` only when no admin flag was given.
+#[test]
+fn batond_cluster_passes_its_member_flags_on_as_given() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A base port whose client, peer and HTTP offsets are free.
+    let base = (0..200)
+        .map(|_| baton_kit::free_port().saturating_sub(400))
+        .find(|b| [1u16, 101, 201].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", b + o)).is_ok()))
+        .expect("a free base port");
+    let cases: [(&[&str], &[&str], &[&str]); 2] = [
+        (
+            &["--tick-ms", "20", "--max-watches=7", "--superuser", "user:a,user:b"],
+            &["--tick-ms=20", "--max-watches=7", "--superuser=user:a", "--superuser=user:b"],
+            &["--insecure-open-admin", "--election-ticks"],
+        ),
+        (&["--insecure-open-admin"], &["--insecure-open-admin=true"], &["--tick-ms", "--superuser"]),
+    ];
+    for (i, (given, want, absent)) in cases.iter().enumerate() {
+        let data = dir.path().join(format!("c{i}"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_batond"));
+        cmd.args(["cluster", "--nodes", "1", "--base-port", &base.to_string(), "--data-dir"]).arg(&data);
+        cmd.args(given.iter()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().expect("batond cluster");
+        let out = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+        let pid = lines
+            .by_ref()
+            .take(10)
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("member 1: pid ").and_then(|r| r.split(' ').next()?.parse::<u32>().ok()));
+        // Right after its exec a process's command line can read empty
+        // (the parent is released before the new image's arguments are
+        // set up): read it until it is there, for up to 5 s.
+        let read_cmdline = || pid.and_then(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok()).unwrap_or_default();
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut cmdline = read_cmdline();
+        while cmdline.is_empty() && Instant::now() < until {
+            thread::sleep(Duration::from_millis(20));
+            cmdline = read_cmdline();
+        }
+        // SIGTERM: batond cluster stops its members and exits.
+        let _ = std::process::Command::new("kill").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let log = std::fs::read_to_string(data.join("member-1.log")).unwrap_or_default();
+        assert!(pid.is_some(), "no member pid printed (case {i})");
+        assert!(args.len() > 1, "no member command line (case {i}); its log:\n{log}");
+        for w in *want {
+            assert!(args.iter().any(|a| a == w), "{w} not passed on in case {i}: {args:?}");
+        }
+        for a in *absent {
+            assert!(!args.iter().any(|x| x.starts_with(a)), "{a} passed on in case {i}: {args:?}");
+        }
+    }
+}
