@@ -1,7 +1,25 @@
 //! One ZooKeeper connection: the handshake, then requests translated to
 //! Baton's and replies translated back, in request order (mod.rs says
-//! why each rule holds). Creates of every kind go through `create_op`
-//! (a container is a persistent node here).
+//! why each rule holds).
+//!
+//! This file holds the connection: its handshake, the request order and
+//! classes, the session rule's gate and the writer. Each opcode's
+//! translation, in and out, is in one file beside it:
+//! - `conn/nodes.rs`: create (every kind), delete, setData, setACL;
+//! - `conn/reads.rs`: exists, getData, getChildren, getACL, sync;
+//! - `conn/multi.rs`: multi (and check), multiRead;
+//! - `conn/watches.rs`: addWatch, setWatches, checkWatches, removeWatches;
+//! - `conn/session.rs`: ping, auth, closeSession, whoAmI, getEphemerals,
+//!   getAllChildrenNumber.
+//!
+//! [`Gateway::dispatch`] sends a request to its file, and `build` asks
+//! that file for the reply.
+
+mod multi;
+mod nodes;
+mod reads;
+mod session;
+mod watches;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
@@ -742,279 +760,43 @@ impl Gateway {
     }
 
     /// Translates one request. False: close the connection.
+    /// One request's translation: each opcode (or family) is served in
+    /// the file that also builds its reply (the module doc lists them).
     fn dispatch(&mut self, reqs: &mut Zreqs, x: i32, o: i32, req: Request) -> bool {
-        use request::Body as B;
-        if uses_auth_acl(&req) && self.tx.identities().is_empty() {
+        if nodes::uses_auth_acl(&req) && self.tx.identities().is_empty() {
             // ZooKeeper's answer to an `auth` ACL from a client that has
             // authenticated as no one (Baton's would be BAD_REQUEST).
             self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
             return true;
         }
         match req {
-            Request::Ping => {
-                // Answered here, outside the request order as in
-                // ZooKeeper, and written only while the session rule
-                // allows (vouch.rs): held, it asks for a keepalive.
-                let h = ReplyHeader { xid: xid::PING, zxid: self.applied(), err: err::OK };
-                if let Some(s) = &self.stats {
-                    s.sent();
-                }
-                self.push(Out::Frame(Response::encode(h, &Response::Empty)));
-                true
-            }
-            Request::Create { c, .. } => {
-                // create, create2, createContainer: the reply's shape is the opcode's.
-                match create_op(c) {
-                    Ok(create) => self.forward(reqs, x, o, What::Plain, vec![(B::Create(create), true)]),
-                    Err(code) => {
-                        self.answer(reqs, x, o, code, Response::Empty);
-                        true
-                    }
-                }
-            }
-            Request::Delete { path, version } => {
-                let d = DeleteOp { path, version: version_of(version) };
-                self.forward(reqs, x, o, What::Plain, vec![(B::Delete(d), true)])
-            }
-            Request::SetData { path, data, version } => {
-                let s = SetOp { path, data: data.into(), version: version_of(version) };
-                self.forward(reqs, x, o, What::Plain, vec![(B::Set(s), true)])
-            }
-            Request::SetAcl { path, acl, version } => {
-                let Some(acl) = acl_in(&acl) else {
-                    self.answer(reqs, x, o, err::INVALID_ACL, Response::Empty);
-                    return true;
-                };
-                let a = SetAclOp { path, acl, version: version_of(version) };
-                self.forward(reqs, x, o, What::Plain, vec![(B::SetAcl(a), true)])
-            }
-            Request::Exists { path, watch } => {
-                let (r, w) = self.read_req(path, watch.then_some(WatchKind::Exists));
-                self.forward(reqs, x, o, What::Watched { watch: w }, vec![(B::Exists(r), false)])
-            }
-            Request::GetData { path, watch } => {
-                let (r, w) = self.read_req(path, watch.then_some(WatchKind::Data));
-                self.forward(reqs, x, o, What::Watched { watch: w }, vec![(B::Get(r), false)])
-            }
-            Request::GetChildren { path, watch, .. } => {
-                let (r, w) = self.read_req(path, watch.then_some(WatchKind::Children));
-                self.forward(reqs, x, o, What::Watched { watch: w }, vec![(B::Children(r), false)])
-            }
-            Request::GetAcl { path } => {
-                let (r, _) = self.read_req(path, None);
-                self.forward(reqs, x, o, What::Watched { watch: None }, vec![(B::GetAcl(r), false)])
-            }
-            Request::Sync { path } => {
-                // Any read through ReadIndex: once it is answered, this
-                // member has applied everything committed before the sync.
-                let r = ReadReq { path: path.clone(), stale: false, watch: None };
-                self.forward(reqs, x, o, What::Sync { path }, vec![(B::Exists(r), false)])
-            }
-            Request::Check { .. } => {
-                // Only inside a multi in ZooKeeper's client API.
-                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
-                true
-            }
-            Request::Multi(ops) => {
-                let kinds: Vec<i32> = ops.iter().map(Request::op).collect();
-                let mut out = Vec::with_capacity(kinds.len());
-                for r in ops {
-                    match multi_op(r) {
-                        Ok(op) => out.push(op),
-                        Err(code) => {
-                            self.answer(reqs, x, o, code, Response::Empty);
-                            return true;
-                        }
-                    }
-                }
-                self.forward(reqs, x, o, What::Multi { ops: kinds }, vec![(B::Multi(MultiOp { ops: out }), true)])
-            }
-            Request::MultiRead(ops) => {
-                if ops.len() > self.max_multi_ops {
-                    // As a multi write over the cap (TOO_LARGE, answered
-                    // BAD_ARGUMENTS on this port): nothing is read.
-                    self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
-                    return true;
-                }
-                let kinds: Vec<i32> = ops.iter().map(Request::op).collect();
-                let mut bodies = Vec::with_capacity(ops.len());
-                for r in ops {
-                    let (path, children) = match r {
-                        Request::GetData { path, .. } => (path, false),
-                        Request::GetChildren { path, .. } => (path, true),
-                        _ => {
-                            self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
-                            return true;
-                        }
-                    };
-                    let (rr, _) = self.read_req(path, None);
-                    bodies.push((if children { B::Children(rr) } else { B::Get(rr) }, false));
-                }
-                if bodies.is_empty() {
-                    self.answer(reqs, x, o, err::OK, Response::Multi(vec![]));
-                    return true;
-                }
-                self.forward(reqs, x, o, What::MultiRead { ops: kinds }, bodies)
-            }
-            Request::AddWatch { path, mode } => {
-                let kinds: &[WatchKind] = match mode {
-                    jute::watch_mode::PERSISTENT => &[WatchKind::Exists, WatchKind::Children],
-                    jute::watch_mode::PERSISTENT_RECURSIVE => &[WatchKind::Recursive],
-                    _ => {
-                        self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
-                        return true;
-                    }
-                };
-                if baton_proto::validate_path(&path).is_err() {
-                    self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
-                    return true;
-                }
-                let mut bodies = Vec::new();
-                let mut ids = Vec::new();
-                for k in kinds {
-                    let id = self.next_watch;
-                    ids.push(id);
-                    self.next_watch += 1;
-                    self.watches.insert(id, Watch { path: path.clone(), kind: *k, persistent: true });
-                    let spec = WatchSpec {
-                        watch_id: id,
-                        path: path.clone(),
-                        kind: *k as i32,
-                        persistent: true,
-                        existed: false,
-                    };
-                    bodies.push((B::AddWatch(AddWatchReq { watch: Some(spec) }), false));
-                }
-                self.forward(reqs, x, o, What::Watches { ids }, bodies)
-            }
+            Request::Ping => self.ping(),
+            Request::Create { c, .. } => self.create(reqs, x, o, c),
+            Request::Delete { path, version } => self.delete(reqs, x, o, path, version),
+            Request::SetData { path, data, version } => self.set_data(reqs, x, o, path, data, version),
+            Request::SetAcl { path, acl, version } => self.set_acl(reqs, x, o, path, acl, version),
+            Request::Exists { path, watch } => self.exists(reqs, x, o, path, watch),
+            Request::GetData { path, watch } => self.get_data(reqs, x, o, path, watch),
+            Request::GetChildren { path, watch, .. } => self.get_children(reqs, x, o, path, watch),
+            Request::GetAcl { path } => self.get_acl(reqs, x, o, path),
+            Request::Sync { path } => self.sync(reqs, x, o, path),
+            Request::Check { .. } => self.check_alone(reqs, x, o),
+            Request::Multi(ops) => self.multi(reqs, x, o, ops),
+            Request::MultiRead(ops) => self.multi_read(reqs, x, o, ops),
+            Request::AddWatch { path, mode } => self.add_watch(reqs, x, o, path, mode),
             Request::SetWatches { relative_zxid, data, exist, child, persistent, persistent_recursive, .. } => {
-                // A reconnect's watches: re-registered by an attach, which
-                // fires at once what each missed since `relative_zxid`.
-                let all = [&data, &exist, &child, &persistent, &persistent_recursive];
-                if all.iter().any(|l| l.iter().any(|p| baton_proto::validate_path(p).is_err())) {
-                    // Nothing recorded for a path the driver would refuse.
-                    self.answer(reqs, x, o, err::BAD_ARGUMENTS, Response::Empty);
-                    return true;
-                }
-                let mut specs = Vec::new();
-                let mut ids = Vec::new();
-                let lists: [(&Vec<String>, WatchKind, bool); 5] = [
-                    (&data, WatchKind::Data, false),
-                    (&exist, WatchKind::Exists, false),
-                    (&child, WatchKind::Children, false),
-                    (&persistent, WatchKind::Exists, true),
-                    (&persistent_recursive, WatchKind::Recursive, true),
-                ];
-                for (paths, kind, persistent) in lists {
-                    for p in paths {
-                        let mut kinds = vec![kind];
-                        if persistent && kind == WatchKind::Exists {
-                            kinds.push(WatchKind::Children);
-                        }
-                        for k in kinds {
-                            let id = self.next_watch;
-                            self.next_watch += 1;
-                            self.watches.insert(id, Watch { path: p.clone(), kind: k, persistent });
-                            ids.push(id);
-                            // Only an exist watch was set on a missing node
-                            // (a persistent one is re-added quietly, as
-                            // ZooKeeper does; what changed since shows).
-                            let existed = k != WatchKind::Exists || persistent;
-                            specs.push(WatchSpec {
-                                watch_id: id,
-                                path: p.clone(),
-                                kind: k as i32,
-                                persistent,
-                                existed,
-                            });
-                        }
-                    }
-                }
-                let attach = AttachReq {
-                    session_id: self.session,
-                    secret: self.secret.clone().into(),
-                    last_zxid: relative_zxid.max(0) as u64,
-                    watches: specs,
-                };
-                self.forward(reqs, x, o, What::Watches { ids }, vec![(B::Attach(attach), false)])
-            }
-            Request::WhoAmI => self.forward(reqs, x, o, What::Plain, vec![(B::Whoami(WhoAmIReq {}), false)]),
-            Request::CloseSession => {
-                self.closing = true;
-                self.forward(reqs, x, o, What::Close, vec![(B::CloseSession(CloseSessionReq {}), true)])
-            }
-            Request::Auth { scheme, auth, .. } => {
-                // Served here, before any later request is sent, so every
-                // later one carries the new identities. The reply echoes
-                // the request's xid, as ZooKeeper's does: the Java client
-                // sends -4 (handled outside the order), `zookeeper-client`
-                // an ordinary xid it matches. A failure ends the
-                // connection, as in ZooKeeper.
-                if authenticate(&self.state, &self.tx, &scheme, &auth) {
-                    self.answer(reqs, x, o, err::OK, Response::Empty);
-                } else {
-                    self.answer(reqs, x, o, err::AUTH_FAILED, Response::Empty);
-                    self.closing = true;
-                }
-                true
-            }
-            Request::Unsupported { .. } => {
-                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
-                true
-            }
-            Request::GetEphemerals { prefix } => {
-                // Served from this member's state, as ZooKeeper does.
-                let mut list = read(&self.state).session_ephemerals(self.session);
-                list.retain(|p| p.starts_with(&prefix));
-                self.answer(reqs, x, o, err::OK, Response::Children(list));
-                true
-            }
-            Request::GetAllChildrenNumber { path } => {
-                // Needs READ on the node, as in ZooKeeper.
-                let settings = {
-                    let sm = crate::view::read(&self.state);
-                    sm.cluster().settings.clone().unwrap_or_else(|| self.flags.clone())
-                };
-                let caller = crate::acl::Caller::new(self.tx.identities(), &settings.superusers);
-                let n = {
-                    let sm = read(&self.state);
-                    match sm.exists(&path).ok().flatten() {
-                        None => Err(err::NO_NODE),
-                        Some(_) => match sm.check_read(&path, &caller, "getAllChildrenNumber") {
-                            Ok(()) => Ok(sm.descendants(&path).len()),
-                            Err(_) => Err(err::NO_AUTH),
-                        },
-                    }
-                };
-                match n {
-                    Ok(n) => self.answer(reqs, x, o, err::OK, Response::Number(n.min(i32::MAX as usize) as i32)),
-                    Err(code) => self.answer(reqs, x, o, code, Response::Empty),
-                }
-                true
+                self.set_watches(reqs, x, o, relative_zxid, [data, exist, child, persistent, persistent_recursive])
             }
             Request::CheckWatches { path, kind } | Request::RemoveWatches { path, kind } => {
-                // This connection's watches on `path` of ZooKeeper's type
-                // `kind`: NO_WATCHER when there are none; removeWatches
-                // forgets them here (no event for them is written after
-                // this reply) and at the driver.
-                let mut ids: Vec<u64> =
-                    self.watches.iter().filter(|(_, w)| w.path == path && w.is_of(kind)).map(|(id, _)| *id).collect();
-                ids.sort_unstable();
-                if ids.is_empty() || !(1..=5).contains(&kind) {
-                    self.answer(reqs, x, o, err::NO_WATCHER, Response::Empty);
-                    return true;
-                }
-                if o == op::REMOVE_WATCHES {
-                    for watch_id in ids {
-                        self.watches.remove(&watch_id);
-                        let id = self.id();
-                        let body = B::RemoveWatch(RemoveWatchReq { watch_id });
-                        if !self.send(baton_proto::Request { id, body: Some(body), ..Default::default() }) {
-                            return false;
-                        }
-                    }
-                }
-                self.answer(reqs, x, o, err::OK, Response::Empty);
+                self.check_or_remove_watches(reqs, x, o, path, kind)
+            }
+            Request::WhoAmI => self.who_am_i(reqs, x, o),
+            Request::CloseSession => self.close_session(reqs, x, o),
+            Request::Auth { scheme, auth, .. } => self.auth(reqs, x, o, scheme, auth),
+            Request::GetEphemerals { prefix } => self.get_ephemerals(reqs, x, o, prefix),
+            Request::GetAllChildrenNumber { path } => self.get_all_children_number(reqs, x, o, path),
+            Request::Unsupported { .. } => {
+                self.answer(reqs, x, o, err::UNIMPLEMENTED, Response::Empty);
                 true
             }
         }
@@ -1096,134 +878,6 @@ fn keepalive_answer(code: i32) -> Answer {
     }
 }
 
-/// ZooKeeper's version -1 is "any version".
-fn version_of(v: i32) -> Option<i32> {
-    (v != -1).then_some(v)
-}
-
-/// A ZooKeeper ACL as Baton's (acl.rs): `world:anyone`,
-/// `digest:NAME:HASH`, `user:NAME` and `x509:CN` as `scheme:id`; scheme
-/// `auth` (any id) as Baton's `auth` entry. None, which is answered
-/// INVALID_ACL, when empty (as ZooKeeper), or when an entry is one Baton
-/// does not enforce (`ip`, `sasl`, a malformed digest) or has no or
-/// unknown permission bits: refused rather than stored and never matched.
-fn acl_in(acl: &[jute::Acl]) -> Option<Vec<Acl>> {
-    if acl.is_empty() {
-        return None;
-    }
-    let out: Vec<Acl> = acl
-        .iter()
-        .map(|a| Acl {
-            perms: u32::try_from(a.perms).unwrap_or(0),
-            id: if a.scheme == "auth" { "auth".to_string() } else { format!("{}:{}", a.scheme, a.id) },
-        })
-        .collect();
-    crate::acl::validate(&out).ok()?;
-    Some(out)
-}
-
-/// True when `req` sets an ACL with an `auth` entry (a create, also inside
-/// a multi, or a setACL).
-fn uses_auth_acl(req: &Request) -> bool {
-    let auth = |acl: &[jute::Acl]| acl.iter().any(|a| a.scheme == "auth");
-    match req {
-        Request::Create { c, .. } => auth(&c.acl),
-        Request::SetAcl { acl, .. } => auth(acl),
-        Request::Multi(ops) => ops.iter().any(uses_auth_acl),
-        _ => false,
-    }
-}
-
-/// ZooKeeper's `auth` packet. Scheme `digest` with `NAME:PASSWORD` always
-/// gives `digest:NAME:HASH` (ZooKeeper's DigestAuthenticationProvider: no
-/// user store), and `user:NAME` too when NAME is a Baton password user and
-/// the password is theirs (PBKDF2, run with the runtime told this thread
-/// blocks). False (AUTH_FAILED): another scheme, or bytes that are not
-/// UTF-8 `NAME:PASSWORD` with a non-empty name.
-fn authenticate(state: &SharedState, tx: &ConnTx, scheme: &str, auth: &[u8]) -> bool {
-    if scheme != "digest" {
-        debug!(scheme, "zookeeper: auth with a scheme this port does not serve");
-        return false;
-    }
-    let Some((name, password)) = std::str::from_utf8(auth).ok().and_then(|a| a.split_once(':')) else {
-        return false;
-    };
-    if name.is_empty() {
-        return false;
-    }
-    tx.add_identity(crate::acl::digest(name, password));
-    let check = || crate::listener::password_user(state, name, password);
-    let user = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(check),
-        _ => check(),
-    };
-    if user {
-        tx.add_identity(format!("user:{name}"));
-    }
-    true
-}
-
-fn acl_out(acl: &[Acl]) -> Vec<jute::Acl> {
-    acl.iter()
-        .map(|a| {
-            let (scheme, id) = a.id.split_once(':').unwrap_or((a.id.as_str(), ""));
-            jute::Acl { perms: a.perms as i32, scheme: scheme.to_string(), id: id.to_string() }
-        })
-        .collect()
-}
-
-/// A ZooKeeper create as Baton's; Err: the reply's error code.
-///
-/// Every create mode is served: a container (`CONTAINER`, by
-/// `createContainer` or inside a multi) and a TTL node
-/// (`PERSISTENT[_SEQUENTIAL]_WITH_TTL`, by `createTTL` or inside a multi)
-/// are Baton's container and TTL nodes, which the leader reaps (state/mod.rs,
-/// "Reaping"). As in ZooKeeper, a TTL mode needs a TTL of 1 ms to
-/// 2^40 - 1 ms and a TTL with another mode is refused (`BAD_ARGUMENTS`);
-/// unlike ZooKeeper, no server flag is needed to turn them on.
-fn create_op(c: jute::Create) -> Result<CreateOp, i32> {
-    use jute::create_mode as m;
-    let ttl_mode = matches!(c.flags, m::PERSISTENT_WITH_TTL | m::PERSISTENT_SEQUENTIAL_WITH_TTL);
-    let ttl_ms = match (ttl_mode, c.ttl_ms) {
-        (true, Some(t)) if t > 0 && t as u64 <= crate::state::MAX_TTL_MS => t as u64,
-        (true, _) => return Err(err::BAD_ARGUMENTS),
-        (false, Some(t)) if t >= 0 => return Err(err::BAD_ARGUMENTS),
-        (false, _) => 0,
-    };
-    if !(m::PERSISTENT..=m::PERSISTENT_SEQUENTIAL_WITH_TTL).contains(&c.flags) {
-        return Err(err::BAD_ARGUMENTS);
-    }
-    let container = c.flags == m::CONTAINER;
-    let acl = acl_in(&c.acl).ok_or(err::INVALID_ACL)?;
-    Ok(CreateOp {
-        path: c.path,
-        data: c.data.into(),
-        ephemeral: matches!(c.flags, m::EPHEMERAL | m::EPHEMERAL_SEQUENTIAL),
-        sequential: matches!(
-            c.flags,
-            m::PERSISTENT_SEQUENTIAL | m::EPHEMERAL_SEQUENTIAL | m::PERSISTENT_SEQUENTIAL_WITH_TTL
-        ),
-        parents: false,
-        acl,
-        container,
-        ttl_ms,
-    })
-}
-
-/// One op of a ZooKeeper `multi` as Baton's; Err: the reply's error code.
-fn multi_op(r: Request) -> Result<baton_proto::Op, i32> {
-    let op = match r {
-        Request::Create { c, .. } => bop::Op::Create(create_op(c)?),
-        Request::Delete { path, version } => bop::Op::Delete(DeleteOp { path, version: version_of(version) }),
-        Request::SetData { path, data, version } => {
-            bop::Op::Set(SetOp { path, data: data.into(), version: version_of(version) })
-        }
-        Request::Check { path, version } => bop::Op::Check(CheckOp { path, version: version_of(version) }),
-        _ => return Err(err::BAD_ARGUMENTS),
-    };
-    Ok(baton_proto::Op { op: Some(op) })
-}
-
 /// A reply whose header carries CONNECTION_LOSS (bytes 12..16 after the
 /// xid and zxid): one the connection closes at instead of sending.
 fn lost_connection(reply: &[u8]) -> bool {
@@ -1284,7 +938,8 @@ fn stat_out(s: Option<&Stat>) -> jute::Stat {
     }
 }
 
-/// The reply to `z` from its Baton responses.
+/// The reply to `z` from its Baton responses: the opcode's file builds
+/// its body.
 fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
     let zxid = z.got.iter().map(|r| r.zxid).max().unwrap_or(0) as i64;
     let header = |e: i32| ReplyHeader { xid: z.xid, zxid, err: e };
@@ -1294,116 +949,24 @@ fn build(z: &mut Zreq, watches: &mut HashMap<u64, Watch>) -> Vec<u8> {
         // Never sent: `flush` closes the connection at this reply.
         return Response::encode(header(err::CONNECTION_LOSS), &Response::Empty);
     }
-    match &z.what {
-        What::MultiRead { ops } => {
-            let results = ops
-                .iter()
-                .zip(&z.got)
-                .map(|(o, r)| match (&r.body, zk_err(r.error)) {
-                    (Some(response::Body::Get(g)), err::OK) if *o == op::GET_DATA => {
-                        OpResult::GetData { data: g.data.to_vec(), stat: stat_out(g.stat.as_ref()) }
-                    }
-                    (Some(response::Body::Children(c)), err::OK) if *o == op::GET_CHILDREN => {
-                        OpResult::GetChildren { children: c.children.clone() }
-                    }
-                    (_, e) => OpResult::Error { err: if e == err::OK { err::SYSTEM_ERROR } else { e } },
-                })
-                .collect();
-            return Response::encode(header(err::OK), &Response::Multi(results));
+    let body = match &z.what {
+        What::MultiRead { ops } => Ok(multi::read_results(ops, &z.got)),
+        What::Multi { ops } => multi::results(ops, &first, code),
+        _ if code != err::OK => {
+            watches::forget_refused(&z.what, watches);
+            Err(code)
         }
-        What::Multi { ops } => {
-            let results: Vec<OpResult> = match &first.body {
-                Some(response::Body::Multi(m)) if code == err::OK => ops
-                    .iter()
-                    .zip(&m.results)
-                    .map(|(o, r)| {
-                        let (path, stat) = (r.path.clone(), stat_out(r.stat.as_ref()));
-                        match *o {
-                            op::CREATE => OpResult::Create { path },
-                            op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL => OpResult::Create2 { path, stat },
-                            op::SET_DATA => OpResult::SetData { stat },
-                            op::DELETE => OpResult::Delete,
-                            _ => OpResult::Check,
-                        }
-                    })
-                    .collect(),
-                Some(response::Body::Multi(m)) => {
-                    // ZooKeeper's failed multi: OK before the failed op, its
-                    // error, RUNTIME_INCONSISTENCY after.
-                    let failed = m.results.len().saturating_sub(1);
-                    (0..ops.len())
-                        .map(|i| OpResult::Error {
-                            err: match i.cmp(&failed) {
-                                std::cmp::Ordering::Less => err::OK,
-                                std::cmp::Ordering::Equal => code,
-                                std::cmp::Ordering::Greater => err::RUNTIME_INCONSISTENCY,
-                            },
-                        })
-                        .collect()
-                }
-                _ => return Response::encode(header(code), &Response::Empty),
-            };
-            return Response::encode(header(err::OK), &Response::Multi(results));
-        }
-        _ => {}
-    }
-    if code != err::OK {
-        // A failed read, addWatch or setWatches registered nothing at the
-        // driver: forget what was recorded here (finding Z5: refused
-        // watches were kept, past `--max-watches`). An exists on a missing
-        // node is not a failure here (it answers NO_NODE below, and its
-        // watch fires on the create).
-        match &z.what {
-            What::Watched { watch: Some(w) } => {
-                watches.remove(w);
+        _ => match z.op {
+            op::EXISTS | op::SYNC | op::GET_DATA | op::GET_CHILDREN | op::GET_CHILDREN2 | op::GET_ACL => {
+                reads::reply(z.op, &first.body, &z.what)
             }
-            What::Watches { ids } => {
-                for w in ids {
-                    watches.remove(w);
-                }
-            }
-            _ => {}
-        }
-        return Response::encode(header(code), &Response::Empty);
-    }
-    let body = match (z.op, &first.body) {
-        (op::CREATE, Some(response::Body::Create(c))) => Response::Path(c.path.clone()),
-        (op::CREATE2 | op::CREATE_CONTAINER | op::CREATE_TTL, Some(response::Body::Create(c))) => {
-            Response::PathStat(c.path.clone(), stat_out(c.stat.as_ref()))
-        }
-        (op::EXISTS, Some(response::Body::Exists(e))) => match &e.stat {
-            Some(s) => Response::Stat(stat_out(Some(s))),
-            None => return Response::encode(header(err::NO_NODE), &Response::Empty),
+            op::ADD_WATCH => Ok(Response::Code(err::OK)),
+            op::WHO_AM_I => Ok(session::who_am_i_reply(&first.body)),
+            _ => Ok(nodes::reply(z.op, &first.body)),
         },
-        (op::SYNC, _) => match &z.what {
-            What::Sync { path } => Response::Path(path.clone()),
-            _ => Response::Empty,
-        },
-        (op::GET_DATA, Some(response::Body::Get(g))) => {
-            Response::GetData { data: g.data.to_vec(), stat: stat_out(g.stat.as_ref()) }
-        }
-        (op::SET_DATA | op::SET_ACL, Some(response::Body::Set(s))) => Response::Stat(stat_out(s.stat.as_ref())),
-        (op::GET_CHILDREN, Some(response::Body::Children(c))) => Response::Children(c.children.clone()),
-        (op::GET_CHILDREN2, Some(response::Body::Children(c))) => {
-            Response::Children2 { children: c.children.clone(), stat: stat_out(c.stat.as_ref()) }
-        }
-        (op::GET_ACL, Some(response::Body::Acl(a))) => {
-            Response::GetAcl { acl: acl_out(&a.acl), stat: stat_out(a.stat.as_ref()) }
-        }
-        (op::ADD_WATCH, _) => Response::Code(err::OK),
-        (op::WHO_AM_I, Some(response::Body::Names(n))) => Response::WhoAmI(
-            n.names
-                .iter()
-                .map(|id| {
-                    let (s, i) = id.split_once(':').unwrap_or((id.as_str(), ""));
-                    // ZooKeeper's whoAmI names a digest identity by its
-                    // user alone (DigestAuthenticationProvider.getUserName).
-                    let i = if s == "digest" { i.split(':').next().unwrap_or(i) } else { i };
-                    (s.to_string(), i.to_string())
-                })
-                .collect(),
-        ),
-        _ => Response::Empty,
     };
-    Response::encode(header(err::OK), &body)
+    match body {
+        Ok(body) => Response::encode(header(err::OK), &body),
+        Err(code) => Response::encode(header(code), &Response::Empty),
+    }
 }

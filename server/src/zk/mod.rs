@@ -103,7 +103,7 @@
 //!   from a connection with no identity; permissions are checked by the
 //!   state machine and denials answered `NO_AUTH`.
 //! - **Container and TTL nodes** are Baton's: the leader reaps them
-//!   (state/mod.rs, "Reaping"); conn.rs `create_op` maps ZooKeeper's create
+//!   (state/mod.rs, "Reaping"); conn/nodes.rs `create_op` maps ZooKeeper's create
 //!   modes and `ephemeral_owner` shows ZooKeeper's marks for them.
 //! - **removeWatches / checkWatches** act on this connection's watches
 //!   (conn.rs `Watch::is_of` maps ZooKeeper's watcher types); a removed
