@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps zk-clients-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench clean
+.PHONY: deps peer-deps zk-clients-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -75,6 +75,15 @@ sim:
 # ~10 min); the simulator proves both deterministically in `make test`.
 jepsen-faults-long: build
 	$(CARGO) test -p baton-jepsen --test faults -- --ignored --test-threads=1 --nocapture
+
+# fdatasync latency of 300 B records on this machine's disk, by how the
+# file was made (a growing file, an overwritten preallocated one, a
+# fallocated one), 1 and 3 writers, 100 s per row (~10 min; figures in
+# docs/perf/fsync.md). FSYNC_DIR: a folder on the disk to test.
+FSYNC_DIR ?= /var/tmp/baton-fsync-probe
+FSYNC_SECS ?= 100
+fsync-probe: build
+	$(CARGO) run -q -p baton-server --bin fsync-probe -- --dir $(FSYNC_DIR) --secs $(FSYNC_SECS)
 
 # Every compare workload for a few seconds on every target (Baton, etcd,
 # ZooKeeper, and Baton through its ZooKeeper port), to keep the adapters

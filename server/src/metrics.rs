@@ -23,7 +23,11 @@
 //!   request read to its response written to the socket),
 //!   `client_bytes_received_total`, `client_bytes_sent_total`.
 //! - Peers (transport.rs): `peer_bytes_sent_total`,
-//!   `peer_bytes_received_total`.
+//!   `peer_bytes_received_total`; `peer_messages_sent_total{type}` (one
+//!   frame each: a raft-rs message type such as `append`,
+//!   `append_response`, `heartbeat`, or a session message such as `touch`,
+//!   `sync`), and `peer_flushes_total` (socket writes, each carrying the
+//!   frames queued by then).
 //! - Locks (the recipes' queues under `/_baton/locks/<name>/`, judged on
 //!   apply): `lock_grants_total{kind}`, `free` when a queue node is created
 //!   into an empty queue, `handoff` when the head of a queue with waiters
@@ -110,6 +114,18 @@ pub fn client_bytes(received: usize, sent: usize) {
     if sent > 0 {
         counter!("baton_client_bytes_sent_total").increment(sent as u64);
     }
+}
+
+/// One message sent to a peer (one frame), by kind: a raft-rs message
+/// type, or a session-layer message (issue 26: messages per write).
+pub fn peer_message(kind: &'static str) {
+    counter!("baton_peer_messages_sent_total", "type" => kind).increment(1);
+}
+
+/// One write of queued peer frames to a socket (several messages each when
+/// they queue up: batch.rs).
+pub fn peer_flush() {
+    counter!("baton_peer_flushes_total").increment(1);
 }
 
 pub fn peer_bytes(received: usize, sent: usize) {

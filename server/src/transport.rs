@@ -190,6 +190,7 @@ impl Outbox for PeerOutbox<'_> {
         Some(bytes)
     }
     fn flushed(&mut self, ok: bool) {
+        crate::metrics::peer_flush();
         for _ in 0..std::mem::take(&mut self.snaps) {
             let _ = self.input.send(Input::SnapshotSent { to: self.to, ok });
         }
@@ -197,6 +198,7 @@ impl Outbox for PeerOutbox<'_> {
 }
 
 fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
+    crate::metrics::peer_message(message_kind(&msg));
     let (frame, snap) = match msg {
         PeerOut::Raft(m) => {
             let snap = m.get_msg_type() == MessageType::MsgSnapshot;
@@ -474,6 +476,30 @@ async fn frames(r: &mut PeerReader, peer: u64, me: u64, input: &Sender<Input>) -
         }
     }
     Ok(())
+}
+
+/// A peer message's kind, for `baton_peer_messages_sent_total`.
+fn message_kind(msg: &PeerOut) -> &'static str {
+    use MessageType as T;
+    match msg {
+        PeerOut::Raft(m) => match m.get_msg_type() {
+            T::MsgAppend => "append",
+            T::MsgAppendResponse => "append_response",
+            T::MsgHeartbeat => "heartbeat",
+            T::MsgHeartbeatResponse => "heartbeat_response",
+            T::MsgPropose => "propose",
+            T::MsgReadIndex => "read_index",
+            T::MsgReadIndexResp => "read_index_response",
+            T::MsgRequestVote | T::MsgRequestPreVote => "vote",
+            T::MsgRequestVoteResponse | T::MsgRequestPreVoteResponse => "vote_response",
+            T::MsgSnapshot => "snapshot",
+            _ => "raft_other",
+        },
+        PeerOut::Touch { .. } => "touch",
+        PeerOut::TouchAck { .. } => "touch_ack",
+        PeerOut::Sync { .. } => "sync",
+        PeerOut::SyncAck { .. } => "sync_ack",
+    }
 }
 
 /// A session frame as the driver's `PeerOut` (the inverse of `encode`).

@@ -108,6 +108,14 @@ async fn o10_metrics_health_and_logs() {
         ] {
             assert!(s.iter().any(|x| x.0 == name), "member {id} lacks {name}");
         }
+        // Every member sent raft messages, one frame each, and fewer
+        // socket writes than frames can only mean batching, never loss.
+        let appends = value(&s, "baton_peer_messages_sent_total", &[("type", "append")]).unwrap_or(0.0);
+        let acks = value(&s, "baton_peer_messages_sent_total", &[("type", "append_response")]).unwrap_or(0.0);
+        assert!(appends + acks > 0.0, "member {id} counted no append or append response");
+        let frames: f64 = s.iter().filter(|x| x.0 == "baton_peer_messages_sent_total").map(|x| x.2).sum();
+        let flushes = value(&s, "baton_peer_flushes_total", &[]).unwrap_or(0.0);
+        assert!(flushes > 0.0 && flushes <= frames, "member {id}: {flushes} flushes for {frames} frames");
         leaders += value(&s, "baton_raft_is_leader", &[]).unwrap_or(0.0);
         assert!(value(&s, "baton_raft_commit_index", &[]).unwrap_or(0.0) >= 20.0);
         assert!(value(&s, "baton_db_bytes", &[]).unwrap_or(0.0) > 0.0);
