@@ -202,16 +202,16 @@ fn functions<'a>(pairs: &[Pair<'a>]) -> Vec<&'a str> {
 // PNG plumbing
 // ---------------------------------------------------------------------------
 
-pub(crate) type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+pub type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
-pub(crate) fn perr<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub fn perr<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting failed: {e:?}")
 }
 
 /// Renders into a temporary `.png` next to `path` (plotters picks the image
 /// format from the file extension, so this makes any `path` a PNG), then
 /// renames it over `path`.
-pub(crate) fn render_png(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area<'_>) -> Result<()>) -> Result<()> {
+pub fn render_png(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area<'_>) -> Result<()>) -> Result<()> {
     ensure_font()?;
     let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file path", path.display()))?;
     let mut tmp_name = name.to_os_string();
@@ -235,7 +235,7 @@ pub(crate) fn render_png(path: &Path, size: (u32, u32), draw: impl FnOnce(&Area<
     }
 }
 
-pub(crate) fn font(size: u32) -> TextStyle<'static> {
+pub fn font(size: u32) -> TextStyle<'static> {
     ("sans-serif", size).into_font().color(&BLACK)
 }
 

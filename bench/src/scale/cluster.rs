@@ -1,8 +1,8 @@
 //! The clusters `scale` grows: Baton from the cluster kit with its caps
-//! raised and /metrics served, ZooKeeper from `jepsen/peers/zookeeper.sh`
+//! raised and /metrics served, ZooKeeper from `bench/rivals/zookeeper.sh`
 //! with `maxClientCnxns=0` (its default of 60 connections per client IP
 //! would refuse the 61st session from 127.0.0.1) and a bigger heap, etcd
-//! from `jepsen/peers/etcd.sh` as the script starts it (its defaults cap
+//! from `bench/rivals/etcd.sh` as the script starts it (its defaults cap
 //! neither connections nor memory at these sizes).
 //!
 //! All three offer what the dimensions need beyond [`Target`]: a member's
@@ -23,16 +23,16 @@ use anyhow::Context;
 use baton_client::member_status_with;
 use baton_kit::{Bin, ClusterSpec, Links};
 
-use crate::side_by_side::targets::baton::BatonClient;
-use crate::side_by_side::targets::etcd::{leader_of, EtcdClient, POLITE_KEEPALIVE};
-use crate::side_by_side::targets::zookeeper::ZkClient;
-use crate::side_by_side::targets::{read_pid, signal, Kind, ScriptCluster, Target};
+use crate::targets::baton::BatonClient;
+use crate::targets::etcd::{leader_of, EtcdClient, POLITE_KEEPALIVE};
+use crate::targets::zookeeper::ZkClient;
+use crate::targets::{read_pid, signal, Kind, ScriptCluster, Target};
 
 /// Baton's caps for the run (defaults: 10,000 connections per member,
 /// 100,000 sessions, 100,000 watches per connection): the sessions
 /// dimension opens 50,000 connections, ~17,000 on each member.
 const BATON_CAPS: [&str; 3] = ["--max-connections=100000", "--max-sessions=200000", "--max-watches=1000000"];
-/// ZooKeeper's heap (the peer script's default is 256 MB; 1M nodes need more).
+/// ZooKeeper's heap (the rival script's default is 256 MB; 1M nodes need more).
 pub const ZK_HEAP: &str = "2g";
 /// How long a member gets to start, or the cluster to elect a leader.
 const START_BOUND: Duration = Duration::from_secs(60);
@@ -219,7 +219,7 @@ impl Target for BatonScale {
 
 // ---- a script's members, started again from here ------------------------------
 
-/// Kills and starts again the members a peer script started, on the same
+/// Kills and starts again the members a rival script started, on the same
 /// command line, working dir and data. Once started here a member is a
 /// child of this process (killed and reaped through its [`Child`]);
 /// before that it is the script's (setsid'd, killed by its pid file).
@@ -360,7 +360,7 @@ impl ZkScale {
         for m in 0..3 {
             let cfg = zk.script.dir.join(format!("zk-{}/zoo.cfg", m + 1));
             let mut text = std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
-            text.push_str("# baton-jepsen scale: no cap on connections per client IP (all are 127.0.0.1)\n");
+            text.push_str("# baton-bench scale: no cap on connections per client IP (all are 127.0.0.1)\n");
             text.push_str("maxClientCnxns=0\n");
             std::fs::write(&cfg, text)?;
         }
@@ -469,7 +469,7 @@ impl Drop for ZkScale {
 
 // ---- etcd ----------------------------------------------------------------------
 
-/// A 3-member etcd cluster as `jepsen/peers/etcd.sh` starts it (etcd's
+/// A 3-member etcd cluster as `bench/rivals/etcd.sh` starts it (etcd's
 /// defaults: fsync on, snapshot every 100,000 Raft entries, 2 GB backend
 /// quota); a member killed here is started again on the script's command
 /// line (the `--initial-cluster` flags are ignored on a data dir that

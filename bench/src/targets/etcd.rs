@@ -1,4 +1,4 @@
-//! etcd 3.4 as a target: a 3-member cluster from `jepsen/peers/etcd.sh`,
+//! etcd 3.4 as a target: a 3-member cluster from `bench/rivals/etcd.sh`,
 //! driven through the `etcd-client` crate.
 //!
 //! Each client holds one lease (the etcd analogue of a session, as

@@ -1,4 +1,4 @@
-//! Baton as a target: `batond` processes started by [`crate::db::Db`] in
+//! Baton as a target: `batond` processes started by [`baton_jepsen::db::Db`] in
 //! direct mode (no proxies), driven by Baton's own client and lock recipe.
 //!
 //! With `tls` (`compare --baton-tls`), the members run with TLS on both
@@ -14,7 +14,7 @@ use baton_client::{
 };
 
 use super::{Kind, OpError, OpResult, Target, TargetClient};
-use crate::db::{locate_bin, Db, DbOpts};
+use baton_jepsen::db::{locate_bin, Db, DbOpts};
 
 /// Keys and fences live under this folder.
 const ROOT: &str = "/cmp";
@@ -37,7 +37,7 @@ pub struct BatonOpts {
     pub zk: bool,
     /// Peer links through the kit's proxies, so that a member can be cut
     /// off ([`Target::isolate`]); with the harness's test timing
-    /// (`crate::db`, module doc). Otherwise direct links and the server's
+    /// (`baton_jepsen::db`, module doc). Otherwise direct links and the server's
     /// defaults, as a benchmark wants.
     pub proxied: bool,
     /// Deliberate bugs: runs `batond-faulty` with these `--server-fault`s.
@@ -74,7 +74,7 @@ impl BatonTarget {
             dir: dir.to_path_buf(),
             server_faults: o.server_faults,
             direct: !o.proxied,
-            session_ms: o.proxied.then_some(crate::db::SESSION_MS),
+            session_ms: o.proxied.then_some(baton_jepsen::db::SESSION_MS),
             tls: o.tls,
             zk: o.zk,
             zk_clients: false,

@@ -1,5 +1,5 @@
 //! ZooKeeper 3.8 as a target: a 3-server quorum from
-//! `jepsen/peers/zookeeper.sh`, driven through the `zookeeper-client` crate.
+//! `bench/rivals/zookeeper.sh`, driven through the `zookeeper-client` crate.
 //!
 //! The lock is ZooKeeper's documented recipe: an ephemeral sequential node
 //! under the lock's folder, named with the session id (so a create whose
@@ -11,7 +11,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error, MultiWriteError};
+use zookeeper_client::{Acls, Client, CreateMode, Error, MultiWriteError};
+
+pub use baton_jepsen::door::{ensure_path, persistent, write_surely_failed};
 
 use super::{Kind, OpError, OpResult, ScriptCluster, Target, TargetClient};
 
@@ -40,7 +42,7 @@ impl ZkTarget {
 
 /// Errors no ZooKeeper server sends, counted since the process started
 /// ([`off_protocol`]): an error code the client does not expect on the
-/// wire. The peer tests' `protocol` checker fails a run that saw one.
+/// wire. The rival tests' `protocol` checker fails a run that saw one.
 static OFF_PROTOCOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub fn off_protocol() -> u64 {
@@ -60,26 +62,6 @@ pub(crate) fn off_protocol_text(e: &str) -> bool {
     e.contains("unexpected error code")
 }
 
-/// True when a write that failed with `e` was surely not applied: the
-/// server answered about the write itself. Anything else (a connection
-/// loss, a timeout, an expired session, an I/O error, a code the client
-/// does not know) may have happened.
-pub(crate) fn write_surely_failed(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::NoNode
-            | Error::NodeExists
-            | Error::BadVersion
-            | Error::NotEmpty
-            | Error::NoAuth
-            | Error::NoChildrenForEphemerals
-            | Error::InvalidAcl
-            | Error::BadArguments(_)
-            | Error::Unimplemented
-            | Error::RuntimeInconsistent
-    )
-}
-
 /// A ZooKeeper error as the harness's (writes: [`write_surely_failed`]).
 fn op_err(e: Error, write: bool) -> OpError {
     note(&e);
@@ -88,24 +70,6 @@ fn op_err(e: Error, write: bool) -> OpError {
         e if write && !write_surely_failed(&e) => OpError::Indeterminate(e.to_string()),
         e => OpError::Failed(e.to_string()),
     }
-}
-
-pub(crate) fn persistent() -> CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
-}
-
-/// Creates `path` and its missing parents (persistent, empty).
-pub(crate) async fn ensure_path(c: &Client, path: &str) -> Result<(), Error> {
-    let mut at = String::new();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        at.push('/');
-        at.push_str(part);
-        match c.create(&at, &[], &persistent()).await {
-            Ok(_) | Err(Error::NodeExists) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// The 10-digit sequence ZooKeeper appended to a sequential node's name.

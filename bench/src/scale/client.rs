@@ -29,8 +29,8 @@ use baton_client::{ClientConfig, CreateOptions, ErrorKind, Op};
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
 use zookeeper_client as zk;
 
-use crate::side_by_side::targets::etcd::{connect_with, member_trouble, POLITE_KEEPALIVE};
-use crate::side_by_side::targets::Kind;
+use crate::targets::etcd::{connect_with, member_trouble, POLITE_KEEPALIVE};
+use crate::targets::Kind;
 
 /// Longest one etcd request may take before the client gives it up and
 /// moves to the next member (a catching-up member holds a linearizable

@@ -1,4 +1,4 @@
-//! `baton-jepsen scale`: how far one 3-member cluster goes, one dimension
+//! `baton-bench scale`: how far one 3-member cluster goes, one dimension
 //! at a time, for Baton, ZooKeeper and (where it applies) etcd in one run
 //! (docs/scaling.md).
 //!
