@@ -89,6 +89,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         tls: o.tls,
         zk: o.door == Door::Zookeeper,
         zk_clients: o.door == Door::Zookeeper,
+        http: false,
         extra_flags: match o.zk_reads {
             ZkReads::Linearizable => vec!["--zk-linearizable-reads".to_string()],
             _ => Vec::new(),

@@ -16,9 +16,10 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
 use super::client::{Fired, Sc};
-use super::cluster::{dir_bytes, line_value, metric, zk_word, Scaled};
+use super::cluster::{dir_bytes, metric, metrics, Scaled};
 use super::{Dim, Row, ScaleOpts};
 use crate::bench::{run_once, summarize, BenchWorkload, RunOpts};
+use crate::targets::zookeeper::{line_value, zk_word};
 use crate::targets::{Kind, Target, TargetClient};
 
 /// Data of each node in the nodes dimension.
@@ -260,7 +261,7 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
                 }
             }
             let leader = t.leader().await?;
-            if let Ok(text) = b.metrics(leader).await {
+            if let Ok(text) = metrics(b, leader).await {
                 let sum = metric(&text, "baton_snapshot_seconds_sum{kind=\"made\"}");
                 let count = metric(&text, "baton_snapshot_seconds_count{kind=\"made\"}");
                 if let (Some(s), Some(c)) = (sum, count) {
@@ -283,7 +284,7 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
                         largest = largest.max(e.metadata().map(|m| m.len()).unwrap_or(0));
                     }
                 }
-                if let Ok(text) = zk_word(&t.endpoints()[m], "mntr").await {
+                if let Ok(text) = zk_word(&t.endpoints()[m], "mntr", Duration::from_secs(3)).await {
                     if let Some(ms) = line_value(&text, "zk_max_snapshottime").and_then(|v| v.parse::<f64>().ok()) {
                         longest_ms = Some(longest_ms.unwrap_or(0.0).max(ms));
                     }

@@ -26,6 +26,10 @@ pub struct BatonTarget {
     tls_dir: Option<std::path::PathBuf>,
     /// Peer links through the kit's proxies ([`BatonOpts::proxied`]).
     proxied: bool,
+    /// Each member's data dir, member 0 first.
+    data_dirs: Vec<std::path::PathBuf>,
+    /// Each member's /metrics address ([`BatonOpts::http`]).
+    http: Vec<Option<String>>,
 }
 
 /// How [`BatonTarget::start_opts`] starts the members.
@@ -44,6 +48,8 @@ pub struct BatonOpts {
     pub server_faults: Vec<String>,
     /// More flags for every member.
     pub extra_flags: Vec<String>,
+    /// Every member serves /metrics ([`BatonTarget::http_addr`]).
+    pub http: bool,
 }
 
 /// The client TLS a holder process uses (from `BATON_JEPSEN_TLS_DIR`).
@@ -79,6 +85,7 @@ impl BatonTarget {
             zk: o.zk,
             zk_clients: false,
             extra_flags: o.extra_flags,
+            http: o.http,
         })
         .await?;
         let endpoints = db.direct_endpoints();
@@ -92,7 +99,18 @@ impl BatonTarget {
         }
         let _ = setup.close().await;
         let tls_dir = tls.as_ref().map(|_| dir.join("tls"));
-        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir, proxied: o.proxied })
+        let (data_dirs, http) = (db.data_dirs(), db.http_addrs());
+        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir, proxied: o.proxied, data_dirs, http })
+    }
+
+    /// `member`'s data dir.
+    pub fn data_dir(&self, member: usize) -> Option<&Path> {
+        self.data_dirs.get(member).map(|d| d.as_path())
+    }
+
+    /// `member`'s /metrics address (None unless started with [`BatonOpts::http`]).
+    pub fn http_addr(&self, member: usize) -> Option<&str> {
+        self.http.get(member)?.as_deref()
     }
 
     /// The members' ZooKeeper ports (empty unless started with `zk`).

@@ -250,9 +250,18 @@ fn free_port_block(len: u16) -> anyhow::Result<u16> {
     anyhow::bail!("no block of {len} free ports found on 127.0.0.1")
 }
 
+/// A rival's target: a cluster a script in bench/rivals started. What
+/// `scale` builds its relaunching extension on (`scale::cluster::Relaunched`).
+pub trait ScriptTarget: Target {
+    /// The script's cluster: its folder, pid files and endpoints.
+    fn script(&self) -> &ScriptCluster;
+    /// `member`'s data folder.
+    fn data_dir(&self, member: usize) -> PathBuf;
+}
+
 /// A rival cluster run by a script in bench/rivals (etcd.sh, zookeeper.sh):
 /// installed when missing, started on a fresh folder, stopped on drop.
-pub(crate) struct ScriptCluster {
+pub struct ScriptCluster {
     pub script: &'static str,
     /// Pid file prefix: DIR/<prefix>N.pid.
     pub pid_prefix: &'static str,

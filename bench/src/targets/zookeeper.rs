@@ -7,7 +7,7 @@
 //! ahead until this node is the lowest. The fencing token is its czxid.
 //! Linearizable reads are `sync` + `getData`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,7 +15,7 @@ use zookeeper_client::{Acls, Client, CreateMode, Error, MultiWriteError};
 
 pub use baton_jepsen::door::{ensure_path, persistent, write_surely_failed};
 
-use super::{Kind, OpError, OpResult, ScriptCluster, Target, TargetClient};
+use super::{Kind, OpError, OpResult, ScriptCluster, ScriptTarget, Target, TargetClient};
 
 const ROOT: &str = "/cmp";
 
@@ -37,6 +37,16 @@ impl ZkTarget {
         let dir = dir.to_path_buf();
         let cluster = tokio::task::spawn_blocking(move || ScriptCluster::start("zookeeper.sh", "zk-", &dir)).await??;
         Ok(ZkTarget { cluster })
+    }
+}
+
+impl ScriptTarget for ZkTarget {
+    fn script(&self) -> &ScriptCluster {
+        &self.cluster
+    }
+
+    fn data_dir(&self, member: usize) -> PathBuf {
+        self.cluster.dir.join(format!("zk-{}/data", member + 1))
     }
 }
 
@@ -303,13 +313,28 @@ impl TargetClient for ZkClient {
 }
 
 /// Asks a server for its role with the `srvr` four-letter word.
-async fn mode(endpoint: &str) -> anyhow::Result<String> {
-    let mut s = tokio::net::TcpStream::connect(endpoint).await?;
-    s.write_all(b"srvr").await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    let m = out.lines().find_map(|l| l.strip_prefix("Mode: ")).unwrap_or("unknown");
-    Ok(m.trim().to_string())
+/// A four-letter word's answer (`srvr`, `mntr`, ...) from one server,
+/// bounded by `bound`.
+pub async fn zk_word(endpoint: &str, word: &str, bound: Duration) -> anyhow::Result<String> {
+    let go = async {
+        let mut s = tokio::net::TcpStream::connect(endpoint).await?;
+        s.write_all(word.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        anyhow::Ok(out)
+    };
+    tokio::time::timeout(bound, go).await.map_err(|_| anyhow::anyhow!("four-letter word {word} timed out"))?
+}
+
+/// The value after `key` on the first line that starts with it (a
+/// four-letter word's answer: `Mode:`, `zk_max_snapshottime`).
+pub fn line_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string())
+}
+
+/// A server's `Mode:` (leader, follower, standalone), from `srvr`.
+pub async fn mode(endpoint: &str, bound: Duration) -> Option<String> {
+    line_value(&zk_word(endpoint, "srvr", bound).await.ok()?, "Mode:")
 }
 
 impl Target for ZkTarget {
@@ -329,10 +354,8 @@ impl Target for ZkTarget {
 
     async fn leader(&self) -> anyhow::Result<usize> {
         for (i, ep) in self.cluster.endpoints.iter().enumerate() {
-            if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), mode(ep)).await {
-                if m == "leader" {
-                    return Ok(i);
-                }
+            if mode(ep, Duration::from_millis(500)).await.as_deref() == Some("leader") {
+                return Ok(i);
             }
         }
         anyhow::bail!("no ZooKeeper server reports Mode: leader")
