@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use super::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
 use super::targets::Kind;
-use baton_jepsen::report::{font, perr, render_png, Area};
+use baton_jepsen::plot::{font, perr, render_png, Area};
 
 pub struct CompareOpts {
     pub targets: Vec<Kind>,

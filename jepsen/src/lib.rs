@@ -18,7 +18,10 @@
 //!     `lock.rs`, `election.rs`, `session.rs`), its client loop beside the
 //!     call into its checker.
 //!   - [`runner`]: one test run end to end; [`report`]: latency and rate
-//!     plots, timeline.html.
+//!     plots, and the timeline page (`report/timeline.rs`).
+//! - Shared with the benchmark (`baton-bench`): [`plot`] (the font and
+//!   drawing a PNG into place, for the harness's plots and the benchmark's
+//!   compare.png and scale-<dim>.png); [`cli`].
 //! - `main.rs`: the command line; [`cli`]: what it shares with
 //!   `baton-bench`'s (the runtime, Ctrl-C, the verdict's exit code).
 
@@ -26,6 +29,7 @@ pub mod cli;
 pub mod db;
 pub mod door;
 pub mod nemesis;
+pub mod plot;
 pub use baton_kit::proxy;
 pub mod record;
 pub mod report;

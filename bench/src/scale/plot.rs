@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use super::{Dim, Row};
 use crate::targets::Kind;
-use baton_jepsen::report::{font, perr, render_png, Area};
+use baton_jepsen::plot::{font, perr, render_png, Area};
 
 /// One panel: its title, the main figure, a companion drawn thinner, and
 /// the keys of the main figure's run spread.
