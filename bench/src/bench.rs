@@ -1,4 +1,4 @@
-//! The side-by-side benchmark: the same workloads, through the same
+//! The benchmark: the same workloads, through the same
 //! [`Target`] interface, against Baton, etcd and ZooKeeper.
 //!
 //! A run has a warm-up (operations run, nothing is recorded) and a measured

@@ -59,43 +59,40 @@ enum Cmd {
     ScaleSessions(ScaleSessionsArgs),
 }
 
+/// What a fault test runs: the nemesis, for how long, with how many
+/// clients (lock-safety and zk-register).
 #[derive(Args)]
-struct LockSafetyArgs {
-    /// etcd or baton-zk.
-    #[arg(long, value_enum)]
-    target: Kind,
-    /// none, pause, kill, partition, leader or all (a member at a time).
+struct FaultRunArgs {
+    /// none, pause, kill, partition, leader or all (a member at a time;
+    /// lock-safety takes all but partition).
     #[arg(long, value_enum, default_value = "none")]
     nemesis: NemesisKind,
     /// Seconds of workload (setup and checking come on top).
     #[arg(long, default_value_t = 30)]
     time_limit: u64,
-    /// Clients incrementing the counters.
+    /// Clients (zk-register: sessions, at least 3).
     #[arg(long, default_value_t = 5)]
     concurrency: usize,
     #[arg(long)]
     seed: Option<u64>,
-    /// Run folder (default bench/store/<timestamp>-<target>-lock-<seed>/).
+    /// Run folder (default bench/store/<timestamp>-<target>-<test>-<seed>/).
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
 #[derive(Args)]
+struct LockSafetyArgs {
+    /// etcd or baton-zk.
+    #[arg(long, value_enum)]
+    target: Kind,
+    #[command(flatten)]
+    run: FaultRunArgs,
+}
+
+#[derive(Args)]
 struct ZkRegisterArgs {
-    /// none, pause, kill, partition, leader or all (a member at a time).
-    #[arg(long, value_enum, default_value = "none")]
-    nemesis: NemesisKind,
-    /// Seconds of workload (setup and checking come on top).
-    #[arg(long, default_value_t = 30)]
-    time_limit: u64,
-    /// Sessions (at least 3).
-    #[arg(long, default_value_t = 5)]
-    concurrency: usize,
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Run folder (default bench/store/<timestamp>-baton-zk-register-<reads>-<seed>/).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    run: FaultRunArgs,
     /// How linearizable reads go through the ZooKeeper port (sync =
     /// `sync` then `getData`; linearizable = `getData` on members with
     /// `--zk-linearizable-reads`; local = plain `getData`, a control that
@@ -275,14 +272,14 @@ async fn lock_safety(a: LockSafetyArgs) -> i32 {
         eprintln!("{PROG}: lock-safety runs against etcd or baton-zk");
         return 2;
     }
-    let seed = a.seed.unwrap_or_else(rand::random);
+    let seed = a.run.seed.unwrap_or_else(rand::random);
     let out =
-        a.out.unwrap_or_else(|| PathBuf::from(format!("bench/store/{}-{}-lock-{seed}", stamp(), a.target.name())));
+        a.run.out.unwrap_or_else(|| PathBuf::from(format!("bench/store/{}-{}-lock-{seed}", stamp(), a.target.name())));
     let o = RivalLockOpts {
         target: a.target,
-        nemesis: a.nemesis,
-        time_limit: Duration::from_secs(a.time_limit),
-        concurrency: a.concurrency,
+        nemesis: a.run.nemesis,
+        time_limit: Duration::from_secs(a.run.time_limit),
+        concurrency: a.run.concurrency,
         seed,
         out: out.clone(),
     };
@@ -293,15 +290,15 @@ async fn lock_safety(a: LockSafetyArgs) -> i32 {
 /// `zk-register`: linearizability of reads and writes through Baton's
 /// ZooKeeper port ([`zk_port_register`]). Exit code: `cli::verdict`.
 async fn zk_register(a: ZkRegisterArgs) -> i32 {
-    let seed = a.seed.unwrap_or_else(rand::random);
-    let out = a.out.unwrap_or_else(|| {
+    let seed = a.run.seed.unwrap_or_else(rand::random);
+    let out = a.run.out.unwrap_or_else(|| {
         PathBuf::from(format!("bench/store/{}-baton-zk-register-{}-{seed}", stamp(), a.zk_reads.name()))
     });
     let o = ZkPortRegisterOpts {
         target: Kind::BatonZk,
-        nemesis: a.nemesis,
-        time_limit: Duration::from_secs(a.time_limit),
-        concurrency: a.concurrency,
+        nemesis: a.run.nemesis,
+        time_limit: Duration::from_secs(a.run.time_limit),
+        concurrency: a.run.concurrency,
         seed,
         out: out.clone(),
         reads: a.zk_reads,

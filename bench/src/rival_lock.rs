@@ -20,7 +20,7 @@
 //! one member), one of a target that can restart its members
 //! ([`Target::restart`]) in turns, each started again after its fault.
 //! `leader` kills -9 and SIGSTOPs the current leader in turns (the
-//! failover the side-by-side measures, under the checker). `all` takes
+//! failover the benchmark measures, under the checker). `all` takes
 //! turns: a client freeze, a kill, a SIGSTOP.
 //!
 //! Checker, per counter: every acknowledged write was meant as +1, so with

@@ -10,7 +10,7 @@
 //!
 //! etcd has no tree, sessions or one-shot watches: an [`Sc::Etcd`] is one
 //! gRPC client of one member at a time (it moves to the next member on a
-//! transport error, as the side-by-side's etcd client does), "creates"
+//! transport error, as the benchmark's etcd client does), "creates"
 //! are puts of flat keys (a batch is one txn), parents need no creating.
 //! Its session is what etcd's own `concurrency.Session` is: a lease,
 //! granted with the first ephemeral (TTL = the session timeout in whole

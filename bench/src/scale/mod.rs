@@ -252,7 +252,7 @@ async fn start(kind: Kind, dir: &Path, o: &ScaleOpts) -> anyhow::Result<cluster:
     let t = cluster::Scaled::start(kind, dir).await?;
     let s = client::Sc::connect(kind, &t.endpoints(), o.ttl).await?;
     s.ensure("/scale").await?;
-    // The side-by-side adapters' folder (the clients dimension writes there).
+    // The benchmark adapters' folder (the clients dimension writes there).
     s.ensure("/cmp").await?;
     s.close().await;
     Ok(t)

@@ -57,7 +57,7 @@ impl ScriptTarget for EtcdTarget {
 #[derive(Clone, Copy, Debug)]
 pub struct KeepAlive(pub Duration, pub Duration);
 
-/// The side-by-side's: a paused or dead member is noticed within 2 s. But
+/// The benchmark's: a paused or dead member is noticed within 2 s. But
 /// etcd's server allows a ping only every `--grpc-keepalive-min-time` (5 s)
 /// on a connection with no data moving: a request waiting longer than
 /// ~3 s (a Lock RPC deep in a queue) loses its connection to GOAWAY

@@ -1,4 +1,4 @@
-//! One interface over the three coordination services the side-by-side
+//! One interface over the three coordination services the benchmark
 //! compares: Baton, etcd 3.4 and ZooKeeper 3.8, each a 3-member cluster on
 //! loopback with fsync on.
 //!
