@@ -32,6 +32,10 @@
 //! answer about the write itself may have happened
 //! ([`write_surely_failed`]); every ZooKeeper call is bounded by
 //! [`ZK_OP_TIMEOUT`] (a timed-out write may have happened).
+//!
+//! Shared with `baton-bench` (its ZooKeeper target and its zk-register
+//! test, which use this crate, never the reverse): [`ZkReads`],
+//! [`write_surely_failed`], [`persistent`] and [`ensure_path`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
