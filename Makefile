@@ -2,16 +2,16 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps peer-deps zk-clients-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
+.PHONY: deps rival-deps zk-clients-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
 
 deps:
 	@./scripts/install-deps.sh
 
-# etcd 3.4 and ZooKeeper 3.8 from Debian, for the side-by-side (no-ops
-# when installed).
-peer-deps:
-	@./jepsen/peers/etcd.sh install
-	@./jepsen/peers/zookeeper.sh install
+# Baton's rivals, etcd 3.4 and ZooKeeper 3.8, from Debian, for the
+# benchmark (bench/) and the ZooKeeper CLI tests (no-ops when installed).
+rival-deps:
+	@./bench/rivals/etcd.sh install
+	@./bench/rivals/zookeeper.sh install
 
 # Curator 5 (Debian) with javac, and kazoo (PyPI, in a virtualenv under
 # /var/cache) for tests/tests/zookeeper_clients.rs (no-ops when present).
@@ -41,9 +41,9 @@ advisories:
 	./scripts/advisories.sh
 
 # The whole suite, stage by stage (scripts/test-all.sh): lint, the advisory
-# check, the build, the docs, the peers and ZooKeeper clients, the
-# workspace's tests (unit, golden, real 3-member clusters, the harness's
-# fault-catching tests, etcd's lock safety test, Curator's and kazoo's
+# check, the build, the docs, the rivals (etcd, ZooKeeper) and ZooKeeper
+# clients, the workspace's tests (unit, golden, real 3-member clusters,
+# the harness's fault-catching tests, the rivals' lock safety test, Curator's and kazoo's
 # recipes), the simulator, 20 s of each fuzz target, a short Jepsen run of
 # every workload, a short compare and a short scale. Ends with the time each
 # stage took and the slowest test binaries. What CI runs.
@@ -54,7 +54,7 @@ test:
 # crate's unit tests, the golden scripts, the failure table's simulator
 # scripts, the wire captures, and the
 # simulator's session scripts with BATON_SIM_SEEDS (default 300) random
-# fault schedules. No clusters, no peers, no smokes: `make test` has them.
+# fault schedules. No clusters, no rivals, no smokes: `make test` has them.
 CHECK_SIM_SEEDS ?= 300
 check: lint
 	$(CARGO) test --workspace --lib --bins -- --test-threads=2
@@ -88,27 +88,27 @@ fsync-probe: build
 # Every compare workload for a few seconds on every target (Baton, etcd,
 # ZooKeeper, and Baton through its ZooKeeper port), to keep the adapters
 # working (debug build: the figures mean nothing). A failed run fails it.
-compare-smoke: build peer-deps
+compare-smoke: build rival-deps
 	@CARGO="$(CARGO)" ./scripts/compare-smoke.sh
 
-# The full side-by-side (release build, ~20 min): docs/comparison.md has
-# the last results.
-compare: release peer-deps
-	$(CARGO) run --release -q -p baton-jepsen -- compare --out jepsen/store/compare-$$(date +%s)
+# The full comparison with the rivals (baton-bench; release build, ~20
+# min): docs/comparison.md has the last results.
+compare: release rival-deps
+	$(CARGO) run --release -q -p baton-bench -- compare --out bench/store/compare-$$(date +%s)
 
 # Every scale dimension at small sizes on Baton and ZooKeeper, and etcd's
 # (nodes, sessions, locks, clients; ~40 s), one cluster each (debug build,
 # ~3 min): fails if the command fails (a herd in a lock queue fails it) or
 # scale.json lacks a dimension's rows.
-scale-smoke: build peer-deps
+scale-smoke: build rival-deps
 	@CARGO="$(CARGO)" ./scripts/scale-smoke.sh
 
 # The full scale run (release build, ~12 min; docs/scaling.md has the last
 # results): 10k-1M nodes, 1k-25k sessions, 10k-100k watches, 1k-10k
 # watchers, 1-1000 lock waiters, 1-512 clients, Baton and ZooKeeper.
-scale: release peer-deps
-	$(CARGO) run --release -q -p baton-jepsen -- scale --runs 2 --duration 3 --lock-window 3 --interval 5 \
-	  --out jepsen/store/scale-$$(date +%s)
+scale: release rival-deps
+	$(CARGO) run --release -q -p baton-bench -- scale --runs 2 --duration 3 --lock-window 3 --interval 5 \
+	  --out bench/store/scale-$$(date +%s)
 
 # Each workload ~30 s under a random mix of every nemesis, the lock workload
 # once more with TLS on both ports, and every workload at once through the
@@ -138,7 +138,8 @@ check-docs: build
 check-readme: build
 	./scripts/check-docs.sh --run-readme
 
-# Throughput and latency on a fresh local cluster (release build).
+# Throughput and latency on a fresh local cluster (baton-bench bench,
+# release build).
 bench: release
 	./scripts/bench.sh
 

@@ -22,7 +22,7 @@
 # if there was any (2: the binaries are missing).
 #
 # What it does not check: positional arguments, flag values, short flags,
-# and commands of other programs (cargo, baton-jepsen).
+# and commands of other programs (cargo, baton-jepsen, baton-bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -243,8 +243,8 @@ static_check() {
 
 # Names that look like repository files but are not: what they are.
 NOT_OURS=(
-  compare.md   # written by `baton-jepsen compare` into its --out dir
-  scale.md     # written by `baton-jepsen scale` into its --out dir
+  compare.md   # written by `baton-bench compare` into its --out dir
+  scale.md     # written by `baton-bench scale` into its --out dir
   zkCli.sh     # ZooKeeper's CLI (Debian's zookeeper package)
   bill.sh      # the example script of docs/recipes.md
   server.rs    # mini-redis's, cited by server/src/shutdown.rs

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
 out=$(mktemp -d /tmp/baton-compare-smoke.XXXXXX)
-$CARGO run -q -p baton-jepsen -- compare --targets baton,etcd,zookeeper,baton-zk \
+$CARGO run -q -p baton-bench -- compare --targets baton,etcd,zookeeper,baton-zk \
   --duration 2 --warmup 0 --run-warmup 1 --runs 1 --out "$out" 2>&1 | grep -v WARN | tail -n 40
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "compare smoke failed; see $out"; exit 1; }
 rows=$(grep -c '"workload"' "$out/compare.json")

@@ -3,7 +3,7 @@
 # clang + libclang-dev (bindgen for the rocksdb crate) and librocksdb-dev
 # (Debian's RocksDB, linked instead of a 16-minute C++ build; see
 # .cargo/config.toml), fonts-dejavu-core (text in the harness's plots) and
-# protobuf-compiler (protoc, for the etcd-client crate the side-by-side uses).
+# protobuf-compiler (protoc, for the etcd-client crate the benchmark uses).
 set -euo pipefail
 need=()
 for pkg in clang libclang-dev librocksdb-dev fonts-dejavu-core protobuf-compiler; do

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
 out=$(mktemp -d /tmp/baton-scale-smoke.XXXXXX)
-timeout 420 $CARGO run -q -p baton-jepsen -- scale --targets baton,zookeeper,etcd --shared-cluster \
+timeout 420 $CARGO run -q -p baton-bench -- scale --targets baton,zookeeper,etcd --shared-cluster \
   --nodes 1000,3000 --sessions 50 --watches 500 --watchers 50 --waiters 1,5,20 --clients 1,8 \
   --session-timeout 4000 --interval 1 --expiry-sample 5 --lock-window 2 --duration 1 --runs 1 \
   --out "$out" 2>&1 | grep -v WARN | tail -n 60

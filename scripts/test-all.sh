@@ -6,10 +6,10 @@
 # measure per stage first).
 #
 # The stages: lint, the advisory check, the build, the docs' commands and
-# paths, README's examples, the peers (etcd, ZooKeeper) and the ZooKeeper
+# paths, README's examples, the rivals (etcd, ZooKeeper) and the ZooKeeper
 # clients (Curator, kazoo), the workspace's tests (unit, golden, real
-# 3-member clusters, the harness's fault-catching tests, the peers'
-# adapters), the simulator with its planted-bug twins, 20 s of each fuzz
+# 3-member clusters, the harness's fault-catching tests, the benchmark's
+# adapters to the rivals and their lock-safety tests), the simulator with its planted-bug twins, 20 s of each fuzz
 # target, a short Jepsen run of every workload, a short compare and a short
 # scale. `make check` is the fast tier for the edit loop.
 set -uo pipefail
@@ -66,7 +66,7 @@ stage advisories $MAKE --no-print-directory advisories
 stage build $MAKE --no-print-directory build
 stage check-docs $MAKE --no-print-directory check-docs
 stage check-readme $MAKE --no-print-directory check-readme
-stage peer-deps $MAKE --no-print-directory peer-deps
+stage rival-deps $MAKE --no-print-directory rival-deps
 stage zk-clients-deps $MAKE --no-print-directory zk-clients-deps
 stage workspace workspace
 stage sim $MAKE --no-print-directory sim

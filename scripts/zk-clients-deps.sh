@@ -10,12 +10,12 @@
 #   with what kazoo's own test suite needs (its `test` extra less gevent,
 #   eventlet and pytest-cov, pinned) for tests/zk/kazoo_suite.py.
 # apt-get update runs once, and only if a package has no install candidate
-# (jepsen/peers/common.sh's apt_install).
+# (bench/rivals/common.sh's apt_install).
 set -euo pipefail
 PROG=zk-clients-deps.sh
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
-# shellcheck source=../jepsen/peers/common.sh
-. "$HERE/../jepsen/peers/common.sh"
+# shellcheck source=../bench/rivals/common.sh
+. "$HERE/../bench/rivals/common.sh"
 
 KAZOO_VERSION=2.11.0
 SUITE_DEPS=(pytest==9.2.0 pytest-timeout==2.4.0 objgraph==3.7.0 pyjks==20.0.0 pyopenssl==26.4.0)

@@ -75,6 +75,8 @@ pub struct DbOpts {
     pub zk_clients: bool,
     /// More flags for every member (e.g. `--zk-linearizable-reads`).
     pub extra_flags: Vec<String>,
+    /// Every member serves /metrics on an HTTP port ([`Db::http_addrs`]).
+    pub http: bool,
 }
 
 pub struct Db {
@@ -137,6 +139,7 @@ impl Db {
             links: if o.direct { Links::Direct } else { Links::Proxied { slots: o.slots } },
             zk: o.zk,
             zk_clients: o.zk_clients,
+            http: o.http,
             ..ClusterSpec::new(o.nodes, &o.dir, &o.bin)
         };
         let cluster =
@@ -236,6 +239,16 @@ impl Db {
     /// The clients' TLS settings (None: plaintext).
     pub fn client_tls(&self) -> Option<ClientTls> {
         self.tls.clone()
+    }
+
+    /// The founding members' data dirs, member 1 first.
+    pub fn data_dirs(&self) -> Vec<PathBuf> {
+        self.cluster.members.iter().take(self.nodes as usize).map(|m| m.spec.data_dir.clone()).collect()
+    }
+
+    /// The founding members' HTTP addresses (None without `http`).
+    pub fn http_addrs(&self) -> Vec<Option<String>> {
+        self.cluster.members.iter().take(self.nodes as usize).map(|m| m.spec.http_addr.map(|a| a.to_string())).collect()
     }
 
     /// kill -9 member `id`.

@@ -32,6 +32,10 @@
 //! answer about the write itself may have happened
 //! ([`write_surely_failed`]); every ZooKeeper call is bounded by
 //! [`ZK_OP_TIMEOUT`] (a timed-out write may have happened).
+//!
+//! Shared with `baton-bench` (its ZooKeeper target and its zk-register
+//! test, which use this crate, never the reverse): [`ZkReads`],
+//! [`write_surely_failed`], [`persistent`] and [`ensure_path`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,15 +44,77 @@ use baton_client::{Client, Op, SessionState, WatchKind};
 use serde_json::json;
 use tokio::sync::watch;
 use zookeeper_client as zk;
+use zookeeper_client::{Acls, CreateMode, CreateOptions};
 
 use crate::record::OpError;
-use crate::side_by_side::targets::zookeeper::{ensure_path, write_surely_failed};
 
 /// Bound on one ZooKeeper call (the native client's op timeout is 5 s).
 pub const ZK_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the ZooKeeper door's recipes keep their queues.
 const ZK_LOCKS: &str = "/jepsen/zk-locks";
 const ZK_ELECTIONS: &str = "/jepsen/zk-elections";
+
+/// How reads go through the ZooKeeper port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZkReads {
+    /// `sync` then `getData`, default members.
+    Sync,
+    /// Plain `getData`, members started with `--zk-linearizable-reads`.
+    Linearizable,
+    /// Plain `getData`, default members: sequentially consistent only (a
+    /// control; not linearizable under `partition`).
+    Local,
+}
+
+impl ZkReads {
+    pub fn name(self) -> &'static str {
+        match self {
+            ZkReads::Sync => "sync",
+            ZkReads::Linearizable => "linearizable",
+            ZkReads::Local => "local",
+        }
+    }
+}
+
+/// True when a write that failed with `e` was surely not applied: the
+/// server answered about the write itself. Anything else (a connection
+/// loss, a timeout, an expired session, an I/O error, a code the client
+/// does not know) may have happened.
+pub fn write_surely_failed(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::NoNode
+            | zk::Error::NodeExists
+            | zk::Error::BadVersion
+            | zk::Error::NotEmpty
+            | zk::Error::NoAuth
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::InvalidAcl
+            | zk::Error::BadArguments(_)
+            | zk::Error::Unimplemented
+            | zk::Error::RuntimeInconsistent
+    )
+}
+
+/// Persistent, open to anyone: how the recipes' folders are created.
+pub fn persistent() -> CreateOptions<'static> {
+    CreateMode::Persistent.with_acls(Acls::anyone_all())
+}
+
+/// Creates `path` and its missing parents (persistent, empty).
+pub async fn ensure_path(c: &zk::Client, path: &str) -> Result<(), zk::Error> {
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        match c.create(&at, &[], &persistent()).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
 
 /// Which door a run's workload clients use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -91,11 +157,11 @@ pub struct ZkSession {
 /// the server answered about the write itself.
 fn zk_err(e: zk::Error, write: bool) -> OpError {
     let ambiguous = write && !write_surely_failed(&e);
-    OpError::Peer { error: format!("zookeeper: {e}"), ambiguous }
+    OpError::Zk { error: format!("zookeeper: {e}"), ambiguous }
 }
 
 fn zk_timeout(write: bool) -> OpError {
-    OpError::Peer { error: "zookeeper: no answer in 5 s".into(), ambiguous: write }
+    OpError::Zk { error: "zookeeper: no answer in 5 s".into(), ambiguous: write }
 }
 
 /// The session state a ZooKeeper client state stands for (module doc).
@@ -145,7 +211,7 @@ impl ZkSession {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-            .ok_or_else(|| OpError::Peer { error: "zookeeper: session closed".into(), ambiguous: false })
+            .ok_or_else(|| OpError::Zk { error: "zookeeper: session closed".into(), ambiguous: false })
     }
 
     /// Runs one call, bounded by [`ZK_OP_TIMEOUT`].
@@ -208,7 +274,7 @@ impl ZkSession {
                 Err(e) => return Err(e),
             }
         }
-        Err(OpError::Peer { error: "could not create the queue node".into(), ambiguous: false })
+        Err(OpError::Zk { error: "could not create the queue node".into(), ambiguous: false })
     }
 
     async fn find_own(&self, dir: &str) -> Result<Option<(String, u64)>, OpError> {
@@ -230,7 +296,7 @@ impl ZkSession {
             let mut kids = self.call(false, async |c| c.list_children(dir).await).await?;
             kids.sort_by(|a, b| sequence(a).cmp(sequence(b)));
             let Some(pos) = kids.iter().position(|k| k == mine) else {
-                return Err(OpError::Peer { error: "queue node vanished (session expired)".into(), ambiguous: false });
+                return Err(OpError::Zk { error: "queue node vanished (session expired)".into(), ambiguous: false });
             };
             if pos == 0 {
                 return Ok(());
@@ -240,10 +306,7 @@ impl ZkSession {
             if stat.is_some() {
                 let ev = w.changed().await;
                 if ev.event_type == zk::EventType::Session && ev.session_state.is_terminated() {
-                    return Err(OpError::Peer {
-                        error: format!("zookeeper: {:?}", ev.session_state),
-                        ambiguous: false,
-                    });
+                    return Err(OpError::Zk { error: format!("zookeeper: {:?}", ev.session_state), ambiguous: false });
                 }
             }
         }
@@ -493,7 +556,7 @@ impl DoorClient {
     pub fn session_gone(e: &OpError) -> bool {
         match e {
             OpError::Client(baton_client::Error::SessionExpired) => true,
-            OpError::Peer { error, .. } => {
+            OpError::Zk { error, .. } => {
                 error.contains("session expired") || error.contains("session closed") || error.contains("been closed")
             }
             _ => false,
@@ -529,7 +592,7 @@ impl DoorClient {
             }
             DoorClient::Zk(s) => {
                 let Some(node) = fence.node.as_deref() else {
-                    return Err(OpError::Peer { error: "no lock node to fence with".into(), ambiguous: false });
+                    return Err(OpError::Zk { error: "no lock node to fence with".into(), ambiguous: false });
                 };
                 let c = s.client()?;
                 let mut w = c.new_multi_writer();
@@ -541,7 +604,7 @@ impl DoorClient {
                         Some(zk::MultiWriteResult::SetData { stat }) => stat.mzxid as u64,
                         _ => 0,
                     }),
-                    Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, source })) => Err(OpError::Peer {
+                    Ok(Err(zk::MultiWriteError::OperationFailed { index: 0, source })) => Err(OpError::Zk {
                         error: format!("fence refused: lock node {node}: {source}"),
                         ambiguous: false,
                     }),

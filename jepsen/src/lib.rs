@@ -1,7 +1,10 @@
-//! baton-jepsen: Jepsen's method, in Rust, for Baton, and the
-//! side-by-side with etcd and ZooKeeper. What a history means is decided
-//! by the checkers in the `baton-checker` crate (`checker/`); this crate
-//! runs the processes, the faults and the clients that record it.
+//! baton-jepsen: Jepsen's method, in Rust, for Baton. What a history
+//! means is decided by the checkers in the `baton-checker` crate
+//! (`checker/`); this crate runs the processes, the faults and the clients
+//! that record it. The benchmark against Baton's rivals, etcd and
+//! ZooKeeper, is another product: the `baton-bench` crate (`bench/`),
+//! which uses this one ([`db`], [`nemesis`], [`record`], [`door`]'s
+//! ZooKeeper helpers, the plots); this crate never uses it.
 //!
 //! # Layout
 //! - The harness (`baton-jepsen test`):
@@ -15,20 +18,20 @@
 //!     `lock.rs`, `election.rs`, `session.rs`), its client loop beside the
 //!     call into its checker.
 //!   - [`runner`]: one test run end to end; [`report`]: latency and rate
-//!     plots, timeline.html.
-//! - [`side_by_side`]: the benchmark and comparison against etcd and
-//!   ZooKeeper (`baton-jepsen bench`, `compare`), the adapters
-//!   (`side_by_side/targets/`) and etcd's lock-safety test
-//!   (`baton-jepsen test --target etcd`); the peers' scripts are in
-//!   `jepsen/peers/`.
-//! - `main.rs`: the command line, one function per subcommand.
+//!     plots, and the timeline page (`report/timeline.rs`).
+//! - Shared with the benchmark (`baton-bench`): [`plot`] (the font and
+//!   drawing a PNG into place, for the harness's plots and the benchmark's
+//!   compare.png and scale-<dim>.png); [`cli`].
+//! - `main.rs`: the command line; [`cli`]: what it shares with
+//!   `baton-bench`'s (the runtime, Ctrl-C, the verdict's exit code).
 
+pub mod cli;
 pub mod db;
 pub mod door;
 pub mod nemesis;
+pub mod plot;
 pub use baton_kit::proxy;
 pub mod record;
 pub mod report;
 pub mod runner;
-pub mod side_by_side;
 pub mod workloads;

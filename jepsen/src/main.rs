@@ -1,24 +1,20 @@
-//! `baton-jepsen`: the harness's command line. One function per
-//! subcommand ([`test`], [`bench`], [`compare`], [`scale`], [`hold`]), each returning
-//! the process's exit code; Ctrl-C stops a run and tears its clusters down.
+//! `baton-jepsen`: the harness's command line: [`test`] returns the
+//! process's exit code ([`verdict`]); Ctrl-C stops a run and tears its
+//! cluster down. The benchmark's commands (bench, compare, scale, the
+//! rivals' lock-safety test) are `baton-bench`'s (`bench/src/main.rs`).
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_checker::Validity;
+use baton_jepsen::cli::{self, interruptible, stamp, verdict};
 use baton_jepsen::db::{check_session_ms, SESSION_MS};
-use baton_jepsen::door::Door;
+use baton_jepsen::door::{Door, ZkReads};
 use baton_jepsen::nemesis::NemesisKind;
 use baton_jepsen::runner::{run_test, TestOpts};
-use baton_jepsen::side_by_side::bench::{BenchWorkload, Summary};
-use baton_jepsen::side_by_side::compare::{self, CompareOpts};
-use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
-use baton_jepsen::side_by_side::peer_register::{self, PeerRegisterOpts, ZkReads};
-use baton_jepsen::side_by_side::scale::{self, Dim, ScaleOpts};
-use baton_jepsen::side_by_side::targets::{self, Kind};
 use baton_jepsen::workloads::Workload;
 use clap::{Args, Parser, Subcommand};
+
+const PROG: &str = "baton-jepsen";
 
 #[derive(Parser)]
 #[command(name = "baton-jepsen", version, about = "Jepsen-style tests of Baton: real processes, faults, checkers")]
@@ -31,36 +27,15 @@ struct Cli {
 enum Cmd {
     /// Run a test: workload + nemesis for a time limit, then check the history.
     Test(TestArgs),
-    /// Benchmark one workload on one target (starts its cluster; median of --runs runs).
-    Bench(BenchArgs),
-    /// Every workload on every target, one cluster at a time: compare.md,
-    /// compare.json, compare.png.
-    Compare(CompareArgs),
-    /// How far one 3-member cluster goes, one dimension at a time (nodes,
-    /// sessions, watches, fan-out, lock queue, clients): scale.md,
-    /// scale.json, scale-<dim>.png (docs/scaling.md).
-    Scale(ScaleArgs),
-    /// (Used by the failover workload.) Hold a lock until killed.
-    #[command(hide = true)]
-    Hold(HoldArgs),
-    /// (Used by scale's sessions dimension.) Open sessions with an
-    /// ephemeral node each, say `ready`, wait to be killed.
-    #[command(hide = true)]
-    ScaleSessions(ScaleSessionsArgs),
 }
 
 #[derive(Args)]
 struct TestArgs {
-    /// baton; etcd or baton-zk with workload lock (the lock-safety test
-    /// of the peer's lock with and without a fence); baton-zk with
-    /// workload register (linearizability through the ZooKeeper port).
-    #[arg(long, value_enum, default_value = "baton")]
-    target: Kind,
     #[arg(long, value_enum)]
     workload: Workload,
     #[arg(long, value_enum, default_value = "none")]
     nemesis: NemesisKind,
-    /// Target baton: the door every workload client comes through, the
+    /// The door every workload client comes through, the
     /// native protocol or the ZooKeeper port (a real ZooKeeper client,
     /// ZooKeeper's recipes; every nemesis and checker the same).
     #[arg(long, value_enum, default_value = "native")]
@@ -93,8 +68,8 @@ struct TestArgs {
     /// and for every client.
     #[arg(long)]
     tls: bool,
-    /// baton-zk's register test and `--door zookeeper`: how linearizable
-    /// reads go through the ZooKeeper port
+    /// `--door zookeeper`: how linearizable reads go through the
+    /// ZooKeeper port
     /// (sync = `sync` then `getData`; linearizable = `getData` on members
     /// with `--zk-linearizable-reads`; local = plain `getData`, a control
     /// that is not linearizable under partition).
@@ -102,196 +77,22 @@ struct TestArgs {
     zk_reads: ZkReads,
 }
 
-#[derive(Args)]
-struct BenchArgs {
-    #[arg(long, value_enum, default_value = "baton")]
-    target: Kind,
-    #[arg(long, value_enum)]
-    workload: BenchWorkload,
-    /// Default: 1 (lock-uncontended), 16 (lock-contended, failover), 64 (others).
-    #[arg(long)]
-    clients: Option<usize>,
-    /// Measured seconds per run.
-    #[arg(long, default_value_t = 10)]
-    duration: u64,
-    /// Unmeasured seconds at the start of each run.
-    #[arg(long, default_value_t = 5)]
-    warmup: u64,
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Write the summary (a one-element JSON array, as in compare.json).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Folder for cluster data and logs (default jepsen/store/bench-<ts>).
-    #[arg(long)]
-    out: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct CompareArgs {
-    /// Comma-separated: baton, etcd, zookeeper.
-    #[arg(long, default_value = "baton,etcd,zookeeper")]
-    targets: String,
-    /// Comma-separated subset of lock-uncontended, lock-contended,
-    /// lock-independent, write, read, failover (default all).
-    #[arg(long)]
-    workloads: Option<String>,
-    /// Measured seconds per run.
-    #[arg(long, default_value_t = 10)]
-    duration: u64,
-    /// Unmeasured load once per cluster (ZooKeeper needs ~30 s).
-    #[arg(long, default_value_t = 30)]
-    warmup: u64,
-    /// Unmeasured seconds at the start of every run.
-    #[arg(long, default_value_t = 2)]
-    run_warmup: u64,
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Output folder (default jepsen/store/compare-<ts>).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Baton with TLS on both ports (a throwaway CA), every client too.
-    #[arg(long)]
-    baton_tls: bool,
-    /// Run nothing: draw DIR/compare.png again from DIR/compare.json.
-    #[arg(long, value_name = "DIR")]
-    replot: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct ScaleArgs {
-    /// Comma-separated: baton, zookeeper, etcd (etcd runs nodes, locks and
-    /// clients only; the other dimensions are skipped for it).
-    #[arg(long, default_value = "baton,zookeeper")]
-    targets: String,
-    /// Comma-separated subset of nodes, sessions, watches, fanout, locks,
-    /// clients (default all).
-    #[arg(long)]
-    dims: Option<String>,
-    /// Tree sizes (nodes of 100 bytes), filled cumulatively.
-    #[arg(long, default_value = "10000,100000,1000000")]
-    nodes: String,
-    /// Live sessions, each with an ephemeral node (50,000 takes each
-    /// member past the 20,000 open files a process may have here).
-    #[arg(long, default_value = "1000,10000,25000")]
-    sessions: String,
-    /// One-shot watches registered (over 100 sessions).
-    #[arg(long, default_value = "10000,100000")]
-    watches: String,
-    /// Sessions watching one node that is written once.
-    #[arg(long, default_value = "1000,10000")]
-    watchers: String,
-    /// Clients queued on one lock.
-    #[arg(long, default_value = "1,10,100,1000")]
-    waiters: String,
-    /// Concurrent clients for write and lock-independent.
-    #[arg(long, default_value = "1,8,64,512")]
-    clients: String,
-    /// Session timeout of every session (ms).
-    #[arg(long, default_value_t = 10_000)]
-    session_timeout: u64,
-    /// Seconds of keepalives over which the members' CPU is measured.
-    #[arg(long, default_value_t = 10)]
-    interval: u64,
-    /// Dead sessions per size whose ephemerals' removal is timed.
-    #[arg(long, default_value_t = 50)]
-    expiry_sample: usize,
-    /// Measured seconds per lock-queue size.
-    #[arg(long, default_value_t = 5)]
-    lock_window: u64,
-    /// Measured seconds per clients run.
-    #[arg(long, default_value_t = 5)]
-    duration: u64,
-    /// Runs per clients size (the spread).
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Longest one fill or open step may take (s).
-    #[arg(long, default_value_t = 300)]
-    step_bound: u64,
-    /// One cluster per target for all dimensions (quicker; the smoke), not
-    /// a fresh one per dimension.
-    #[arg(long)]
-    shared_cluster: bool,
-    /// Output folder (default jepsen/store/scale-<ts>).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Run nothing: draw DIR's PNGs and scale.md again from DIR/scale.json.
-    #[arg(long, value_name = "DIR")]
-    replot: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct ScaleSessionsArgs {
-    #[arg(long, value_enum)]
-    target: Kind,
-    #[arg(long)]
-    endpoints: String,
-    #[arg(long)]
-    dir: String,
-    #[arg(long)]
-    count: usize,
-    #[arg(long, default_value_t = 10_000)]
-    ttl_ms: u64,
-}
-
-#[derive(Args)]
-struct HoldArgs {
-    #[arg(long, value_enum)]
-    target: Kind,
-    #[arg(long)]
-    endpoints: String,
-    #[arg(long)]
-    name: String,
-    #[arg(long, default_value_t = 5000)]
-    ttl_ms: u64,
-}
-
 fn main() {
-    let _ = tracing_subscriber::fmt()
-        // The ZooKeeper client warns on every failed reconnection, which a
-        // nemesis causes by the hundred: its warnings are not the run's.
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,zookeeper_client=error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("baton-jepsen: {e}");
-            std::process::exit(2);
-        }
-    };
-    let code = rt.block_on(async {
+    cli::run(PROG, async {
         match cli.cmd {
             Cmd::Test(a) => test(a).await,
-            Cmd::Bench(a) => bench(a).await,
-            Cmd::Compare(a) => compare(a).await,
-            Cmd::Scale(a) => scale(a).await,
-            Cmd::Hold(a) => hold(a).await,
-            Cmd::ScaleSessions(a) => scale_sessions(a).await,
         }
-    });
-    rt.shutdown_timeout(Duration::from_secs(2));
-    std::process::exit(code);
+    })
 }
 
-/// `test`: a run against Baton, or the lock-safety test against a peer's
-/// lock ([`test_peer_lock`]). Exit code: [`verdict`].
+/// `test`: a run against Baton. Exit code: [`verdict`].
 async fn test(a: TestArgs) -> i32 {
     if let Err(e) = check_session_ms(a.session_timeout) {
-        eprintln!("baton-jepsen: {e}");
+        eprintln!("{PROG}: {e}");
         return 2;
     }
     let seed = a.seed.unwrap_or_else(rand::random);
-    if a.target == Kind::BatonZk && a.workload == Workload::Register {
-        return test_peer_register(a, seed).await;
-    }
-    if a.target != Kind::Baton {
-        return test_peer_lock(a, seed).await;
-    }
     let door = match a.door {
         Door::Native => String::new(),
         d => format!("{}-", d.name()),
@@ -314,281 +115,5 @@ async fn test(a: TestArgs) -> i32 {
     };
     // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
     let r = interruptible(run_test(opts)).await;
-    verdict(r.map(|o| o.valid), &out)
-}
-
-/// `test --target etcd|baton-zk --workload lock`: the target's own lock
-/// (etcd's Lock RPC; ZooKeeper's recipe through Baton's ZooKeeper port)
-/// with and without a fence.
-async fn test_peer_lock(a: TestArgs, seed: u64) -> i32 {
-    if !matches!(a.target, Kind::Etcd | Kind::BatonZk) || a.workload != Workload::Lock {
-        eprintln!(
-            "baton-jepsen: against a peer only --workload lock runs (etcd, baton-zk), and register against baton-zk"
-        );
-        return 2;
-    }
-    let out =
-        a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/{}-{}-lock-{seed}", stamp(), a.target.name())));
-    let o = PeerLockOpts {
-        target: a.target,
-        nemesis: a.nemesis,
-        time_limit: Duration::from_secs(a.time_limit),
-        concurrency: a.concurrency,
-        seed,
-        out: out.clone(),
-    };
-    let r = interruptible(peer_lock::run(o)).await;
-    verdict(r.map(|(v, _)| v), &out)
-}
-
-/// `test --target baton-zk --workload register`: linearizability of
-/// reads and writes through Baton's ZooKeeper port
-/// (`side_by_side::peer_register`).
-async fn test_peer_register(a: TestArgs, seed: u64) -> i32 {
-    let out = a.out.unwrap_or_else(|| {
-        PathBuf::from(format!("jepsen/store/{}-baton-zk-register-{}-{seed}", stamp(), a.zk_reads.name()))
-    });
-    let o = PeerRegisterOpts {
-        target: a.target,
-        nemesis: a.nemesis,
-        time_limit: Duration::from_secs(a.time_limit),
-        concurrency: a.concurrency,
-        seed,
-        out: out.clone(),
-        reads: a.zk_reads,
-        server_faults: a.server_fault,
-    };
-    let r = interruptible(peer_register::run(o)).await;
-    verdict(r.map(|(v, _)| v), &out)
-}
-
-/// Prints a test's last lines and maps its verdict to the exit code
-/// (0 valid, 1 invalid, 2 unknown or harness error).
-fn verdict(r: anyhow::Result<Validity>, out: &Path) -> i32 {
-    match r {
-        Ok(v) => {
-            println!("results in {}", out.display());
-            println!("valid: {}", v.as_str());
-            match v {
-                Validity::Valid => 0,
-                Validity::Invalid => 1,
-                Validity::Unknown => 2,
-            }
-        }
-        Err(e) => {
-            eprintln!("baton-jepsen: harness error: {e:#}");
-            println!("valid: unknown");
-            2
-        }
-    }
-}
-
-/// `bench`: one workload on one target; prints the medians (and writes
-/// them to `--json`). Exit code 0, or 2 if it failed.
-async fn bench(a: BenchArgs) -> i32 {
-    let (target, workload) = (a.target, a.workload);
-    let o = CompareOpts {
-        targets: vec![target],
-        workloads: vec![workload],
-        duration: Duration::from_secs(a.duration),
-        warmup: Duration::ZERO,
-        run_warmup: Duration::from_secs(a.warmup),
-        runs: a.runs,
-        out: a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/bench-{}", stamp()))),
-        baton_tls: false,
-    };
-    let clients = a.clients.unwrap_or(workload.default_clients());
-    eprintln!(
-        "bench: {} {} with {clients} clients, {} run(s) of {} s after {} s warm-up",
-        target.name(),
-        workload.name(),
-        a.runs,
-        a.duration,
-        a.warmup
-    );
-    match interruptible(compare::bench(target, workload, clients, &o)).await {
-        Ok(s) => {
-            println!("{}", bench_line(&s));
-            if let Some(j) = a.json {
-                match serde_json::to_string_pretty(&[&s]).map(|t| std::fs::write(&j, t)) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("baton-jepsen: writing {}: {e}", j.display()),
-                    Err(e) => eprintln!("baton-jepsen: {e}"),
-                }
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("baton-jepsen: bench failed: {e:#}");
-            2
-        }
-    }
-}
-
-/// `bench`'s result line.
-fn bench_line(s: &Summary) -> String {
-    let gap = match (s.gap_ms, s.takeover_ms) {
-        (Some(g), t) => {
-            format!(", gap {g:.0} ms, takeover {}", t.map(|t| format!("{t:.0} ms")).unwrap_or_else(|| "n/a".into()))
-        }
-        _ => String::new(),
-    };
-    format!(
-        "{} {}: {:.0} ops/s (median of {}, spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{gap}",
-        s.target.name(),
-        s.workload.name(),
-        s.ops_per_sec,
-        s.runs,
-        s.ops_per_sec_min,
-        s.ops_per_sec_max,
-        s.p50_ms,
-        s.p99_ms,
-    )
-}
-
-/// `compare`: prints compare.md. Exit code 0, or 2 if it failed.
-async fn compare(a: CompareArgs) -> i32 {
-    if let Some(dir) = &a.replot {
-        return match compare::replot(dir) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("baton-jepsen: {e:#}");
-                2
-            }
-        };
-    }
-    let parsed = list(&a.targets, Kind::parse).and_then(|t| {
-        let w = match &a.workloads {
-            Some(w) => list(w, BenchWorkload::parse)?,
-            None => BenchWorkload::ALL.to_vec(),
-        };
-        Ok((t, w))
-    });
-    let (targets, workloads) = match parsed {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("baton-jepsen: {e:#}");
-            return 2;
-        }
-    };
-    let out = a.out.unwrap_or_else(|| PathBuf::from(format!("jepsen/store/compare-{}", stamp())));
-    let o = CompareOpts {
-        targets,
-        workloads,
-        duration: Duration::from_secs(a.duration),
-        warmup: Duration::from_secs(a.warmup),
-        run_warmup: Duration::from_secs(a.run_warmup),
-        runs: a.runs,
-        out: out.clone(),
-        baton_tls: a.baton_tls,
-    };
-    match interruptible(compare::compare(&o)).await {
-        Ok(_) => {
-            println!("{}", std::fs::read_to_string(out.join("compare.md")).unwrap_or_default());
-            println!("results in {}", out.display());
-            0
-        }
-        Err(e) => {
-            eprintln!("baton-jepsen: compare failed: {e:#}");
-            2
-        }
-    }
-}
-
-/// `scale`: prints scale.md. Exit code 0, or 2 if it failed (a herd in a
-/// lock queue, a dimension that failed, a harness error).
-async fn scale(a: ScaleArgs) -> i32 {
-    if let Some(dir) = &a.replot {
-        return match scale::replot(dir) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("baton-jepsen: {e:#}");
-                2
-            }
-        };
-    }
-    let sizes = |s: &str| list(s, |p| p.trim().parse::<u64>().map_err(|e| anyhow::anyhow!("bad size {p:?}: {e}")));
-    let parsed = (|| {
-        let dims = match &a.dims {
-            Some(d) => list(d, Dim::parse)?,
-            None => Dim::ALL.to_vec(),
-        };
-        let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("jepsen/store/scale-{}", stamp())));
-        anyhow::Ok(ScaleOpts {
-            targets: list(&a.targets, Kind::parse)?,
-            dims,
-            nodes: sizes(&a.nodes)?,
-            sessions: sizes(&a.sessions)?,
-            watches: sizes(&a.watches)?,
-            watchers: sizes(&a.watchers)?,
-            waiters: sizes(&a.waiters)?,
-            clients: sizes(&a.clients)?,
-            ttl: Duration::from_millis(a.session_timeout),
-            interval: Duration::from_secs(a.interval),
-            expiry_sample: a.expiry_sample,
-            lock_window: Duration::from_secs(a.lock_window),
-            duration: Duration::from_secs(a.duration),
-            runs: a.runs,
-            step_bound: Duration::from_secs(a.step_bound),
-            shared_cluster: a.shared_cluster,
-            out,
-        })
-    })();
-    let o = match parsed {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("baton-jepsen: {e:#}");
-            return 2;
-        }
-    };
-    let r = interruptible(scale::run(&o)).await;
-    println!("{}", std::fs::read_to_string(o.out.join("scale.md")).unwrap_or_default());
-    println!("results in {}", o.out.display());
-    match r {
-        Ok(_) => 0,
-        Err(e) => {
-            eprintln!("baton-jepsen: scale failed: {e:#}");
-            2
-        }
-    }
-}
-
-/// `scale-sessions` (a child of scale's sessions dimension).
-async fn scale_sessions(a: ScaleSessionsArgs) -> i32 {
-    let eps = baton_client::parse_endpoints(&a.endpoints);
-    match scale::dying_sessions(a.target, eps, &a.dir, a.count, Duration::from_millis(a.ttl_ms)).await {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("baton-jepsen scale-sessions: {e:#}");
-            2
-        }
-    }
-}
-
-/// `hold` (a child of the failover workload): holds a lock until killed.
-async fn hold(a: HoldArgs) -> i32 {
-    let eps = baton_client::parse_endpoints(&a.endpoints);
-    match targets::hold(a.target, eps, &a.name, Duration::from_millis(a.ttl_ms)).await {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("baton-jepsen hold: {e:#}");
-            2
-        }
-    }
-}
-
-/// Runs `f` to its end, or until Ctrl-C.
-async fn interruptible<T>(f: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    tokio::select! {
-        r = f => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-    }
-}
-
-fn stamp() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-fn list<T>(s: &str, parse: impl Fn(&str) -> anyhow::Result<T>) -> anyhow::Result<Vec<T>> {
-    s.split(',').filter(|p| !p.trim().is_empty()).map(parse).collect()
+    verdict(PROG, r.map(|o| o.valid), &out)
 }

@@ -86,9 +86,9 @@ pub enum OpError {
     TimedOut,
     /// No confirmation came: it may have happened.
     Unconfirmed(&'static str),
-    /// Another client's error (a peer test's ZooKeeper client): it may
-    /// have happened iff `ambiguous`.
-    Peer { error: String, ambiguous: bool },
+    /// A ZooKeeper client's error (the ZooKeeper door's, or baton-bench's
+    /// zk-register test's): it may have happened iff `ambiguous`.
+    Zk { error: String, ambiguous: bool },
 }
 
 impl OpError {
@@ -98,7 +98,7 @@ impl OpError {
             OpError::Client(e) => e.is_ambiguous(),
             OpError::TimedOut => false,
             OpError::Unconfirmed(_) => true,
-            OpError::Peer { ambiguous, .. } => *ambiguous,
+            OpError::Zk { ambiguous, .. } => *ambiguous,
         }
     }
 }
@@ -115,7 +115,7 @@ impl std::fmt::Display for OpError {
             OpError::Client(e) => e.fmt(f),
             OpError::TimedOut => f.write_str("timeout"),
             OpError::Unconfirmed(why) => f.write_str(why),
-            OpError::Peer { error, .. } => f.write_str(error),
+            OpError::Zk { error, .. } => f.write_str(error),
         }
     }
 }

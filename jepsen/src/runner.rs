@@ -20,9 +20,9 @@ use tokio::sync::Mutex;
 
 use crate::db::{locate_bin, Db, DbOpts};
 use crate::door::Door;
+use crate::door::ZkReads;
 use crate::nemesis::{self, NemesisKind};
 use crate::record::Run;
-use crate::side_by_side::peer_register::ZkReads;
 use crate::workloads::{Finals, Workload};
 use baton_checker::history::FaultWindow;
 use baton_checker::{CheckResult, Validity};
@@ -89,6 +89,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
         tls: o.tls,
         zk: o.door == Door::Zookeeper,
         zk_clients: o.door == Door::Zookeeper,
+        http: false,
         extra_flags: match o.zk_reads {
             ZkReads::Linearizable => vec!["--zk-linearizable-reads".to_string()],
             _ => Vec::new(),

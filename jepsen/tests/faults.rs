@@ -65,7 +65,7 @@ async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Out
         session_timeout: Duration::from_millis(session_ms),
         tls: false,
         door,
-        zk_reads: baton_jepsen::side_by_side::peer_register::ZkReads::Sync,
+        zk_reads: baton_jepsen::door::ZkReads::Sync,
     };
     let o = run_test(opts).await;
     if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {

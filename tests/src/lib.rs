@@ -450,7 +450,7 @@ pub mod raw {
     }
 }
 
-/// Debian's ZooKeeper CLI (`make peer-deps` installs it).
+/// Debian's ZooKeeper CLI (`make rival-deps` installs it).
 pub const ZKCLI: &str = "/usr/share/zookeeper/bin/zkCli.sh";
 
 /// Runs zkCli.sh against `server` with `script` on stdin (on a blocking
@@ -465,7 +465,7 @@ fn zkcli_blocking(server: &str, script: &str) -> String {
     use std::io::Write;
     assert!(
         std::path::Path::new(ZKCLI).exists(),
-        "{ZKCLI} is missing: `make peer-deps` installs Debian's zookeeper (make test runs it first)"
+        "{ZKCLI} is missing: `make rival-deps` installs Debian's zookeeper (make test runs it first)"
     );
     let mut child = std::process::Command::new(ZKCLI)
         .args(["-server", server])

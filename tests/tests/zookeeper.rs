@@ -1,6 +1,6 @@
 //! The ZooKeeper port (server/src/zk/) with clients nobody here wrote:
 //! Rust's `zookeeper-client` crate, and Debian's `zkCli.sh` (the Java
-//! client; installed by `make peer-deps`, which `make test` runs first).
+//! client; installed by `make rival-deps`, which `make test` runs first).
 //!
 //! t10: every operation the crate offers that the port serves, with its
 //! errors, sequential names, container nodes, stats, watches (one-shot, persistent,

@@ -1,4 +1,4 @@
-//! Baton as a target: `batond` processes started by [`crate::db::Db`] in
+//! Baton as a target: `batond` processes started by [`baton_jepsen::db::Db`] in
 //! direct mode (no proxies), driven by Baton's own client and lock recipe.
 //!
 //! With `tls` (`compare --baton-tls`), the members run with TLS on both
@@ -14,7 +14,7 @@ use baton_client::{
 };
 
 use super::{Kind, OpError, OpResult, Target, TargetClient};
-use crate::db::{locate_bin, Db, DbOpts};
+use baton_jepsen::db::{locate_bin, Db, DbOpts};
 
 /// Keys and fences live under this folder.
 const ROOT: &str = "/cmp";
@@ -26,6 +26,10 @@ pub struct BatonTarget {
     tls_dir: Option<std::path::PathBuf>,
     /// Peer links through the kit's proxies ([`BatonOpts::proxied`]).
     proxied: bool,
+    /// Each member's data dir, member 0 first.
+    data_dirs: Vec<std::path::PathBuf>,
+    /// Each member's /metrics address ([`BatonOpts::http`]).
+    http: Vec<Option<String>>,
 }
 
 /// How [`BatonTarget::start_opts`] starts the members.
@@ -37,13 +41,15 @@ pub struct BatonOpts {
     pub zk: bool,
     /// Peer links through the kit's proxies, so that a member can be cut
     /// off ([`Target::isolate`]); with the harness's test timing
-    /// (`crate::db`, module doc). Otherwise direct links and the server's
+    /// (`baton_jepsen::db`, module doc). Otherwise direct links and the server's
     /// defaults, as a benchmark wants.
     pub proxied: bool,
     /// Deliberate bugs: runs `batond-faulty` with these `--server-fault`s.
     pub server_faults: Vec<String>,
     /// More flags for every member.
     pub extra_flags: Vec<String>,
+    /// Every member serves /metrics ([`BatonTarget::http_addr`]).
+    pub http: bool,
 }
 
 /// The client TLS a holder process uses (from `BATON_JEPSEN_TLS_DIR`).
@@ -74,11 +80,12 @@ impl BatonTarget {
             dir: dir.to_path_buf(),
             server_faults: o.server_faults,
             direct: !o.proxied,
-            session_ms: o.proxied.then_some(crate::db::SESSION_MS),
+            session_ms: o.proxied.then_some(baton_jepsen::db::SESSION_MS),
             tls: o.tls,
             zk: o.zk,
             zk_clients: false,
             extra_flags: o.extra_flags,
+            http: o.http,
         })
         .await?;
         let endpoints = db.direct_endpoints();
@@ -92,7 +99,18 @@ impl BatonTarget {
         }
         let _ = setup.close().await;
         let tls_dir = tls.as_ref().map(|_| dir.join("tls"));
-        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir, proxied: o.proxied })
+        let (data_dirs, http) = (db.data_dirs(), db.http_addrs());
+        Ok(BatonTarget { db: Mutex::new(db), endpoints, tls, tls_dir, proxied: o.proxied, data_dirs, http })
+    }
+
+    /// `member`'s data dir.
+    pub fn data_dir(&self, member: usize) -> Option<&Path> {
+        self.data_dirs.get(member).map(|d| d.as_path())
+    }
+
+    /// `member`'s /metrics address (None unless started with [`BatonOpts::http`]).
+    pub fn http_addr(&self, member: usize) -> Option<&str> {
+        self.http.get(member)?.as_deref()
     }
 
     /// The members' ZooKeeper ports (empty unless started with `zk`).

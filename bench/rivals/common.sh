@@ -143,7 +143,7 @@ stop_pids() {
 # ships a systemd unit) with a temporary /usr/sbin/policy-rc.d if none exists.
 apt_install() {
     local log pkg policy need_update=0 created_policy=0 rc=0
-    log=$(mktemp /tmp/peers-apt.XXXXXX.log)
+    log=$(mktemp /tmp/rivals-apt.XXXXXX.log)
     export DEBIAN_FRONTEND=noninteractive
     for pkg in "$@"; do
         # (capture first: grep -q closing the pipe early + pipefail = false negative)
@@ -157,7 +157,7 @@ apt_install() {
         apt-get update -qq >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "apt-get update failed (log: $log)"; }
     fi
     if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\n# temporary, created by jepsen/peers: do not start services\nexit 101\n' >/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\n# temporary, created by bench/rivals: do not start services\nexit 101\n' >/usr/sbin/policy-rc.d
         chmod 755 /usr/sbin/policy-rc.d
         created_policy=1
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
@@ -178,9 +178,9 @@ apt_install() {
     rm -f -- "$log"
 }
 
-# Shared by the peer scripts: `endpoints` and the subcommand dispatch. Each
+# Shared by the rival scripts: `endpoints` and the subcommand dispatch. Each
 # script defines cmd_install, cmd_start, cmd_stop, cmd_status, endpoints_csv
-# and read_base, sets PROG and SCRIPT, then calls `peer_main "$@"`.
+# and read_base, sets PROG and SCRIPT, then calls `rival_main "$@"`.
 cmd_endpoints() {
     [ $# -ge 1 ] || die "usage: $PROG endpoints DIR"
     local dir
@@ -193,7 +193,7 @@ usage() {
     exit 2
 }
 
-peer_main() {
+rival_main() {
     [ $# -ge 1 ] || usage
     local cmd=$1
     shift

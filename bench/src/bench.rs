@@ -1,4 +1,4 @@
-//! The side-by-side benchmark: the same workloads, through the same
+//! The benchmark: the same workloads, through the same
 //! [`Target`] interface, against Baton, etcd and ZooKeeper.
 //!
 //! A run has a warm-up (operations run, nothing is recorded) and a measured
@@ -359,7 +359,7 @@ async fn failover<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts) -
     Ok((gap.as_secs_f64() * 1000.0, takeover))
 }
 
-/// Starts `baton-jepsen hold` on the same lock, waits for `held`, kills it
+/// Starts `baton-bench hold` on the same lock, waits for `held`, kills it
 /// -9, and measures until the next grant. None if it never got the lock.
 async fn holder_kill<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts) -> anyhow::Result<Option<f64>> {
     let exe = std::env::current_exe()?;

@@ -1,11 +1,13 @@
 //! Linearizability of reads and writes through Baton's ZooKeeper port
-//! under member faults (`baton-jepsen test --target baton-zk --workload
-//! register --nemesis none|pause|kill|partition|leader|all [--zk-reads
-//! sync|linearizable|local]`).
+//! under member faults (`baton-bench zk-register --nemesis
+//! none|pause|kill|partition|leader|all [--zk-reads
+//! sync|linearizable|local]`). Baton is the system under test; the
+//! rivals play no part, but the test sits beside the rival lock test
+//! whose clients and fault turns it shares.
 //!
 //! Cluster: 3 `batond` members with their ZooKeeper ports, peer links
 //! through the kit's proxies (so a member can be cut off) and the
-//! harness's test timing (`crate::db`). `--zk-reads linearizable` starts
+//! harness's test timing (`baton_jepsen::db`). `--zk-reads linearizable` starts
 //! them with `--zk-linearizable-reads`; `--server-fault` runs
 //! `batond-faulty` with that deliberate bug.
 //!
@@ -30,7 +32,7 @@
 //!   `BADVERSION` is `fail`.
 //!
 //! Outcomes, as the native register workload records them
-//! (`crate::record::Run::op`): a read that errs or gets no answer in 5 s
+//! (`baton_jepsen::record::Run::op`): a read that errs or gets no answer in 5 s
 //! is `fail` (it had no effect). A write is `fail` only on an answer that
 //! says it was not applied (`BADVERSION`, `NONODE`, `NODEEXISTS`,
 //! `NOAUTH`, `BADARGUMENTS`, `INVALIDACL`, `UNIMPLEMENTED`, ...: the list
@@ -46,8 +48,8 @@
 //! replaced by a new one.
 //!
 //! Nemesis, one fault at a time on a random member, held 3-6 s, then
-//! healed and 2-4 s of quiet (the peer lock test's turns,
-//! `peer_lock::member_fault`): `kill` kills -9 a member and starts it
+//! healed and 2-4 s of quiet (the rival lock test's turns,
+//! `rival_lock::member_fault`): `kill` kills -9 a member and starts it
 //! again, `pause` SIGSTOPs and SIGCONTs it, `partition` cuts every peer
 //! link of it (its clients still reach it), `all` takes turns: kill,
 //! SIGSTOP, cut; `leader` takes the same turns on the current leader.
@@ -61,7 +63,7 @@
 //!   `zookeeper-client` does not expect it on the wire). The port once
 //!   replied -4 to writes and syncs with no leader; the planted
 //!   `zk-loss-reply` fault brings that back and `leader` catches it
-//!   (peers.rs t46).
+//!   (rivals.rs t46).
 //!
 //! `results.json` has both results, the ops by kind and outcome and the
 //! faults; `history.jsonl` the history. The run is valid when both are.
@@ -79,14 +81,15 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use zookeeper_client::{Client, Error};
 
-use super::peer_lock::{fault_target, member_fault, MemberFault};
+use super::rival_lock::{fault_target, member_fault, MemberFault};
 use super::targets::baton::BatonOpts;
 use super::targets::baton_zk::BatonZkTarget;
 use super::targets::zookeeper::{ensure_path, off_protocol_text, persistent, write_surely_failed};
 use super::targets::{Kind, Target};
-use crate::nemesis::NemesisKind;
-use crate::record::{Call, OpError, Run};
-use crate::workloads::register::{check, KEYS};
+use baton_jepsen::door::ZkReads;
+use baton_jepsen::nemesis::NemesisKind;
+use baton_jepsen::record::{Call, OpError, Run};
+use baton_jepsen::workloads::register::{check, KEYS};
 
 const ROOT: &str = "/jepsen-zk";
 /// Session timeout of the clients.
@@ -96,30 +99,7 @@ const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// After an indeterminate write, a client only reads for this long.
 const READS_ONLY: Duration = Duration::from_secs(1);
 
-/// How reads go through the ZooKeeper port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ZkReads {
-    /// `sync` then `getData`, default members.
-    Sync,
-    /// Plain `getData`, members started with `--zk-linearizable-reads`.
-    Linearizable,
-    /// Plain `getData`, default members: sequentially consistent only (a
-    /// control; not linearizable under `partition`).
-    Local,
-}
-
-impl ZkReads {
-    pub fn name(self) -> &'static str {
-        match self {
-            ZkReads::Sync => "sync",
-            ZkReads::Linearizable => "linearizable",
-            ZkReads::Local => "local",
-        }
-    }
-}
-
-pub struct PeerRegisterOpts {
+pub struct ZkPortRegisterOpts {
     /// baton-zk.
     pub target: Kind,
     pub nemesis: NemesisKind,
@@ -161,7 +141,7 @@ async fn read(c: &Client, path: &str, reads: ZkReads) -> Result<(i32, Value), Op
     };
     match tokio::time::timeout(OP_TIMEOUT, body).await {
         Err(_) => Err(OpError::TimedOut),
-        Ok(Err(e)) => Err(OpError::Peer { error: e.to_string(), ambiguous: false }),
+        Ok(Err(e)) => Err(OpError::Zk { error: e.to_string(), ambiguous: false }),
         Ok(Ok((data, stat))) => {
             let v: Option<i64> = std::str::from_utf8(&data).ok().and_then(|t| t.parse().ok());
             Ok((stat.version, json!({"value": v, "version": stat.version})))
@@ -173,7 +153,7 @@ async fn write(c: &Client, path: &str, value: i64, expected: Option<i32>) -> Res
     let data = value.to_string();
     match tokio::time::timeout(OP_TIMEOUT, c.set_data(path, data.as_bytes(), expected)).await {
         Err(_) => Err(OpError::Unconfirmed("no answer in 5 s")),
-        Ok(Err(e)) => Err(OpError::Peer { ambiguous: write_may_have_happened(&e), error: e.to_string() }),
+        Ok(Err(e)) => Err(OpError::Zk { ambiguous: write_may_have_happened(&e), error: e.to_string() }),
         Ok(Ok(stat)) => Ok((stat.version, json!({"version": stat.version}))),
     }
 }
@@ -252,7 +232,7 @@ pub fn tally(h: &History) -> BTreeMap<String, BTreeMap<&'static str, u64>> {
     out
 }
 
-pub async fn run(o: PeerRegisterOpts) -> anyhow::Result<(Validity, Value)> {
+pub async fn run(o: ZkPortRegisterOpts) -> anyhow::Result<(Validity, Value)> {
     if o.target != Kind::BatonZk {
         anyhow::bail!("the register test runs against baton-zk, not {}", o.target.name());
     }
@@ -286,13 +266,13 @@ pub async fn run(o: PeerRegisterOpts) -> anyhow::Result<(Validity, Value)> {
     r
 }
 
-async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Result<(Validity, Value)> {
+async fn run_on(target: Arc<BatonZkTarget>, o: &ZkPortRegisterOpts) -> anyhow::Result<(Validity, Value)> {
     let endpoints = target.endpoints();
     tokio::time::timeout(Duration::from_secs(30), setup(&endpoints))
         .await
         .map_err(|_| anyhow::anyhow!("setup timed out"))??;
     println!(
-        "baton-jepsen: target baton-zk workload register reads {} nemesis {:?} time {}s concurrency {} seed {} out {}",
+        "baton-bench: target baton-zk workload register reads {} nemesis {:?} time {}s concurrency {} seed {} out {}",
         o.reads.name(),
         o.nemesis,
         o.time_limit.as_secs(),
@@ -301,7 +281,7 @@ async fn run_on(target: Arc<BatonZkTarget>, o: &PeerRegisterOpts) -> anyhow::Res
         o.out.display()
     );
     let slots = o.concurrency.max(3);
-    let run = Run::new(vec![Vec::new(); slots], Vec::new(), SESSION, None, crate::door::Door::Zookeeper, true);
+    let run = Run::new(vec![Vec::new(); slots], Vec::new(), SESSION, None, baton_jepsen::door::Door::Zookeeper, true);
     let next = Arc::new(AtomicI64::new(1));
     let tasks: Vec<_> = (0..slots)
         .map(|i| {

@@ -9,8 +9,8 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::{Dim, Row};
-use crate::report::{font, perr, render_png, Area};
-use crate::side_by_side::targets::Kind;
+use crate::targets::Kind;
+use baton_jepsen::plot::{font, perr, render_png, Area};
 
 /// One panel: its title, the main figure, a companion drawn thinner, and
 /// the keys of the main figure's run spread.

@@ -1,5 +1,5 @@
-//! The lock safety test against a peer's own lock recipe (`baton-jepsen
-//! test --target etcd|baton-zk --workload lock --nemesis
+//! The lock safety test against a rival's own lock recipe (`baton-bench
+//! lock-safety --target etcd|baton-zk --nemesis
 //! none|pause|kill|leader|all`). Against etcd it reproduces the finding of
 //! Jepsen's etcd 3.4.3 analysis: a lock alone does not make a
 //! read-modify-write safe, because a holder that pauses past its lease
@@ -20,7 +20,7 @@
 //! one member), one of a target that can restart its members
 //! ([`Target::restart`]) in turns, each started again after its fault.
 //! `leader` kills -9 and SIGSTOPs the current leader in turns (the
-//! failover the side-by-side measures, under the checker). `all` takes
+//! failover the benchmark measures, under the checker). `all` takes
 //! turns: a client freeze, a kill, a SIGSTOP.
 //!
 //! Checker, per counter: every acknowledged write was meant as +1, so with
@@ -28,7 +28,7 @@
 //! at most that plus the indeterminate writes), and no two acknowledged
 //! writes wrote the same value. The verdict is the fenced counter's, and
 //! for `baton-zk` also the `protocol` checker's (no error code a ZooKeeper
-//! server never sends, peer_register.rs); the unfenced counter's lost
+//! server never sends, zk_port_register.rs); the unfenced counter's lost
 //! updates are reported as what the lock alone allows.
 
 use std::path::PathBuf;
@@ -44,14 +44,14 @@ use serde_json::json;
 use super::targets::baton_zk::BatonZkTarget;
 use super::targets::etcd::EtcdTarget;
 use super::targets::{Kind, OpError, Target, TargetClient};
-use crate::nemesis::NemesisKind;
 use baton_checker::Validity;
+use baton_jepsen::nemesis::NemesisKind;
 
 /// Lease TTL of the test's clients: pauses of 3-6 s outlive it.
 const LEASE: Duration = Duration::from_secs(2);
 const LOCK: &str = "safety";
 
-pub struct PeerLockOpts {
+pub struct RivalLockOpts {
     /// etcd or baton-zk.
     pub target: Kind,
     pub nemesis: NemesisKind,
@@ -200,17 +200,17 @@ async fn round<C: TargetClient>(c: &C, slot: &Slot, t: &Mutex<Tallies>) -> Resul
     r2.map(|_| ())
 }
 
-pub async fn run(o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value)> {
+pub async fn run(o: RivalLockOpts) -> anyhow::Result<(Validity, serde_json::Value)> {
     if !matches!(
         o.nemesis,
         NemesisKind::None | NemesisKind::Pause | NemesisKind::Kill | NemesisKind::Leader | NemesisKind::All
     ) {
-        anyhow::bail!("against a peer's lock the nemesis is none, pause, kill, leader or all");
+        anyhow::bail!("against a rival's lock the nemesis is none, pause, kill, leader or all");
     }
     std::fs::create_dir_all(&o.out)?;
     match o.target {
         Kind::Etcd => {
-            println!("[phase] setup: etcd 3-member cluster (jepsen/peers/etcd.sh)");
+            println!("[phase] setup: etcd 3-member cluster (bench/rivals/etcd.sh)");
             let t = Arc::new(EtcdTarget::start(&o.out.join("cluster")).await?);
             run_on(t, o).await
         }
@@ -219,11 +219,11 @@ pub async fn run(o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value
             let t = Arc::new(BatonZkTarget::start(&o.out.join("cluster")).await?);
             run_on(t, o).await
         }
-        other => anyhow::bail!("the peer lock test runs against etcd or baton-zk, not {}", other.name()),
+        other => anyhow::bail!("the rival lock test runs against etcd or baton-zk, not {}", other.name()),
     }
 }
 
-/// A fault on one member of a target (the peer tests' nemesis turns).
+/// A fault on one member of a target (the rival tests' nemesis turns).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MemberFault {
     /// kill -9, started again at the heal when the target can
@@ -296,10 +296,10 @@ fn member_kill(nemesis: NemesisKind, n: usize) -> bool {
     }
 }
 
-async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(Validity, serde_json::Value)> {
+async fn run_on<T: Target>(target: Arc<T>, o: RivalLockOpts) -> anyhow::Result<(Validity, serde_json::Value)> {
     let name = target.kind().name();
     println!(
-        "baton-jepsen: target {name} workload lock nemesis {:?} time {}s concurrency {} seed {} out {}",
+        "baton-bench: target {name} workload lock nemesis {:?} time {}s concurrency {} seed {} out {}",
         o.nemesis,
         o.time_limit.as_secs(),
         o.concurrency,
@@ -404,7 +404,7 @@ async fn run_on<T: Target>(target: Arc<T>, o: PeerLockOpts) -> anyhow::Result<(V
     t.unfenced.final_value = fu;
     t.fenced.final_value = ff;
     // The protocol checker (ZooKeeper clients): no error code a ZooKeeper
-    // server never sends (peer_register.rs says why).
+    // server never sends (zk_port_register.rs says why).
     let off = super::targets::zookeeper::off_protocol() - off_before;
     let valid = if t.fenced.valid() && off == 0 { Validity::Valid } else { Validity::Invalid };
     let summary = |c: &CounterTally| {

@@ -1,13 +1,17 @@
 //! The clusters `scale` grows: Baton from the cluster kit with its caps
-//! raised and /metrics served, ZooKeeper from `jepsen/peers/zookeeper.sh`
+//! raised and /metrics served, ZooKeeper from `bench/rivals/zookeeper.sh`
 //! with `maxClientCnxns=0` (its default of 60 connections per client IP
 //! would refuse the 61st session from 127.0.0.1) and a bigger heap, etcd
-//! from `jepsen/peers/etcd.sh` as the script starts it (its defaults cap
+//! from `bench/rivals/etcd.sh` as the script starts it (its defaults cap
 //! neither connections nor memory at these sizes).
 //!
-//! All three offer what the dimensions need beyond [`Target`]: a member's
-//! pid (for RSS and CPU from /proc), its data dir (for its size on disk),
-//! and a kill -9 + start again of one member on the same data.
+//! Each is the plain target of `crate::targets` extended ([`Scalable`])
+//! with what the dimensions need beyond [`Target`]: a member's pid (for
+//! RSS and CPU from /proc), its data dir (for its size on disk), and a
+//! kill -9 + start again of one member on the same data. Baton's target
+//! does that itself; a rival's is wrapped in [`Relaunched`], which starts
+//! the script's members again from here. Connecting, the ops, the leader
+//! and pausing are the plain targets' own.
 //!
 //! Members' pids: Baton's kit keeps its processes private, so a member's
 //! pid is found in /proc by its `--data-dir=` argument; ZooKeeper's and
@@ -20,19 +24,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use baton_client::member_status_with;
-use baton_kit::{Bin, ClusterSpec, Links};
 
-use crate::side_by_side::targets::baton::BatonClient;
-use crate::side_by_side::targets::etcd::{leader_of, EtcdClient, POLITE_KEEPALIVE};
-use crate::side_by_side::targets::zookeeper::ZkClient;
-use crate::side_by_side::targets::{read_pid, signal, Kind, ScriptCluster, Target};
+use crate::targets::baton::{BatonOpts, BatonTarget};
+use crate::targets::etcd::{EtcdTarget, POLITE_KEEPALIVE};
+use crate::targets::zookeeper::{mode, ZkTarget};
+use crate::targets::{read_pid, signal, Kind, ScriptCluster, ScriptTarget, Target};
 
 /// Baton's caps for the run (defaults: 10,000 connections per member,
 /// 100,000 sessions, 100,000 watches per connection): the sessions
 /// dimension opens 50,000 connections, ~17,000 on each member.
 const BATON_CAPS: [&str; 3] = ["--max-connections=100000", "--max-sessions=200000", "--max-watches=1000000"];
-/// ZooKeeper's heap (the peer script's default is 256 MB; 1M nodes need more).
+/// ZooKeeper's heap (the rival script's default is 256 MB; 1M nodes need more).
 pub const ZK_HEAP: &str = "2g";
 /// How long a member gets to start, or the cluster to elect a leader.
 const START_BOUND: Duration = Duration::from_secs(60);
@@ -109,64 +111,56 @@ pub fn raise_nofile(want: u64) -> u64 {
     r.rlim_cur
 }
 
-// ---- Baton -----------------------------------------------------------------
+// ---- the extension --------------------------------------------------------
 
-/// A 3-member Baton cluster (direct links, raised caps, /metrics on).
-pub struct BatonScale {
-    cluster: Mutex<baton_kit::Cluster>,
-    endpoints: Vec<String>,
-    data_dirs: Vec<PathBuf>,
-    http: Vec<Option<String>>,
+/// What the dimensions need beyond [`Target`], on any of the three
+/// clusters: a member's pid, its data dir and a start after a kill -9.
+pub trait Scalable: Target {
+    fn pid(&self, member: usize) -> Option<i32>;
+    fn data_dir(&self, member: usize) -> PathBuf;
+    /// Starts a killed member again, on its data.
+    fn start_member(&self, member: usize) -> anyhow::Result<()>;
 }
 
-impl BatonScale {
-    pub async fn start(dir: &Path) -> anyhow::Result<BatonScale> {
-        let bin = baton_kit::locate(Bin::Batond)?;
-        let spec = ClusterSpec {
-            // `snapshot save` measures the backup: a local cluster, open
-            // to admin operations.
-            extra: BATON_CAPS.iter().map(|s| s.to_string()).chain(["--insecure-open-admin".to_string()]).collect(),
-            env: vec![("RUST_LOG".into(), "warn".into())],
-            http: true,
-            links: Links::Direct,
-            ..ClusterSpec::new(3, dir, &bin)
-        };
-        let cluster = baton_kit::Cluster::start(spec, START_BOUND).await.context("baton cluster did not elect")?;
-        let endpoints = cluster.endpoints();
-        let data_dirs = cluster.members.iter().map(|m| m.spec.data_dir.clone()).collect();
-        let http = cluster.members.iter().map(|m| m.spec.http_addr.map(|a| a.to_string())).collect();
-        Ok(BatonScale { cluster: Mutex::new(cluster), endpoints, data_dirs, http })
+// ---- Baton -----------------------------------------------------------------
+
+/// A 3-member Baton cluster: the plain target with direct links, raised
+/// caps and /metrics on.
+async fn start_baton(dir: &Path) -> anyhow::Result<BatonTarget> {
+    let opts = BatonOpts {
+        extra_flags: BATON_CAPS.iter().map(|s| s.to_string()).collect(),
+        http: true,
+        ..BatonOpts::default()
+    };
+    BatonTarget::start_opts(dir, opts).await.context("baton cluster did not elect")
+}
+
+impl Scalable for BatonTarget {
+    fn pid(&self, member: usize) -> Option<i32> {
+        pid_with_arg(&format!("--data-dir={}", BatonTarget::data_dir(self, member)?.display()))
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut baton_kit::Cluster) -> T) -> T {
-        f(&mut self.cluster.lock().unwrap_or_else(|p| p.into_inner()))
+    fn data_dir(&self, member: usize) -> PathBuf {
+        BatonTarget::data_dir(self, member).map(Path::to_path_buf).unwrap_or_default()
     }
 
-    pub fn pid(&self, member: usize) -> Option<i32> {
-        pid_with_arg(&format!("--data-dir={}", self.data_dirs.get(member)?.display()))
+    fn start_member(&self, member: usize) -> anyhow::Result<()> {
+        self.restart(member).map(|_| ())
     }
+}
 
-    pub fn data_dir(&self, member: usize) -> PathBuf {
-        self.data_dirs[member].clone()
-    }
-
-    pub fn start_member(&self, member: usize) -> anyhow::Result<()> {
-        self.with(|c| c.start_member(member as u64 + 1))
-    }
-
-    /// `GET /metrics` of `member` (Prometheus text).
-    pub async fn metrics(&self, member: usize) -> anyhow::Result<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let addr = self.http.get(member).cloned().flatten().context("no --http-addr")?;
-        let go = async {
-            let mut s = tokio::net::TcpStream::connect(&addr).await?;
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").await?;
-            let mut out = Vec::new();
-            s.read_to_end(&mut out).await?;
-            anyhow::Ok(String::from_utf8_lossy(&out).into_owned())
-        };
-        tokio::time::timeout(Duration::from_secs(5), go).await.context("GET /metrics timed out")?
-    }
+/// `GET /metrics` of `member` (Prometheus text).
+pub async fn metrics(t: &BatonTarget, member: usize) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = t.http_addr(member).context("no --http-addr")?.to_string();
+    let go = async {
+        let mut s = tokio::net::TcpStream::connect(&addr).await?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        anyhow::Ok(String::from_utf8_lossy(&out).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(5), go).await.context("GET /metrics timed out")?
 }
 
 /// The value of a Prometheus sample `name` (with its labels as written,
@@ -175,51 +169,9 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-impl Target for BatonScale {
-    type Client = BatonClient;
-
-    fn kind(&self) -> Kind {
-        Kind::Baton
-    }
-
-    fn endpoints(&self) -> Vec<String> {
-        self.endpoints.clone()
-    }
-
-    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<BatonClient> {
-        BatonClient::connect_to(self.endpoints.clone(), member, ttl, None).await
-    }
-
-    async fn leader(&self) -> anyhow::Result<usize> {
-        for (i, ep) in self.endpoints.iter().enumerate() {
-            if let Ok(s) = member_status_with(ep, Duration::from_millis(500), None).await {
-                if s.role == "leader" {
-                    return Ok(i);
-                }
-            }
-        }
-        anyhow::bail!("no member reports itself leader")
-    }
-
-    fn kill(&self, member: usize) -> anyhow::Result<()> {
-        self.with(|c| c.kill(member as u64 + 1));
-        Ok(())
-    }
-
-    fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
-        let id = member as u64 + 1;
-        self.with(|c| if paused { c.pause(id) } else { c.resume(id) });
-        Ok(())
-    }
-
-    fn stop(&self) {
-        self.with(|c| c.kill_all());
-    }
-}
-
 // ---- a script's members, started again from here ------------------------------
 
-/// Kills and starts again the members a peer script started, on the same
+/// Kills and starts again the members a rival script started, on the same
 /// command line, working dir and data. Once started here a member is a
 /// child of this process (killed and reaped through its [`Child`]);
 /// before that it is the script's (setsid'd, killed by its pid file).
@@ -336,115 +288,40 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-// ---- ZooKeeper ---------------------------------------------------------------
+// ---- the rivals: a plain target whose members start again -----------------
 
-/// A 3-server ZooKeeper quorum, restarted once after the script started it
-/// so that `maxClientCnxns=0` is in force; its servers are then children
-/// of this process (kill + start again on the same command line).
-pub struct ZkScale {
-    script: ScriptCluster,
+/// A rival's plain target ([`ScriptTarget`]) whose members this process
+/// can kill -9 and start again ([`Relaunch`]); everything else is the
+/// plain target's.
+pub struct Relaunched<T: ScriptTarget> {
+    plain: T,
     procs: Relaunch,
 }
 
-impl ZkScale {
-    pub async fn start(dir: &Path) -> anyhow::Result<ZkScale> {
-        // The script reads ZK_HEAP; nothing else in this process does.
-        std::env::set_var("ZK_HEAP", std::env::var("ZK_HEAP").unwrap_or_else(|_| ZK_HEAP.into()));
-        let d = dir.to_path_buf();
-        let script = tokio::task::spawn_blocking(move || ScriptCluster::start("zookeeper.sh", "zk-", &d)).await??;
-        let procs = Relaunch::capture(&script)?;
-        let zk = ZkScale { script, procs };
-        for m in 0..3 {
-            zk.kill(m)?;
-        }
-        for m in 0..3 {
-            let cfg = zk.script.dir.join(format!("zk-{}/zoo.cfg", m + 1));
-            let mut text = std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
-            text.push_str("# baton-jepsen scale: no cap on connections per client IP (all are 127.0.0.1)\n");
-            text.push_str("maxClientCnxns=0\n");
-            std::fs::write(&cfg, text)?;
-        }
-        for m in 0..3 {
-            zk.start_member(m)?;
-        }
-        zk.wait_quorum().await?;
-        Ok(zk)
-    }
-
-    pub fn pid(&self, member: usize) -> Option<i32> {
-        self.script.pid(member).ok()
-    }
-
-    pub fn data_dir(&self, member: usize) -> PathBuf {
-        self.script.dir.join(format!("zk-{}/data", member + 1))
-    }
-
-    /// Starts server `member` again (same command line, config and data).
-    pub fn start_member(&self, member: usize) -> anyhow::Result<()> {
-        self.procs.start(member)
-    }
-
-    /// Until one server says leader and two follower.
-    pub async fn wait_quorum(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + START_BOUND;
-        while Instant::now() < deadline {
-            let mut modes = Vec::new();
-            for ep in &self.script.endpoints {
-                modes.push(zk_word(ep, "srvr").await.ok().and_then(|s| line_value(&s, "Mode:")));
-            }
-            let leaders = modes.iter().filter(|m| m.as_deref() == Some("leader")).count();
-            let followers = modes.iter().filter(|m| m.as_deref() == Some("follower")).count();
-            if leaders == 1 && followers == 2 {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        anyhow::bail!("ZooKeeper: no leader and two followers within {START_BOUND:?}")
+impl<T: ScriptTarget> Relaunched<T> {
+    fn new(plain: T) -> anyhow::Result<Relaunched<T>> {
+        let procs = Relaunch::capture(plain.script())?;
+        Ok(Relaunched { plain, procs })
     }
 }
 
-/// A four-letter word's answer (`srvr`, `mntr`).
-pub async fn zk_word(endpoint: &str, word: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let go = async {
-        let mut s = tokio::net::TcpStream::connect(endpoint).await?;
-        s.write_all(word.as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        anyhow::Ok(out)
-    };
-    tokio::time::timeout(Duration::from_secs(3), go).await.context("four-letter word timed out")?
-}
-
-/// `Key: value` / `key\tvalue` lines.
-pub fn line_value(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string())
-}
-
-impl Target for ZkScale {
-    type Client = ZkClient;
+impl<T: ScriptTarget> Target for Relaunched<T> {
+    type Client = T::Client;
 
     fn kind(&self) -> Kind {
-        Kind::Zookeeper
+        self.plain.kind()
     }
 
     fn endpoints(&self) -> Vec<String> {
-        self.script.endpoints.clone()
+        self.plain.endpoints()
     }
 
-    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<ZkClient> {
-        ZkClient::connect_to(self.script.endpoints.clone(), member, ttl).await
+    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<T::Client> {
+        self.plain.connect(member, ttl).await
     }
 
     async fn leader(&self) -> anyhow::Result<usize> {
-        for (i, ep) in self.script.endpoints.iter().enumerate() {
-            if let Ok(s) = zk_word(ep, "srvr").await {
-                if line_value(&s, "Mode:").as_deref() == Some("leader") {
-                    return Ok(i);
-                }
-            }
-        }
-        anyhow::bail!("no ZooKeeper server reports Mode: leader")
+        self.plain.leader().await
     }
 
     fn kill(&self, member: usize) -> anyhow::Result<()> {
@@ -452,100 +329,99 @@ impl Target for ZkScale {
     }
 
     fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
-        self.script.pause(member, paused)
+        self.plain.pause(member, paused)
     }
 
     fn stop(&self) {
         self.procs.kill_all();
-        self.script.stop();
+        self.plain.stop();
     }
 }
 
-impl Drop for ZkScale {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-// ---- etcd ----------------------------------------------------------------------
-
-/// A 3-member etcd cluster as `jepsen/peers/etcd.sh` starts it (etcd's
-/// defaults: fsync on, snapshot every 100,000 Raft entries, 2 GB backend
-/// quota); a member killed here is started again on the script's command
-/// line (the `--initial-cluster` flags are ignored on a data dir that
-/// holds a member).
-pub struct EtcdScale {
-    script: ScriptCluster,
-    procs: Relaunch,
-}
-
-impl EtcdScale {
-    pub async fn start(dir: &Path) -> anyhow::Result<EtcdScale> {
-        let d = dir.to_path_buf();
-        let script = tokio::task::spawn_blocking(move || ScriptCluster::start("etcd.sh", "etcd-", &d)).await??;
-        let procs = Relaunch::capture(&script)?;
-        Ok(EtcdScale { script, procs })
+impl<T: ScriptTarget> Scalable for Relaunched<T> {
+    fn pid(&self, member: usize) -> Option<i32> {
+        self.plain.script().pid(member).ok()
     }
 
-    pub fn pid(&self, member: usize) -> Option<i32> {
-        self.script.pid(member).ok()
+    fn data_dir(&self, member: usize) -> PathBuf {
+        self.plain.data_dir(member)
     }
 
-    /// `--data-dir` of `member` (member/wal, member/snap/db).
-    pub fn data_dir(&self, member: usize) -> PathBuf {
-        self.script.dir.join(format!("etcd-{}", member + 1))
-    }
-
-    pub fn start_member(&self, member: usize) -> anyhow::Result<()> {
+    fn start_member(&self, member: usize) -> anyhow::Result<()> {
         self.procs.start(member)
     }
 }
 
-impl Target for EtcdScale {
-    type Client = EtcdClient;
-
-    fn kind(&self) -> Kind {
-        Kind::Etcd
-    }
-
-    fn endpoints(&self) -> Vec<String> {
-        self.script.endpoints.clone()
-    }
-
-    async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<EtcdClient> {
-        // Lock RPCs wait seconds in a long queue: pings within etcd's policy.
-        EtcdClient::connect_to_with(self.script.endpoints.clone(), member, ttl, POLITE_KEEPALIVE).await
-    }
-
-    async fn leader(&self) -> anyhow::Result<usize> {
-        leader_of(&self.script.endpoints).await
-    }
-
-    fn kill(&self, member: usize) -> anyhow::Result<()> {
-        self.procs.kill(member)
-    }
-
-    fn pause(&self, member: usize, paused: bool) -> anyhow::Result<()> {
-        self.script.pause(member, paused)
-    }
-
-    fn stop(&self) {
-        self.procs.kill_all();
-        self.script.stop();
-    }
-}
-
-impl Drop for EtcdScale {
+impl<T: ScriptTarget> Drop for Relaunched<T> {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A 3-server ZooKeeper quorum with `maxClientCnxns=0` and [`ZK_HEAP`]:
+/// started by the script, each server stopped, its zoo.cfg amended, and
+/// started again from here.
+async fn start_zk(dir: &Path) -> anyhow::Result<Relaunched<ZkTarget>> {
+    std::env::set_var("ZK_HEAP", std::env::var("ZK_HEAP").unwrap_or_else(|_| ZK_HEAP.into()));
+    let zk = Relaunched::new(ZkTarget::start(dir).await?)?;
+    for m in 0..3 {
+        zk.kill(m)?;
+    }
+    for m in 0..3 {
+        let cfg = zk.plain.script().dir.join(format!("zk-{}/zoo.cfg", m + 1));
+        let mut text = std::fs::read_to_string(&cfg).with_context(|| format!("reading {}", cfg.display()))?;
+        text.push_str("# baton-bench scale: no cap on connections per client IP (all are 127.0.0.1)\n");
+        text.push_str("maxClientCnxns=0\n");
+        std::fs::write(&cfg, text)?;
+    }
+    for m in 0..3 {
+        zk.start_member(m)?;
+    }
+    wait_quorum(&zk.endpoints()).await?;
+    Ok(zk)
+}
+
+/// Waits until one server says it leads and two that they follow.
+async fn wait_quorum(endpoints: &[String]) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_BOUND;
+    while Instant::now() < deadline {
+        let mut modes = Vec::new();
+        for ep in endpoints {
+            modes.push(mode(ep, Duration::from_secs(3)).await);
+        }
+        let leaders = modes.iter().filter(|m| m.as_deref() == Some("leader")).count();
+        let followers = modes.iter().filter(|m| m.as_deref() == Some("follower")).count();
+        if leaders == 1 && followers == 2 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("ZooKeeper: no leader and two followers within {START_BOUND:?}")
+}
+
+/// A 3-member etcd cluster as `bench/rivals/etcd.sh` starts it (etcd's
+/// defaults cap neither connections nor memory at these sizes), its
+/// clients within etcd's ping policy ([`POLITE_KEEPALIVE`]).
+async fn start_etcd(dir: &Path) -> anyhow::Result<Relaunched<EtcdTarget>> {
+    Relaunched::new(EtcdTarget::start_with(dir, POLITE_KEEPALIVE).await?)
 }
 
 /// One cluster of any kind.
 pub enum Scaled {
-    Baton(std::sync::Arc<BatonScale>),
-    Zk(std::sync::Arc<ZkScale>),
-    Etcd(std::sync::Arc<EtcdScale>),
+    Baton(std::sync::Arc<BatonTarget>),
+    Zk(std::sync::Arc<Relaunched<ZkTarget>>),
+    Etcd(std::sync::Arc<Relaunched<EtcdTarget>>),
+}
+
+/// `$body` with `$t` bound to the cluster, whichever kind it is.
+macro_rules! each {
+    ($s:expr, $t:ident => $body:expr) => {
+        match $s {
+            Scaled::Baton($t) => $body,
+            Scaled::Zk($t) => $body,
+            Scaled::Etcd($t) => $body,
+        }
+    };
 }
 
 impl Scaled {
@@ -553,75 +429,43 @@ impl Scaled {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
         Ok(match kind {
-            Kind::Baton => Scaled::Baton(std::sync::Arc::new(BatonScale::start(dir).await?)),
-            Kind::Zookeeper => Scaled::Zk(std::sync::Arc::new(ZkScale::start(dir).await?)),
-            Kind::Etcd => Scaled::Etcd(std::sync::Arc::new(EtcdScale::start(dir).await?)),
+            Kind::Baton => Scaled::Baton(std::sync::Arc::new(start_baton(dir).await?)),
+            Kind::Zookeeper => Scaled::Zk(std::sync::Arc::new(start_zk(dir).await?)),
+            Kind::Etcd => Scaled::Etcd(std::sync::Arc::new(start_etcd(dir).await?)),
             Kind::BatonZk => anyhow::bail!("scale does not run baton-zk"),
         })
     }
 
     pub fn kind(&self) -> Kind {
-        match self {
-            Scaled::Baton(_) => Kind::Baton,
-            Scaled::Zk(_) => Kind::Zookeeper,
-            Scaled::Etcd(_) => Kind::Etcd,
-        }
+        each!(self, t => t.kind())
     }
 
     pub fn endpoints(&self) -> Vec<String> {
-        match self {
-            Scaled::Baton(t) => t.endpoints(),
-            Scaled::Zk(t) => t.endpoints(),
-            Scaled::Etcd(t) => t.endpoints(),
-        }
+        each!(self, t => t.endpoints())
     }
 
     pub fn pid(&self, member: usize) -> Option<i32> {
-        match self {
-            Scaled::Baton(t) => t.pid(member),
-            Scaled::Zk(t) => t.pid(member),
-            Scaled::Etcd(t) => t.pid(member),
-        }
+        each!(self, t => Scalable::pid(t.as_ref(), member))
     }
 
     pub fn data_dir(&self, member: usize) -> PathBuf {
-        match self {
-            Scaled::Baton(t) => t.data_dir(member),
-            Scaled::Zk(t) => t.data_dir(member),
-            Scaled::Etcd(t) => t.data_dir(member),
-        }
+        each!(self, t => Scalable::data_dir(t.as_ref(), member))
     }
 
     pub async fn leader(&self) -> anyhow::Result<usize> {
-        match self {
-            Scaled::Baton(t) => t.leader().await,
-            Scaled::Zk(t) => t.leader().await,
-            Scaled::Etcd(t) => t.leader().await,
-        }
+        each!(self, t => t.leader().await)
     }
 
     pub fn kill(&self, member: usize) -> anyhow::Result<()> {
-        match self {
-            Scaled::Baton(t) => t.kill(member),
-            Scaled::Zk(t) => t.kill(member),
-            Scaled::Etcd(t) => t.kill(member),
-        }
+        each!(self, t => t.kill(member))
     }
 
     pub fn start_member(&self, member: usize) -> anyhow::Result<()> {
-        match self {
-            Scaled::Baton(t) => t.start_member(member),
-            Scaled::Zk(t) => t.start_member(member),
-            Scaled::Etcd(t) => t.start_member(member),
-        }
+        each!(self, t => t.start_member(member))
     }
 
     pub fn stop(&self) {
-        match self {
-            Scaled::Baton(t) => t.stop(),
-            Scaled::Zk(t) => t.stop(),
-            Scaled::Etcd(t) => t.stop(),
-        }
+        each!(self, t => t.stop())
     }
 
     /// Each member's RSS in bytes (0 for a member not running).
@@ -689,6 +533,9 @@ mod tests {
         std::fs::write(d.path().join("g"), [0u8; 24]).expect("write");
         assert_eq!(dir_bytes(d.path()), 1024);
         assert_eq!(dir_bytes(&d.path().join("missing")), 0);
-        assert_eq!(line_value("Zxid: 0x10\nMode: leader\n", "Mode:").as_deref(), Some("leader"));
+        assert_eq!(
+            crate::targets::zookeeper::line_value("Zxid: 0x10\nMode: leader\n", "Mode:").as_deref(),
+            Some("leader")
+        );
     }
 }

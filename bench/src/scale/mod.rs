@@ -1,4 +1,4 @@
-//! `baton-jepsen scale`: how far one 3-member cluster goes, one dimension
+//! `baton-bench scale`: how far one 3-member cluster goes, one dimension
 //! at a time, for Baton, ZooKeeper and (where it applies) etcd in one run
 //! (docs/scaling.md).
 //!
@@ -252,7 +252,7 @@ async fn start(kind: Kind, dir: &Path, o: &ScaleOpts) -> anyhow::Result<cluster:
     let t = cluster::Scaled::start(kind, dir).await?;
     let s = client::Sc::connect(kind, &t.endpoints(), o.ttl).await?;
     s.ensure("/scale").await?;
-    // The side-by-side adapters' folder (the clients dimension writes there).
+    // The benchmark adapters' folder (the clients dimension writes there).
     s.ensure("/cmp").await?;
     s.close().await;
     Ok(t)

@@ -10,7 +10,7 @@
 //!
 //! etcd has no tree, sessions or one-shot watches: an [`Sc::Etcd`] is one
 //! gRPC client of one member at a time (it moves to the next member on a
-//! transport error, as the side-by-side's etcd client does), "creates"
+//! transport error, as the benchmark's etcd client does), "creates"
 //! are puts of flat keys (a batch is one txn), parents need no creating.
 //! Its session is what etcd's own `concurrency.Session` is: a lease,
 //! granted with the first ephemeral (TTL = the session timeout in whole
@@ -29,8 +29,8 @@ use baton_client::{ClientConfig, CreateOptions, ErrorKind, Op};
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
 use zookeeper_client as zk;
 
-use crate::side_by_side::targets::etcd::{connect_with, member_trouble, POLITE_KEEPALIVE};
-use crate::side_by_side::targets::Kind;
+use crate::targets::etcd::{connect_with, member_trouble, POLITE_KEEPALIVE};
+use crate::targets::Kind;
 
 /// Longest one etcd request may take before the client gives it up and
 /// moves to the next member (a catching-up member holds a linearizable

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# etcd.sh - install and run a 3-member etcd cluster on 127.0.0.1, as a peer to
+# etcd.sh - install and run a 3-member etcd cluster on 127.0.0.1, as a rival to
 # benchmark Baton against.
 #
 # Usage:
@@ -200,4 +200,4 @@ cmd_status() {
     return "$rc"
 }
 
-peer_main "$@"
+rival_main "$@"

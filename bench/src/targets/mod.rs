@@ -1,4 +1,4 @@
-//! One interface over the three coordination services the side-by-side
+//! One interface over the three coordination services the benchmark
 //! compares: Baton, etcd 3.4 and ZooKeeper 3.8, each a 3-member cluster on
 //! loopback with fsync on.
 //!
@@ -156,7 +156,7 @@ pub trait Target: Send + Sync + 'static {
     }
     /// Stops every process it started (also done on drop).
     fn stop(&self);
-    /// Environment a holder process (`baton-jepsen hold`) needs.
+    /// Environment a holder process (`baton-bench hold`) needs.
     fn child_env(&self) -> Vec<(String, PathBuf)> {
         Vec::new()
     }
@@ -184,16 +184,16 @@ pub async fn hold(kind: Kind, endpoints: Vec<String>, name: &str, ttl: Duration)
     }
 }
 
-/// The peer scripts (jepsen/peers): `BATON_PEERS_DIR` or the source tree.
-pub fn peers_dir() -> PathBuf {
-    std::env::var_os("BATON_PEERS_DIR")
+/// The rival scripts (bench/rivals): `BATON_RIVALS_DIR` or the source tree.
+pub fn rivals_dir() -> PathBuf {
+    std::env::var_os("BATON_RIVALS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("peers"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("rivals"))
 }
 
-/// Runs `jepsen/peers/<script> <args>`; returns stdout.
-pub(crate) fn peer_script(script: &str, args: &[&str]) -> anyhow::Result<String> {
-    let path = peers_dir().join(script);
+/// Runs `bench/rivals/<script> <args>`; returns stdout.
+pub(crate) fn rival_script(script: &str, args: &[&str]) -> anyhow::Result<String> {
+    let path = rivals_dir().join(script);
     let out =
         Command::new("bash").arg(&path).args(args).output().with_context(|| format!("running {}", path.display()))?;
     if !out.status.success() {
@@ -208,17 +208,17 @@ pub(crate) fn peer_script(script: &str, args: &[&str]) -> anyhow::Result<String>
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The `endpoints: a,b,c` line a peer script prints.
+/// The `endpoints: a,b,c` line a rival script prints.
 pub(crate) fn parse_endpoints_line(out: &str) -> anyhow::Result<Vec<String>> {
     let line = out
         .lines()
         .rev()
         .find_map(|l| l.strip_prefix("endpoints: "))
-        .context("peer script printed no 'endpoints:' line")?;
+        .context("rival script printed no 'endpoints:' line")?;
     Ok(line.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
 }
 
-/// Reads a pid file the peer scripts write.
+/// Reads a pid file the rival scripts write.
 pub(crate) fn read_pid(path: &Path) -> anyhow::Result<i32> {
     let s = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     s.trim().parse::<i32>().with_context(|| format!("bad pid in {}", path.display()))
@@ -233,7 +233,7 @@ pub(crate) fn signal(pid: i32, sig: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Ports a peer script uses above its base (ZooKeeper's election ports are
+/// Ports a rival script uses above its base (ZooKeeper's election ports are
 /// base+21..23).
 const PORT_BLOCK: u16 = 24;
 /// Blocks tried before a start gives up.
@@ -250,9 +250,18 @@ fn free_port_block(len: u16) -> anyhow::Result<u16> {
     anyhow::bail!("no block of {len} free ports found on 127.0.0.1")
 }
 
-/// A peer cluster run by a script in jepsen/peers (etcd.sh, zookeeper.sh):
+/// A rival's target: a cluster a script in bench/rivals started. What
+/// `scale` builds its relaunching extension on (`scale::cluster::Relaunched`).
+pub trait ScriptTarget: Target {
+    /// The script's cluster: its folder, pid files and endpoints.
+    fn script(&self) -> &ScriptCluster;
+    /// `member`'s data folder.
+    fn data_dir(&self, member: usize) -> PathBuf;
+}
+
+/// A rival cluster run by a script in bench/rivals (etcd.sh, zookeeper.sh):
 /// installed when missing, started on a fresh folder, stopped on drop.
-pub(crate) struct ScriptCluster {
+pub struct ScriptCluster {
     pub script: &'static str,
     /// Pid file prefix: DIR/<prefix>N.pid.
     pub pid_prefix: &'static str,
@@ -267,14 +276,14 @@ impl ScriptCluster {
     /// another, up to [`PORT_TRIES`] times.
     pub fn start(script: &'static str, pid_prefix: &'static str, dir: &Path) -> anyhow::Result<ScriptCluster> {
         // `install` is a no-op when the service is there (and needs root when not).
-        peer_script(script, &["install"])?;
+        rival_script(script, &["install"])?;
         let d = dir.to_string_lossy().into_owned();
         let mut tries = 0;
         let out = loop {
             let _ = std::fs::remove_dir_all(dir);
             std::fs::create_dir_all(dir)?;
             let base = free_port_block(PORT_BLOCK)?.to_string();
-            match peer_script(script, &["start", &d, &base]) {
+            match rival_script(script, &["start", &d, &base]) {
                 Err(e) if tries + 1 < PORT_TRIES && format!("{e:#}").contains("already in use") => tries += 1,
                 r => break r?,
             }
@@ -310,7 +319,7 @@ impl ScriptCluster {
             let _ = self.pause(m, false);
         }
         let d = self.dir.to_string_lossy().into_owned();
-        if let Err(e) = peer_script(self.script, &["stop", &d]) {
+        if let Err(e) = rival_script(self.script, &["stop", &d]) {
             eprintln!("warning: {e:#}");
         }
     }

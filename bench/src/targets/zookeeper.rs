@@ -1,5 +1,5 @@
 //! ZooKeeper 3.8 as a target: a 3-server quorum from
-//! `jepsen/peers/zookeeper.sh`, driven through the `zookeeper-client` crate.
+//! `bench/rivals/zookeeper.sh`, driven through the `zookeeper-client` crate.
 //!
 //! The lock is ZooKeeper's documented recipe: an ephemeral sequential node
 //! under the lock's folder, named with the session id (so a create whose
@@ -7,13 +7,15 @@
 //! ahead until this node is the lowest. The fencing token is its czxid.
 //! Linearizable reads are `sync` + `getData`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error, MultiWriteError};
+use zookeeper_client::{Acls, Client, CreateMode, Error, MultiWriteError};
 
-use super::{Kind, OpError, OpResult, ScriptCluster, Target, TargetClient};
+pub use baton_jepsen::door::{ensure_path, persistent, write_surely_failed};
+
+use super::{Kind, OpError, OpResult, ScriptCluster, ScriptTarget, Target, TargetClient};
 
 const ROOT: &str = "/cmp";
 
@@ -38,9 +40,19 @@ impl ZkTarget {
     }
 }
 
+impl ScriptTarget for ZkTarget {
+    fn script(&self) -> &ScriptCluster {
+        &self.cluster
+    }
+
+    fn data_dir(&self, member: usize) -> PathBuf {
+        self.cluster.dir.join(format!("zk-{}/data", member + 1))
+    }
+}
+
 /// Errors no ZooKeeper server sends, counted since the process started
 /// ([`off_protocol`]): an error code the client does not expect on the
-/// wire. The peer tests' `protocol` checker fails a run that saw one.
+/// wire. The rival tests' `protocol` checker fails a run that saw one.
 static OFF_PROTOCOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub fn off_protocol() -> u64 {
@@ -60,26 +72,6 @@ pub(crate) fn off_protocol_text(e: &str) -> bool {
     e.contains("unexpected error code")
 }
 
-/// True when a write that failed with `e` was surely not applied: the
-/// server answered about the write itself. Anything else (a connection
-/// loss, a timeout, an expired session, an I/O error, a code the client
-/// does not know) may have happened.
-pub(crate) fn write_surely_failed(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::NoNode
-            | Error::NodeExists
-            | Error::BadVersion
-            | Error::NotEmpty
-            | Error::NoAuth
-            | Error::NoChildrenForEphemerals
-            | Error::InvalidAcl
-            | Error::BadArguments(_)
-            | Error::Unimplemented
-            | Error::RuntimeInconsistent
-    )
-}
-
 /// A ZooKeeper error as the harness's (writes: [`write_surely_failed`]).
 fn op_err(e: Error, write: bool) -> OpError {
     note(&e);
@@ -88,24 +80,6 @@ fn op_err(e: Error, write: bool) -> OpError {
         e if write && !write_surely_failed(&e) => OpError::Indeterminate(e.to_string()),
         e => OpError::Failed(e.to_string()),
     }
-}
-
-pub(crate) fn persistent() -> CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
-}
-
-/// Creates `path` and its missing parents (persistent, empty).
-pub(crate) async fn ensure_path(c: &Client, path: &str) -> Result<(), Error> {
-    let mut at = String::new();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        at.push('/');
-        at.push_str(part);
-        match c.create(&at, &[], &persistent()).await {
-            Ok(_) | Err(Error::NodeExists) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// The 10-digit sequence ZooKeeper appended to a sequential node's name.
@@ -339,13 +313,28 @@ impl TargetClient for ZkClient {
 }
 
 /// Asks a server for its role with the `srvr` four-letter word.
-async fn mode(endpoint: &str) -> anyhow::Result<String> {
-    let mut s = tokio::net::TcpStream::connect(endpoint).await?;
-    s.write_all(b"srvr").await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    let m = out.lines().find_map(|l| l.strip_prefix("Mode: ")).unwrap_or("unknown");
-    Ok(m.trim().to_string())
+/// A four-letter word's answer (`srvr`, `mntr`, ...) from one server,
+/// bounded by `bound`.
+pub async fn zk_word(endpoint: &str, word: &str, bound: Duration) -> anyhow::Result<String> {
+    let go = async {
+        let mut s = tokio::net::TcpStream::connect(endpoint).await?;
+        s.write_all(word.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        anyhow::Ok(out)
+    };
+    tokio::time::timeout(bound, go).await.map_err(|_| anyhow::anyhow!("four-letter word {word} timed out"))?
+}
+
+/// The value after `key` on the first line that starts with it (a
+/// four-letter word's answer: `Mode:`, `zk_max_snapshottime`).
+pub fn line_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string())
+}
+
+/// A server's `Mode:` (leader, follower, standalone), from `srvr`.
+pub async fn mode(endpoint: &str, bound: Duration) -> Option<String> {
+    line_value(&zk_word(endpoint, "srvr", bound).await.ok()?, "Mode:")
 }
 
 impl Target for ZkTarget {
@@ -365,10 +354,8 @@ impl Target for ZkTarget {
 
     async fn leader(&self) -> anyhow::Result<usize> {
         for (i, ep) in self.cluster.endpoints.iter().enumerate() {
-            if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(500), mode(ep)).await {
-                if m == "leader" {
-                    return Ok(i);
-                }
+            if mode(ep, Duration::from_millis(500)).await.as_deref() == Some("leader") {
+                return Ok(i);
             }
         }
         anyhow::bail!("no ZooKeeper server reports Mode: leader")

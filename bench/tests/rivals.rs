@@ -1,19 +1,20 @@
-//! The side-by-side's adapters against real clusters: Baton, etcd 3.4 and
-//! ZooKeeper 3.8 (installed from Debian by jepsen/peers when missing), the
+//! The benchmark's adapters against real clusters: Baton, etcd 3.4 and
+//! ZooKeeper 3.8 (installed from Debian by bench/rivals when missing), the
 //! etcd and baton-zk lock-safety tests, and linearizability through
-//! Baton's ZooKeeper port (t46-t49; t46 and t49 need `batond-faulty`). Each peer cluster starts on a free block of
+//! Baton's ZooKeeper port (t46-t49; t46 and t49 need `batond-faulty`). Each rival cluster starts on a free block of
 //! loopback ports (`ScriptCluster::start`); the tests still take turns, so
 //! that one cluster at a time loads the machine.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_bench::bench::AnyTarget;
+use baton_bench::rival_lock::{self, RivalLockOpts};
+use baton_bench::targets::{Kind, Target, TargetClient};
+use baton_bench::zk_port_register::{self, ZkPortRegisterOpts};
 use baton_checker::Validity;
+use baton_jepsen::door::ZkReads;
 use baton_jepsen::nemesis::NemesisKind;
-use baton_jepsen::side_by_side::bench::AnyTarget;
-use baton_jepsen::side_by_side::peer_lock::{self, PeerLockOpts};
-use baton_jepsen::side_by_side::peer_register::{self, PeerRegisterOpts, ZkReads};
-use baton_jepsen::side_by_side::targets::{Kind, Target, TargetClient};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -55,7 +56,7 @@ async fn adapter_contract<T: Target>(t: Arc<T>) {
 
 async fn contract(kind: Kind) {
     let _turn = TURN.lock().await;
-    let dir = tempfile::Builder::new().prefix(&format!("baton-peer-{}-", kind.name())).tempdir().expect("tempdir");
+    let dir = tempfile::Builder::new().prefix(&format!("baton-rival-{}-", kind.name())).tempdir().expect("tempdir");
     let t = AnyTarget::start(kind, dir.path(), false).await.expect("cluster starts");
     match &t {
         AnyTarget::Baton(x) => adapter_contract(x.clone()).await,
@@ -94,7 +95,7 @@ async fn t35_baton_zk_adapter() {
 async fn t40_etcd_lock_loses_updates_unless_fenced() {
     let _turn = TURN.lock().await;
     let dir = tempfile::Builder::new().prefix("baton-etcd-safety-").tempdir().expect("tempdir");
-    let (valid, results) = peer_lock::run(PeerLockOpts {
+    let (valid, results) = rival_lock::run(RivalLockOpts {
         target: Kind::Etcd,
         nemesis: NemesisKind::Pause,
         time_limit: Duration::from_secs(20),
@@ -118,7 +119,7 @@ async fn t40_etcd_lock_loses_updates_unless_fenced() {
 async fn t45_baton_zk_lock_under_member_faults() {
     let _turn = TURN.lock().await;
     let dir = tempfile::Builder::new().prefix("baton-zk-lock-").tempdir().expect("tempdir");
-    let (valid, results) = peer_lock::run(PeerLockOpts {
+    let (valid, results) = rival_lock::run(RivalLockOpts {
         target: Kind::BatonZk,
         nemesis: NemesisKind::All,
         time_limit: Duration::from_secs(32),
@@ -149,7 +150,7 @@ async fn zk_register(
 ) -> (Validity, serde_json::Value) {
     let _turn = TURN.lock().await;
     let dir = tempfile::Builder::new().prefix("baton-zk-register-").tempdir().expect("tempdir");
-    let r = peer_register::run(PeerRegisterOpts {
+    let r = zk_port_register::run(ZkPortRegisterOpts {
         target: Kind::BatonZk,
         nemesis,
         time_limit: Duration::from_secs(secs),

@@ -16,10 +16,11 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
 use super::client::{Fired, Sc};
-use super::cluster::{dir_bytes, line_value, metric, zk_word, Scaled};
+use super::cluster::{dir_bytes, metric, metrics, Scaled};
 use super::{Dim, Row, ScaleOpts};
-use crate::side_by_side::bench::{run_once, summarize, BenchWorkload, RunOpts};
-use crate::side_by_side::targets::{Kind, Target, TargetClient};
+use crate::bench::{run_once, summarize, BenchWorkload, RunOpts};
+use crate::targets::zookeeper::{line_value, zk_word};
+use crate::targets::{Kind, Target, TargetClient};
 
 /// Data of each node in the nodes dimension.
 pub const NODE_BYTES: usize = 100;
@@ -260,7 +261,7 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
                 }
             }
             let leader = t.leader().await?;
-            if let Ok(text) = b.metrics(leader).await {
+            if let Ok(text) = metrics(b, leader).await {
                 let sum = metric(&text, "baton_snapshot_seconds_sum{kind=\"made\"}");
                 let count = metric(&text, "baton_snapshot_seconds_count{kind=\"made\"}");
                 if let (Some(s), Some(c)) = (sum, count) {
@@ -283,7 +284,7 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
                         largest = largest.max(e.metadata().map(|m| m.len()).unwrap_or(0));
                     }
                 }
-                if let Ok(text) = zk_word(&t.endpoints()[m], "mntr").await {
+                if let Ok(text) = zk_word(&t.endpoints()[m], "mntr", Duration::from_secs(3)).await {
                     if let Some(ms) = line_value(&text, "zk_max_snapshottime").and_then(|v| v.parse::<f64>().ok()) {
                         longest_ms = Some(longest_ms.unwrap_or(0.0).max(ms));
                     }
@@ -317,7 +318,7 @@ async fn snapshot(t: &Scaled, r: &mut Row) -> anyhow::Result<()> {
 /// Streams member `endpoint`'s backend to this side (the bytes are
 /// counted, not kept) and returns how many there were.
 async fn etcd_snapshot_bytes(endpoint: &str) -> anyhow::Result<u64> {
-    use crate::side_by_side::targets::etcd::{connect_with, POLITE_KEEPALIVE};
+    use crate::targets::etcd::{connect_with, POLITE_KEEPALIVE};
     let mut c = connect_with(endpoint, POLITE_KEEPALIVE).await?;
     let mut stream = c.snapshot().await?;
     let mut bytes = 0u64;
@@ -405,7 +406,7 @@ pub async fn sessions(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow:
 /// Live sessions one `scale-sessions` child holds at most.
 const SESSIONS_PER_PROCESS: usize = 15_000;
 
-/// Starts `baton-jepsen scale-sessions` with `count` sessions whose
+/// Starts `baton-bench scale-sessions` with `count` sessions whose
 /// ephemerals live under `dir`; returns once it says they all exist. It
 /// closes them and exits when its stdin closes ([`release`]), or dies with
 /// them on kill -9.
@@ -627,7 +628,7 @@ pub async fn fanout(t: &Scaled, o: &ScaleOpts, rows: &mut Vec<Row>) -> anyhow::R
 fn wakeups(kind: Kind) -> Option<u64> {
     match kind {
         Kind::Baton => Some(baton_client::recipes::lock::total_wakeups()),
-        Kind::Zookeeper | Kind::BatonZk => Some(crate::side_by_side::targets::zookeeper::wakeups()),
+        Kind::Zookeeper | Kind::BatonZk => Some(crate::targets::zookeeper::wakeups()),
         Kind::Etcd => None,
     }
 }

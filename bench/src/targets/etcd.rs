@@ -1,4 +1,4 @@
-//! etcd 3.4 as a target: a 3-member cluster from `jepsen/peers/etcd.sh`,
+//! etcd 3.4 as a target: a 3-member cluster from `bench/rivals/etcd.sh`,
 //! driven through the `etcd-client` crate.
 //!
 //! Each client holds one lease (the etcd analogue of a session, as
@@ -9,7 +9,7 @@
 //! under the client's lease); its fencing token is the lock key's create
 //! revision, which a fenced write compares in a txn.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -18,19 +18,37 @@ use tonic::Code;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, LockOptions, Txn, TxnOp};
 
-use super::{Kind, OpError, OpResult, ScriptCluster, Target, TargetClient};
+use super::{Kind, OpError, OpResult, ScriptCluster, ScriptTarget, Target, TargetClient};
 
 const PREFIX: &str = "/cmp/";
 
 pub struct EtcdTarget {
     cluster: ScriptCluster,
+    /// Every client connection's keepalive ([`FAST_KEEPALIVE`] unless
+    /// started with [`EtcdTarget::start_with`]).
+    keepalive: KeepAlive,
 }
 
 impl EtcdTarget {
     pub async fn start(dir: &Path) -> anyhow::Result<EtcdTarget> {
+        EtcdTarget::start_with(dir, FAST_KEEPALIVE).await
+    }
+
+    /// A cluster whose clients connect with keepalive `ka`.
+    pub async fn start_with(dir: &Path, ka: KeepAlive) -> anyhow::Result<EtcdTarget> {
         let dir = dir.to_path_buf();
         let cluster = tokio::task::spawn_blocking(move || ScriptCluster::start("etcd.sh", "etcd-", &dir)).await??;
-        Ok(EtcdTarget { cluster })
+        Ok(EtcdTarget { cluster, keepalive: ka })
+    }
+}
+
+impl ScriptTarget for EtcdTarget {
+    fn script(&self) -> &ScriptCluster {
+        &self.cluster
+    }
+
+    fn data_dir(&self, member: usize) -> PathBuf {
+        self.cluster.dir.join(format!("etcd-{}", member + 1))
     }
 }
 
@@ -39,7 +57,7 @@ impl EtcdTarget {
 #[derive(Clone, Copy, Debug)]
 pub struct KeepAlive(pub Duration, pub Duration);
 
-/// The side-by-side's: a paused or dead member is noticed within 2 s. But
+/// The benchmark's: a paused or dead member is noticed within 2 s. But
 /// etcd's server allows a ping only every `--grpc-keepalive-min-time` (5 s)
 /// on a connection with no data moving: a request waiting longer than
 /// ~3 s (a Lock RPC deep in a queue) loses its connection to GOAWAY
@@ -397,7 +415,7 @@ impl Target for EtcdTarget {
     }
 
     async fn connect(&self, member: usize, ttl: Duration) -> anyhow::Result<EtcdClient> {
-        EtcdClient::connect_to(self.cluster.endpoints.clone(), member, ttl).await
+        EtcdClient::connect_to_with(self.cluster.endpoints.clone(), member, ttl, self.keepalive).await
     }
 
     async fn leader(&self) -> anyhow::Result<usize> {

@@ -1,6 +1,6 @@
-//! `baton-jepsen compare`: every workload on every target, one cluster at
+//! `baton-bench compare`: every workload on every target, one cluster at
 //! a time, and the outputs: compare.json, compare.md (table + Baton's ratio
-//! to each peer + the goals), compare.png (one linear panel per workload,
+//! to each rival + the goals), compare.png (one linear panel per workload,
 //! with the spread of the runs and p99).
 
 use std::fmt::Write as _;
@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use super::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
 use super::targets::Kind;
-use crate::report::{font, perr, render_png, Area};
+use baton_jepsen::plot::{font, perr, render_png, Area};
 
 pub struct CompareOpts {
     pub targets: Vec<Kind>,
@@ -97,7 +97,7 @@ pub async fn runs_of(
     Ok(s)
 }
 
-/// `baton-jepsen bench`: `o.runs` runs of workload `w` on `kind` (the only
+/// `baton-bench bench`: `o.runs` runs of workload `w` on `kind` (the only
 /// target and workload in `o`) with `clients` clients, on a cluster of its
 /// own in `o.out` (failover: a fresh one per run).
 pub async fn bench(kind: Kind, w: BenchWorkload, clients: usize, o: &CompareOpts) -> anyhow::Result<Summary> {
@@ -208,7 +208,7 @@ fn find(all: &[Summary], k: Kind, w: BenchWorkload) -> Option<&Summary> {
 }
 
 /// The goal each workload is judged by: (what, Baton must be at least
-/// this multiple of the better peer, or at most for latencies).
+/// this multiple of the better rival, or at most for latencies).
 enum Goal {
     Throughput(f64),
     P99(f64),
@@ -282,28 +282,28 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
             let _ = writeln!(md, "{}", f.replace('|', "/"));
         }
     }
-    // baton-zk is Baton itself (through its ZooKeeper port): not a peer.
-    let peers: Vec<Kind> = o.targets.iter().copied().filter(|k| !matches!(k, Kind::Baton | Kind::BatonZk)).collect();
-    if !peers.is_empty() && o.targets.contains(&Kind::Baton) {
-        let _ = writeln!(md, "\n## Baton's ratio to each peer\n");
+    // baton-zk is Baton itself (through its ZooKeeper port): not a rival.
+    let rivals: Vec<Kind> = o.targets.iter().copied().filter(|k| !matches!(k, Kind::Baton | Kind::BatonZk)).collect();
+    if !rivals.is_empty() && o.targets.contains(&Kind::Baton) {
+        let _ = writeln!(md, "\n## Baton's ratio to each rival\n");
         let _ = writeln!(
             md,
-            "Throughput: Baton ÷ peer (above 1 = Baton faster). Latency and gap: Baton ÷ peer (below 1 = Baton lower).\n"
+            "Throughput: Baton ÷ rival (above 1 = Baton faster). Latency and gap: Baton ÷ rival (below 1 = Baton lower).\n"
         );
         let _ = write!(md, "| workload |");
-        for p in &peers {
+        for p in &rivals {
             let _ = write!(md, " ops/s vs {0} | p99 vs {0} |", p.name());
         }
         let _ = writeln!(md, " goal | met |");
         let _ = write!(md, "|---|");
-        for _ in &peers {
+        for _ in &rivals {
             let _ = write!(md, "---:|---:|");
         }
         let _ = writeln!(md, "---|---|");
         for w in BenchWorkload::ALL {
             let Some(b) = find(all, Kind::Baton, w) else { continue };
             let _ = write!(md, "| {} |", w.name());
-            for p in &peers {
+            for p in &rivals {
                 match find(all, *p, w) {
                     Some(s) if s.ops_per_sec > 0.0 && s.p99_ms > 0.0 => {
                         let _ = write!(md, " {:.2}x | {:.2}x |", b.ops_per_sec / s.ops_per_sec, b.p99_ms / s.p99_ms);
@@ -313,15 +313,15 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
                     }
                 }
             }
-            let others: Vec<&Summary> = peers.iter().filter_map(|p| find(all, *p, w)).collect();
+            let others: Vec<&Summary> = rivals.iter().filter_map(|p| find(all, *p, w)).collect();
             let (text, met) = match goal(w) {
                 Goal::Throughput(x) => {
                     let best = others.iter().map(|s| s.ops_per_sec).fold(0.0, f64::max);
-                    (format!("ops/s >= {x}x the better peer"), (best > 0.0).then_some(b.ops_per_sec >= x * best))
+                    (format!("ops/s >= {x}x the better rival"), (best > 0.0).then_some(b.ops_per_sec >= x * best))
                 }
                 Goal::P99(x) => {
                     let best = others.iter().map(|s| s.p99_ms).filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
-                    (format!("p99 <= {x}x the better peer"), best.is_finite().then_some(b.p99_ms <= x * best))
+                    (format!("p99 <= {x}x the better rival"), best.is_finite().then_some(b.p99_ms <= x * best))
                 }
                 Goal::Gap(x) => {
                     let best = others.iter().filter_map(|s| s.gap_ms).fold(f64::INFINITY, f64::min);
@@ -329,7 +329,7 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
                         (true, Some(g)) => Some(g <= x * best),
                         _ => None,
                     };
-                    (format!("gap <= {x}x the better peer"), met)
+                    (format!("gap <= {x}x the better rival"), met)
                 }
             };
             let met = match met {
@@ -480,7 +480,7 @@ fn panel(area: &Area<'_>, w: BenchWorkload, targets: &[Kind], all: &[Summary]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::side_by_side::bench::summarize;
+    use crate::bench::summarize;
 
     fn one(k: Kind, w: BenchWorkload, ops: f64, p99: f64, gap: Option<f64>) -> Summary {
         let r = RunFigures {
@@ -536,7 +536,7 @@ mod tests {
         assert!(md.contains("- zookeeper failover: run 2: no grant within 60s"), "{md}");
         assert!(md.contains("- etcd failover: no leader / at all"), "{md}");
         // The ratio is to ZooKeeper's one good run; etcd's row gives none.
-        assert!(md.contains("| failover | - | - | 1.80x | 1.00x | gap <= 0.5x the better peer | yes |"), "{md}");
+        assert!(md.contains("| failover | - | - | 1.80x | 1.00x | gap <= 0.5x the better rival | yes |"), "{md}");
         write_outputs(&all, dir.path(), &o).expect("outputs");
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("compare.json")).expect("json"))
@@ -567,20 +567,20 @@ mod tests {
         let mut o = opts(dir.path());
         o.targets.push(Kind::BatonZk);
         let md = markdown(&all, &o);
-        // Contended: 600 vs the better peer's 300 = 2x, goal met.
+        // Contended: 600 vs the better rival's 300 = 2x, goal met.
         assert!(
-            md.contains("| lock-contended | 4.00x | 0.33x | 2.00x | 0.31x | ops/s >= 2x the better peer | yes |"),
+            md.contains("| lock-contended | 4.00x | 0.33x | 2.00x | 0.31x | ops/s >= 2x the better rival | yes |"),
             "{md}"
         );
         // Write: 10000 vs 7000 = 1.43x, goal not met, and said so.
         assert!(
-            md.contains("| write | 5.00x | 0.20x | 1.43x | 0.24x | ops/s >= 2x the better peer | **no** |"),
+            md.contains("| write | 5.00x | 0.20x | 1.43x | 0.24x | ops/s >= 2x the better rival | **no** |"),
             "{md}"
         );
         // Failover: 150 ms vs ZooKeeper's 500 ms gap: at most half, met.
-        assert!(md.contains("| failover |") && md.contains("gap <= 0.5x the better peer | yes |"), "{md}");
+        assert!(md.contains("| failover |") && md.contains("gap <= 0.5x the better rival | yes |"), "{md}");
         assert!(md.contains("| failover | 16 | baton | 300 | 300-300 | 20.00 | 40.00 | 150 | 5000 |"), "{md}");
-        // baton-zk is not a peer (the ratios above are to etcd and ZooKeeper
+        // baton-zk is not a rival (the ratios above are to etcd and ZooKeeper
         // only); its own table compares it with Baton and ZooKeeper.
         assert!(!md.contains("vs baton-zk"), "{md}");
         assert!(md.contains("| write | 5000 | 20.00 | 0.50x | 0.71x |"), "{md}");
