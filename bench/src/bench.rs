@@ -94,6 +94,7 @@ pub struct RunFigures {
     pub takeover_ms: Option<f64>,
 }
 
+#[derive(Clone)]
 pub struct RunOpts {
     pub workload: BenchWorkload,
     pub clients: usize,

@@ -21,6 +21,8 @@
 //! - [`compare`]: `baton-bench compare` (every workload on every target:
 //!   compare.json, compare.md, compare.png) and `baton-bench bench` (one
 //!   workload on one target).
+//! - [`cost`]: `baton-bench cost`, what one operation costs a Baton
+//!   cluster (CPU, context switches, fsyncs, peer messages per type).
 //! - [`rival_lock`]: the lock-safety test of a lock recipe with and
 //!   without a fence, etcd's or ZooKeeper's through Baton's ZooKeeper port
 //!   (`baton-bench lock-safety --target etcd|baton-zk`).
@@ -34,6 +36,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod cost;
 pub mod rival_lock;
 pub mod scale;
 pub mod targets;

@@ -36,6 +36,10 @@ struct Cli {
 enum Cmd {
     /// Benchmark one workload on one target (starts its cluster; median of --runs runs).
     Bench(BenchArgs),
+    /// What one operation costs a Baton cluster: CPU µs of the members and
+    /// the clients, context switches, fsyncs, peer messages by type
+    /// (docs/perf/per-op.md).
+    Cost(CostArgs),
     /// Every workload on every target, one cluster at a time: compare.md,
     /// compare.json, compare.png.
     Compare(CompareArgs),
@@ -126,6 +130,24 @@ struct BenchArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Folder for cluster data and logs (default bench/store/bench-<ts>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CostArgs {
+    #[arg(long, value_enum)]
+    workload: BenchWorkload,
+    /// Default: the workload's (as `bench`).
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Unmeasured seconds before them.
+    #[arg(long, default_value_t = 3)]
+    warmup: u64,
+    /// Folder for cluster data and logs (default bench/store/cost-<ts>).
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -254,6 +276,7 @@ fn main() {
     cli::run(PROG, async {
         match cli.cmd {
             Cmd::Bench(a) => bench(a).await,
+            Cmd::Cost(a) => cost(a).await,
             Cmd::Compare(a) => compare(a).await,
             Cmd::Scale(a) => scale(a).await,
             Cmd::LockSafety(a) => lock_safety(a).await,
@@ -345,6 +368,24 @@ async fn bench(a: BenchArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("{PROG}: bench failed: {e:#}");
+            2
+        }
+    }
+}
+
+/// `cost`: one measured run of one workload on a fresh Baton cluster;
+/// prints its cost per operation (baton_bench::cost). Exit code 0, or 2.
+async fn cost(a: CostArgs) -> i32 {
+    let dir = a.out.unwrap_or_else(|| PathBuf::from(format!("bench/store/cost-{}", stamp())));
+    let clients = a.clients.unwrap_or(a.workload.default_clients());
+    let (warmup, duration) = (Duration::from_secs(a.warmup), Duration::from_secs(a.duration));
+    match interruptible(baton_bench::cost::measure(&dir, a.workload, clients, warmup, duration)).await {
+        Ok(c) => {
+            println!("{}", baton_bench::cost::table(a.workload, clients, &c));
+            0
+        }
+        Err(e) => {
+            eprintln!("{PROG}: cost failed: {e:#}");
             2
         }
     }

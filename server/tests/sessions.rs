@@ -223,10 +223,8 @@ fn t31_s3_planted_attach_from_local_state_succeeds_there() {
 
 /// The client talks only to the leader, whose peer links are then cut: it
 /// is deposed but does not know yet.
-fn s4_run(opts: Opts) -> Sim {
-    // Seed 1: the planted twin shows in 9 of seeds 1-12 (not 4-6) since
-    // election countdowns get one draw per restart (t85).
-    let (mut s, leader, _) = cluster(1, opts);
+fn s4_run(seed: u64, opts: Opts) -> Sim {
+    let (mut s, leader, _) = cluster(seed, opts);
     let c = s.add_client("a", vec![leader]);
     assert!(s.await_connected(c, ms(3000)), "client connects\n{}", s.report());
     s.run_for(T);
@@ -238,16 +236,26 @@ fn s4_run(opts: Opts) -> Sim {
     s
 }
 
+/// The seeds S4 runs on. Whether the planted twin shows depends on the
+/// schedule (where the deposed leader's last keepalive round falls): it
+/// showed in 9 of seeds 1-12 once election countdowns got one draw per
+/// restart (t85), and in fewer with raft-rs's appends batched. Every seed
+/// must be clean on the real server, and the twin must be caught in one.
+const S4_SEEDS: [u64; 6] = [1, 2, 3, 7, 8, 9];
+
 #[test]
 fn t40_s4_a_deposed_leader_does_not_keep_its_clients_connected() {
-    let s = s4_run(Opts::default());
-    assert_clean(&s);
+    for seed in S4_SEEDS {
+        assert_clean(&s4_run(seed, Opts::default()));
+    }
 }
 
 #[test]
 fn t41_s4_planted_keepalives_without_a_quorum_are_caught() {
-    let s = s4_run(faulty(|f| f.keepalive_without_quorum = true));
-    assert!(!s.violations.is_empty(), "the planted S4 fault went unnoticed:\n{}", s.report());
+    let runs: Vec<Sim> =
+        S4_SEEDS.iter().map(|&seed| s4_run(seed, faulty(|f| f.keepalive_without_quorum = true))).collect();
+    let caught = runs.iter().filter(|s| !s.violations.is_empty()).count();
+    assert!(caught > 0, "the planted S4 fault went unnoticed in every seed:\n{}", runs[0].report());
 }
 
 // ---------------------------------------------------------------- S7

@@ -1,0 +1,236 @@
+//! What one operation costs a Baton cluster (issue 26, "measure first"):
+//! `baton-bench cost --workload W` runs W once on a fresh 3-member
+//! cluster and divides, by the operations it measured, what the members
+//! and this client process spent meanwhile:
+//! - CPU µs (utime + stime, /proc/PID/stat) of the three members together,
+//!   and of this process (the clients);
+//! - voluntary context switches (every thread of the three members,
+//!   /proc/PID/task/*/status), each a wake-up on some thread;
+//! - fsyncs (`baton_fsync_seconds_count`), peer messages by type
+//!   (`baton_peer_messages_sent_total`, one frame each), socket writes of
+//!   peer frames (`baton_peer_flushes_total`) and Readies with new entries
+//!   (`baton_ready_entries_count`), summed over the members' /metrics.
+//!
+//! The samples are taken right before and right after the measured
+//! seconds (after the warm-up), so set-up and shutdown are not counted;
+//! the clients' idle keepalives and the members' ticks are (over ~10 s and
+//! thousands of operations they are a small share; a run with few
+//! operations says so in its figures). CPU time is counted in the
+//! kernel's clock ticks (10 ms): a run needs seconds of CPU to be exact
+//! to a few percent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::bench::{run_once, BenchWorkload, RunFigures, RunOpts};
+use crate::scale::cluster::{metrics, Scalable};
+use crate::targets::baton::{BatonOpts, BatonTarget};
+use crate::targets::Target;
+
+/// Counters at one moment.
+#[derive(Debug, Default, Clone)]
+pub struct Sample {
+    member_cpu_us: f64,
+    client_cpu_us: f64,
+    member_switches: f64,
+    /// Summed over the members: name (with labels) -> value.
+    metrics: BTreeMap<String, f64>,
+}
+
+/// Per operation, between two samples.
+#[derive(Debug, Clone)]
+pub struct Cost {
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub member_cpu_us: f64,
+    pub client_cpu_us: f64,
+    pub member_switches: f64,
+    pub fsyncs: f64,
+    pub readies_with_entries: f64,
+    pub peer_flushes: f64,
+    /// Peer messages per type, and their sum.
+    pub peer_messages: BTreeMap<String, f64>,
+    pub peer_messages_total: f64,
+}
+
+/// Which series are kept from /metrics.
+const KEPT: [&str; 4] = [
+    "baton_fsync_seconds_count",
+    "baton_ready_entries_count",
+    "baton_peer_flushes_total",
+    "baton_peer_messages_sent_total",
+];
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// utime + stime of `pid` ("self" for this process), in µs.
+fn cpu_us(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: utime and stime are the 14th and 15th fields.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // `rest` starts at field 3 (state): field n is f[n - 3].
+    (ticks(11) + ticks(12)) * 1e6 / clock_ticks()
+}
+
+/// Voluntary context switches of every thread of `pid`.
+fn switches(pid: i32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<f64>().ok()))
+        .sum()
+}
+
+/// The kept series of one member's /metrics text, added into `into`.
+fn add_metrics(text: &str, into: &mut BTreeMap<String, f64>) {
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        if !KEPT.iter().any(|k| series.starts_with(k)) {
+            continue;
+        }
+        if let Ok(v) = value.trim().parse::<f64>() {
+            *into.entry(series.to_string()).or_default() += v;
+        }
+    }
+}
+
+/// The counters now.
+pub async fn sample(t: &BatonTarget) -> anyhow::Result<Sample> {
+    let mut s = Sample { client_cpu_us: cpu_us("self"), ..Default::default() };
+    for m in 0..3 {
+        let pid = t.pid(m).with_context(|| format!("member {m} has no process"))?;
+        s.member_cpu_us += cpu_us(&pid.to_string());
+        s.member_switches += switches(pid);
+        add_metrics(&metrics(t, m).await?, &mut s.metrics);
+    }
+    Ok(s)
+}
+
+/// `after - before`, per operation of `run`.
+pub fn per_op(before: &Sample, after: &Sample, run: &RunFigures) -> Cost {
+    let ops = run.ops.max(1) as f64;
+    let d = |name: &str| {
+        let sum = |s: &Sample| s.metrics.iter().filter(|(k, _)| k.starts_with(name)).map(|(_, v)| v).sum::<f64>();
+        (sum(after) - sum(before)) / ops
+    };
+    let mut peer_messages = BTreeMap::new();
+    for (k, v) in &after.metrics {
+        if let Some(labels) = k.strip_prefix("baton_peer_messages_sent_total") {
+            let kind = labels.split('"').nth(1).unwrap_or(labels).to_string();
+            let was = before.metrics.get(k).copied().unwrap_or(0.0);
+            peer_messages.insert(kind, (v - was) / ops);
+        }
+    }
+    Cost {
+        ops: run.ops,
+        ops_per_sec: run.ops_per_sec,
+        member_cpu_us: (after.member_cpu_us - before.member_cpu_us) / ops,
+        client_cpu_us: (after.client_cpu_us - before.client_cpu_us) / ops,
+        member_switches: (after.member_switches - before.member_switches) / ops,
+        fsyncs: d("baton_fsync_seconds_count"),
+        readies_with_entries: d("baton_ready_entries_count"),
+        peer_flushes: d("baton_peer_flushes_total"),
+        peer_messages_total: peer_messages.values().sum(),
+        peer_messages,
+    }
+}
+
+/// Starts a cluster with /metrics, runs `workload` once with `clients`,
+/// and returns its cost per operation.
+pub async fn measure(
+    dir: &std::path::Path,
+    workload: BenchWorkload,
+    clients: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> anyhow::Result<Cost> {
+    let t = Arc::new(BatonTarget::start_opts(dir, BatonOpts { http: true, ..BatonOpts::default() }).await?);
+    let o = RunOpts { workload, clients, warmup: Duration::ZERO, duration, dir: dir.to_path_buf(), member_offset: 0 };
+    // The warm-up as a run of its own, unmeasured; then the measured run.
+    let warm = RunOpts { duration: warmup, ..o.clone() };
+    run_once(t.clone(), &warm).await?;
+    let before = sample(&t).await?;
+    let run = run_once(t.clone(), &o).await?;
+    let after = sample(&t).await?;
+    t.stop();
+    Ok(per_op(&before, &after, &run))
+}
+
+/// The table `cost` prints (Markdown).
+pub fn table(workload: BenchWorkload, clients: usize, c: &Cost) -> String {
+    let mut out = format!(
+        "{} with {clients} clients: {} ops in the measured run, {:.0} ops/s\n\n| per operation | value |\n|---|---|\n",
+        workload.name(),
+        c.ops,
+        c.ops_per_sec
+    );
+    let mut row = |k: &str, v: f64| out.push_str(&format!("| {k} | {v:.2} |\n"));
+    row("member CPU µs (3 members)", c.member_cpu_us);
+    row("client CPU µs (this process)", c.client_cpu_us);
+    row("voluntary context switches (3 members)", c.member_switches);
+    row("fsyncs (3 members)", c.fsyncs);
+    row("Readies with new entries (3 members)", c.readies_with_entries);
+    row("peer messages (3 members)", c.peer_messages_total);
+    row("peer socket writes (3 members)", c.peer_flushes);
+    for (k, v) in &c.peer_messages {
+        if *v >= 0.005 {
+            out.push_str(&format!("| peer messages: {k} | {v:.2} |\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_op_divides_the_difference_and_splits_messages_by_type() {
+        let mut before =
+            Sample { member_cpu_us: 1000.0, client_cpu_us: 10.0, member_switches: 5.0, ..Default::default() };
+        add_metrics(
+            "# HELP x\nbaton_fsync_seconds_count 10\nbaton_peer_messages_sent_total{type=\"append\"} 4\nbaton_other 7\n",
+            &mut before.metrics,
+        );
+        let mut after =
+            Sample { member_cpu_us: 3000.0, client_cpu_us: 110.0, member_switches: 45.0, ..Default::default() };
+        let text = "baton_fsync_seconds_count 30\nbaton_peer_messages_sent_total{type=\"append\"} 24\n\
+                    baton_peer_messages_sent_total{type=\"heartbeat\"} 2\nbaton_peer_flushes_total 10\n";
+        add_metrics(text, &mut after.metrics);
+        add_metrics(text, &mut after.metrics); // a second member
+        let run = RunFigures { ops: 10, secs: 1.0, ops_per_sec: 10.0, ..Default::default() };
+        let c = per_op(&before, &after, &run);
+        assert_eq!((c.member_cpu_us, c.client_cpu_us, c.member_switches), (200.0, 10.0, 4.0));
+        assert_eq!(c.fsyncs, 5.0, "(60 - 10) / 10");
+        assert_eq!(c.peer_messages.get("append"), Some(&4.4));
+        assert_eq!(c.peer_messages.get("heartbeat"), Some(&0.4));
+        assert!((c.peer_messages_total - 4.8).abs() < 1e-9);
+        assert_eq!(c.peer_flushes, 2.0);
+        assert!(!after.metrics.keys().any(|k| k.starts_with("baton_other")));
+    }
+
+    #[test]
+    fn this_process_has_cpu_time_and_threads() {
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(60) {
+            std::hint::black_box(0u64);
+        }
+        assert!(cpu_us("self") > 0.0);
+        assert!(switches(std::process::id() as i32) >= 0.0);
+    }
+}
