@@ -40,7 +40,10 @@
 //!
 //! raft-rs is configured with `check_quorum`, `pre_vote`,
 //! `ReadOnlyOption::Safe` (ReadIndex confirms leadership with a heartbeat
-//! round), `max_size_per_msg` 1 MiB and `max_inflight_msgs` 256.
+//! round), `max_size_per_msg` 1 MiB, `max_inflight_msgs` 256 and
+//! `batch_append`: the appends to one follower that a turn's proposals
+//! make are merged into one message before the Ready takes them (issue
+//! 26: 8.4 peer messages per write became 1.2, docs/perf/per-op.md).
 //!
 //! Election timeouts: raft-rs draws them from `thread_rng`, which cannot be
 //! seeded. The driver configures raft-rs with a fixed timeout of
@@ -284,6 +287,7 @@ fn raft_config(cfg: &Config, applied: u64) -> raft::Config {
         applied,
         max_size_per_msg: 1024 * 1024,
         max_inflight_msgs: 256,
+        batch_append: true,
         check_quorum: true,
         pre_vote: true,
         read_only_option: raft::ReadOnlyOption::Safe,
