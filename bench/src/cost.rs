@@ -36,6 +36,9 @@ pub struct Sample {
     member_cpu_us: f64,
     client_cpu_us: f64,
     member_switches: f64,
+    /// Per kind of member thread (its name, digits and a trailing `-N`
+    /// dropped), summed over the members: (CPU µs, voluntary switches).
+    threads: BTreeMap<String, (f64, f64)>,
     /// Summed over the members: name (with labels) -> value.
     metrics: BTreeMap<String, f64>,
 }
@@ -54,6 +57,8 @@ pub struct Cost {
     /// Peer messages per type, and their sum.
     pub peer_messages: BTreeMap<String, f64>,
     pub peer_messages_total: f64,
+    /// Per kind of member thread: (CPU µs, voluntary switches) per op.
+    pub threads: BTreeMap<String, (f64, f64)>,
 }
 
 /// Which series are kept from /metrics.
@@ -76,7 +81,12 @@ fn clock_ticks() -> f64 {
 
 /// utime + stime of `pid` ("self" for this process), in µs.
 fn cpu_us(pid: &str) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    stat_cpu_us(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime from a `/proc/.../stat` file, in µs.
+fn stat_cpu_us(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else { return 0.0 };
     // Fields after the command name, which is in parentheses and may hold
     // spaces: utime and stime are the 14th and 15th fields.
     let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
@@ -94,6 +104,30 @@ fn switches(pid: i32) -> f64 {
         .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
         .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<f64>().ok()))
         .sum()
+}
+
+/// A thread's kind: its name without digits and a trailing `-`/`:`
+/// part that numbers it (`tokio-runtime-w`, `baton-syncer`, `rocksdb:low`).
+fn thread_kind(comm: &str) -> String {
+    let k: String = comm.trim().chars().filter(|c| !c.is_ascii_digit()).collect();
+    k.trim_end_matches(['-', ':', '#']).to_string()
+}
+
+/// (CPU µs, voluntary switches) of each kind of `pid`'s threads, added into `into`.
+fn add_threads(pid: i32, into: &mut BTreeMap<String, (f64, f64)>) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let Ok(comm) = std::fs::read_to_string(p.join("comm")) else { continue };
+        let cpu = stat_cpu_us(&p.join("stat").to_string_lossy());
+        let sw = std::fs::read_to_string(p.join("status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<f64>().ok()))
+            .unwrap_or(0.0);
+        let e = into.entry(thread_kind(&comm)).or_default();
+        e.0 += cpu;
+        e.1 += sw;
+    }
 }
 
 /// The kept series of one member's /metrics text, added into `into`.
@@ -116,6 +150,7 @@ pub async fn sample(t: &BatonTarget) -> anyhow::Result<Sample> {
         let pid = t.pid(m).with_context(|| format!("member {m} has no process"))?;
         s.member_cpu_us += cpu_us(&pid.to_string());
         s.member_switches += switches(pid);
+        add_threads(pid, &mut s.threads);
         add_metrics(&metrics(t, m).await?, &mut s.metrics);
     }
     Ok(s)
@@ -136,7 +171,16 @@ pub fn per_op(before: &Sample, after: &Sample, run: &RunFigures) -> Cost {
             peer_messages.insert(kind, (v - was) / ops);
         }
     }
+    let threads = after
+        .threads
+        .iter()
+        .map(|(k, (c, w))| {
+            let (c0, w0) = before.threads.get(k).copied().unwrap_or_default();
+            (k.clone(), ((c - c0) / ops, (w - w0) / ops))
+        })
+        .collect();
     Cost {
+        threads,
         ops: run.ops,
         ops_per_sec: run.ops_per_sec,
         member_cpu_us: (after.member_cpu_us - before.member_cpu_us) / ops,
@@ -192,6 +236,12 @@ pub fn table(workload: BenchWorkload, clients: usize, c: &Cost) -> String {
             out.push_str(&format!("| peer messages: {k} | {v:.2} |\n"));
         }
     }
+    out.push_str("\n| member threads (3 members) | CPU µs per op | switches per op |\n|---|---|---|\n");
+    for (k, (cpu, sw)) in &c.threads {
+        if *cpu >= 0.05 || *sw >= 0.005 {
+            out.push_str(&format!("| {k} | {cpu:.1} | {sw:.2} |\n"));
+        }
+    }
     out
 }
 
@@ -222,6 +272,16 @@ mod tests {
         assert!((c.peer_messages_total - 4.8).abs() < 1e-9);
         assert_eq!(c.peer_flushes, 2.0);
         assert!(!after.metrics.keys().any(|k| k.starts_with("baton_other")));
+    }
+
+    #[test]
+    fn threads_are_grouped_by_kind() {
+        assert_eq!(thread_kind("tokio-runtime-w\n"), "tokio-runtime-w");
+        assert_eq!(thread_kind("rocksdb:low12"), "rocksdb:low");
+        assert_eq!(thread_kind("baton-syncer"), "baton-syncer");
+        let mut t = BTreeMap::new();
+        add_threads(std::process::id() as i32, &mut t);
+        assert!(!t.is_empty(), "this process has threads");
     }
 
     #[test]
