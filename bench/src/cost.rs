@@ -122,7 +122,9 @@ fn add_threads(pid: i32, into: &mut BTreeMap<String, (f64, f64)>) {
         let cpu = stat_cpu_us(&p.join("stat").to_string_lossy());
         let sw = std::fs::read_to_string(p.join("status"))
             .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<f64>().ok()))
+            .and_then(|s| {
+                s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")?.trim().parse::<f64>().ok())
+            })
             .unwrap_or(0.0);
         let e = into.entry(thread_kind(&comm)).or_default();
         e.0 += cpu;
