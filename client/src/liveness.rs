@@ -86,7 +86,12 @@ impl Liveness {
     /// Half the timeout without proof: the member in use cannot vouch
     /// (cut off, or no leader); try another.
     pub fn should_switch(&self, now: Instant) -> bool {
-        now >= self.proven + self.timeout / 2
+        now >= self.switch_at()
+    }
+
+    /// When [`Liveness::should_switch`] becomes true.
+    pub fn switch_at(&self) -> Instant {
+        self.proven + self.timeout / 2
     }
 
     /// A whole timeout without proof: the cluster may have expired it.
@@ -97,7 +102,12 @@ impl Liveness {
     /// Give the session up: no proof for a whole timeout, and no member
     /// has answered anything since `heard` for [`GIVE_UP_TIMEOUTS`] timeouts.
     pub fn give_up(&self, heard: Instant, now: Instant) -> bool {
-        self.presumed_lost(now) && now >= heard + self.timeout * GIVE_UP_TIMEOUTS
+        now >= self.give_up_at(heard)
+    }
+
+    /// When [`Liveness::give_up`] becomes true if nothing is heard after `heard`.
+    pub fn give_up_at(&self, heard: Instant) -> Instant {
+        (self.proven + self.timeout).max(heard + self.timeout * GIVE_UP_TIMEOUTS)
     }
 }
 

@@ -46,7 +46,9 @@
 //!   request each time, never resent, one outstanding at most; a refused
 //!   one is followed by the next 40 ms later (`KEEPALIVE_RETRY`). Only one answered `OK` is
 //!   proof (liveness.rs).
-//! - Housekeeping runs every 20 ms (`TICK`). The connection is dropped when
+//! - Housekeeping (`on_tick`) runs when its next deadline is due
+//!   (`next_wake`), not on a period: an idle session wakes for its
+//!   keepalives and nothing else. The connection is dropped when
 //!   no frame arrived on it for 2/3 of the timeout, when its member has
 //!   refused to vouch for half a timeout, or has left a keepalive
 //!   unanswered for `T/3` (it hangs): a new leader keeps sessions only
@@ -141,8 +143,14 @@ use crate::{ClientConfig, ClientTls, ConnectionEvent, Error, EventType, Result, 
 /// The largest frame the client accepts from a server (responses carry at
 /// most 1 MiB of data plus a children list).
 pub(crate) const MAX_FRAME: usize = 64 * 1024 * 1024;
-/// Actor housekeeping period (deadlines, keepalives, reconnects).
+/// How often a closing session looks at its deadlines while it waits for
+/// the close to be answered.
 const TICK: Duration = Duration::from_millis(20);
+/// The longest the actor sleeps with nothing due (a safety net: every
+/// deadline it keeps is in [`Actor::next_wake`]).
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// The shortest: a deadline already past is handled at most this often.
+const MIN_SLEEP: Duration = Duration::from_millis(1);
 /// Pause before the next keepalive after one was refused (a liveness
 /// rule, not a retry: see liveness.rs).
 const KEEPALIVE_RETRY: Duration = Duration::from_millis(40);
@@ -497,10 +505,9 @@ async fn create_session(
 
 impl Actor {
     async fn run(mut self, mut cmds: mpsc::Receiver<Cmd>, mut evs: mpsc::Receiver<Ev>) {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let connected_until = tokio::time::Instant::from_std(self.liveness.connected_until());
+            let wake = tokio::time::Instant::from_std(self.next_wake(Instant::now()));
             tokio::select! {
                 biased;
                 // Server frames first: answers free callers.
@@ -522,8 +529,8 @@ impl Actor {
                 _ = tokio::time::sleep_until(connected_until), if self.is(SessionState::Connected) => {
                     self.update_state(Instant::now());
                 }
-                // Deadlines, keepalives, reconnects.
-                _ = tick.tick() => {
+                // Deadlines, keepalives, reconnects: asleep until the next is due.
+                _ = tokio::time::sleep_until(wake) => {
                     if !self.on_tick().await {
                         // Expired: answer everything with SessionExpired until dropped.
                         while let Some(cmd) = cmds.recv().await {
@@ -542,6 +549,42 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// The next moment [`Actor::on_tick`] has something to do: the earliest
+    /// of a request's deadline or retry, giving up, the silent-connection
+    /// and unvouched-member switches, an unanswered keepalive, the next
+    /// keepalive, and the next reconnect. The actor sleeps until then
+    /// (bounded by [`MIN_SLEEP`] and [`MAX_SLEEP`]) instead of polling: an
+    /// idle session costs no wake-ups between keepalives.
+    fn next_wake(&self, now: Instant) -> Instant {
+        let mut at = now + MAX_SLEEP;
+        let mut due = |t: Instant| at = at.min(t);
+        due(self.liveness.give_up_at(self.last_heard));
+        let period = self.timeout / KEEPALIVE_FRACTION;
+        for p in self.pending.values() {
+            due(p.deadline);
+            if p.kind == Kind::Keepalive && p.sent {
+                due(p.sent_at + period);
+            }
+        }
+        match &self.conn {
+            Some(c) => {
+                due(self.last_frame + self.timeout * 2 / 3);
+                if c.ready {
+                    due(self.last_keepalive + period);
+                    if let Some(t) = self.keepalive_retry {
+                        due(t);
+                        due(self.liveness.switch_at());
+                    }
+                    for t in self.pending.values().filter_map(|p| p.retry_at) {
+                        due(t);
+                    }
+                }
+            }
+            None => due(self.next_connect),
+        }
+        at.max(now + MIN_SLEEP)
     }
 
     fn is(&self, s: SessionState) -> bool {
