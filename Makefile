@@ -91,8 +91,9 @@ fsync-probe: build
 compare-smoke: build rival-deps
 	@CARGO="$(CARGO)" ./scripts/compare-smoke.sh
 
-# The full comparison with the rivals (baton-bench; release build, ~20
-# min): docs/comparison.md has the last results.
+# The full comparison with the rivals (baton-bench; release build, 5
+# interleaved runs of each workload on each target, ~30 min):
+# docs/comparison.md has the last results.
 compare: release rival-deps
 	$(CARGO) run --release -q -p baton-bench -- compare --out bench/store/compare-$$(date +%s)
 

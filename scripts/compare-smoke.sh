@@ -2,7 +2,7 @@
 # `make compare-smoke`: every compare workload for a few seconds on every
 # target (Baton, etcd, ZooKeeper, and Baton through its ZooKeeper port), to
 # keep the adapters working (debug build: the figures mean nothing). A
-# failed run, a missing row or a missing page fails it.
+# failed run, a missing row or CPU figure, or a missing page fails it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
@@ -13,5 +13,9 @@ $CARGO run -q -p baton-bench -- compare --targets baton,etcd,zookeeper,baton-zk 
 rows=$(grep -c '"workload"' "$out/compare.json")
 [ "$rows" -eq 24 ] || { echo "compare smoke: $rows rows in compare.json, expected 24"; exit 1; }
 ! grep -q '"failed"' "$out/compare.json" || { echo "compare smoke: a run failed; see $out/compare.md"; exit 1; }
+# Member CPU per op on every steady row and its one run (20 + 20), none on
+# failover: each target's member pids were found and read.
+cpu=$(grep -c '"member_cpu_us"' "$out/compare.json")
+[ "$cpu" -eq 40 ] || { echo "compare smoke: member_cpu_us on $cpu rows and runs, expected 40"; exit 1; }
 test -s "$out/compare.png" && test -s "$out/compare.md" || { echo "compare smoke: no compare.png or compare.md in $out"; exit 1; }
 rm -rf "$out"

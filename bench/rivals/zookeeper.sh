@@ -28,7 +28,8 @@
 #   1 s..10 s sessions expiring within 0.5 s of their timeout.
 #
 # Environment knobs: ZK_TICK_MS (default 2000; 5 s must stay within
-# [2*tick, 20*tick], so 250..2500), ZK_HEAP (default 256m), ZK_START_TIMEOUT
+# [2*tick, 20*tick], so 250..2500), ZK_HEAP (default 1000m: zkServer.sh's
+# ZK_SERVER_HEAP default, given as -Xmx only as zkEnv.sh does), ZK_START_TIMEOUT
 # (seconds, default 90), STOP_TIMEOUT (seconds before SIGKILL, default 10).
 
 set -euo pipefail
@@ -188,7 +189,7 @@ cmd_start() {
     case "$tick" in '' | *[!0-9]*) die "ZK_TICK_MS must be a number" ;; esac
     [ $((2 * tick)) -le 5000 ] && [ $((20 * tick)) -ge 5000 ] ||
         die "ZK_TICK_MS=$tick does not allow a 5 s session (needs 250..2500)"
-    heap=${ZK_HEAP:-256m}
+    heap=${ZK_HEAP:-1000m}
     [ -f "$ZK_JAR" ] || die "$ZK_JAR not found; run: $0 install"
     command -v java >/dev/null 2>&1 || die "java not found; run: $0 install"
 
@@ -218,7 +219,7 @@ cmd_start() {
         write_config "$dir" "$base" "$n" "$tick"
         echo "=== $(date -Is) $PROG start zk-$n ===" >>"$dir/zk-$n.log"
         spawn "$dir/zk-$n.pid" "$dir/zk-$n.log" \
-            java "-Xms$heap" "-Xmx$heap" -XX:+ExitOnOutOfMemoryError \
+            java "-Xmx$heap" -XX:+ExitOnOutOfMemoryError \
             -Djava.net.preferIPv4Stack=true \
             -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
             -Dorg.slf4j.simpleLogger.showDateTime=true \

@@ -92,6 +92,48 @@ pub struct RunFigures {
     /// failover: a holder process's kill -9 to the next grant.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub takeover_ms: Option<f64>,
+    /// CPU µs per operation of the target's members together (utime +
+    /// stime of their processes over the measured seconds). None for
+    /// failover (it kills a member) and when the pids are not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_cpu_us: Option<f64>,
+    /// CPU µs per operation of this process (the clients), likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cpu_us: Option<f64>,
+}
+
+/// CPU time (µs) of the members and of this process at one moment.
+struct CpuMark {
+    members: Vec<(i32, f64)>,
+    client: f64,
+}
+
+impl CpuMark {
+    fn take(pids: &[i32]) -> CpuMark {
+        CpuMark {
+            members: pids.iter().map(|p| (*p, crate::cost::cpu_us(&p.to_string()))).collect(),
+            client: crate::cost::cpu_us("self"),
+        }
+    }
+
+    /// (member, client) CPU µs per op from `self` to `later`; None when a
+    /// member was not found or its time cannot be read any more.
+    fn per_op(&self, later: &CpuMark, ops: u64) -> (Option<f64>, Option<f64>) {
+        if ops == 0 {
+            return (None, None);
+        }
+        let n = ops as f64;
+        let client = Some((later.client - self.client).max(0.0) / n);
+        let complete = !self.members.is_empty()
+            && self.members.len() == later.members.len()
+            && later.members.iter().all(|(_, us)| *us > 0.0);
+        let member = complete.then(|| {
+            let before: f64 = self.members.iter().map(|(_, us)| us).sum();
+            let after: f64 = later.members.iter().map(|(_, us)| us).sum();
+            (after - before).max(0.0) / n
+        });
+        (member, client)
+    }
 }
 
 #[derive(Clone)]
@@ -254,6 +296,8 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
     }
     tokio::time::sleep(o.warmup).await;
     sh.errors.store(0, Ordering::SeqCst);
+    let pids = if o.workload == BenchWorkload::Failover { Vec::new() } else { target.member_pids() };
+    let cpu_before = CpuMark::take(&pids);
     sh.measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();
     let mut gap_ms = None;
@@ -267,6 +311,7 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
     }
     sh.measuring.store(false, Ordering::SeqCst);
     let secs = start.elapsed().as_secs_f64();
+    let cpu_after = CpuMark::take(&pids);
     sh.stop.store(true, Ordering::SeqCst);
     sh.stopped.notify_waiters();
     let mut hist = new_hist();
@@ -278,6 +323,7 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         }
     }
     let ops = hist.len();
+    let (member_cpu_us, client_cpu_us) = cpu_before.per_op(&cpu_after, ops);
     Ok(RunFigures {
         ops,
         secs,
@@ -287,6 +333,8 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         errors: sh.errors.load(Ordering::SeqCst),
         gap_ms,
         takeover_ms,
+        member_cpu_us,
+        client_cpu_us,
     })
 }
 
@@ -317,6 +365,7 @@ async fn failover<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts) -
     tokio::time::sleep(o.duration.min(Duration::from_secs(3))).await;
     let leader = target.leader().await.context("finding the leader")?;
     let killed_at = Instant::now();
+    let killed_wall = std::time::SystemTime::now();
     target.kill(leader)?;
     eprintln!("    killed leader (member {}), waiting for grants to resume", leader + 1);
     let last_before = {
@@ -353,8 +402,12 @@ async fn failover<T: Target>(target: &T, sh: &Shared, lock: &str, o: &RunOpts) -
             })
             .collect()
     };
-    // Grant times in ms relative to the leader's kill, for a closer look.
+    // Grant times in ms relative to the leader's kill, for a closer look,
+    // and the kill's wall-clock time (Unix ms) to set the members' logs
+    // against.
     let _ = std::fs::write(o.dir.join("grants-ms.txt"), dump.join("\n"));
+    let unix_ms = killed_wall.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or_default();
+    let _ = std::fs::write(o.dir.join("killed-at.txt"), format!("{unix_ms} member {}\n", leader + 1));
     // Holder kill.
     let takeover = holder_kill(target, sh, lock, o).await?;
     Ok((gap.as_secs_f64() * 1000.0, takeover))
@@ -459,6 +512,12 @@ pub struct Summary {
     pub gap_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub takeover_ms: Option<f64>,
+    /// Medians of the runs' [`RunFigures::member_cpu_us`] and
+    /// [`RunFigures::client_cpu_us`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_cpu_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cpu_us: Option<f64>,
     #[serde(default)]
     pub per_run: Vec<RunFigures>,
     /// Runs that failed, with their error: left out of the figures, and
@@ -502,6 +561,8 @@ pub fn summarize(target: Kind, workload: BenchWorkload, clients: usize, runs: Ve
         ops_per_sec_max: runs.iter().map(|r| r.ops_per_sec).fold(0.0, f64::max),
         gap_ms: opt(|r| r.gap_ms),
         takeover_ms: opt(|r| r.takeover_ms),
+        member_cpu_us: opt(|r| r.member_cpu_us),
+        client_cpu_us: opt(|r| r.client_cpu_us),
         per_run: runs,
         failed: Vec::new(),
     }
@@ -520,6 +581,9 @@ pub fn describe(r: &RunFigures) -> String {
         None if r.gap_ms.is_some() => s.push_str(", takeover n/a"),
         None => {}
     }
+    if let (Some(m), Some(c)) = (r.member_cpu_us, r.client_cpu_us) {
+        s.push_str(&format!(", CPU µs/op: members {m:.0}, clients {c:.0}"));
+    }
     s
 }
 
@@ -536,8 +600,37 @@ mod tests {
             p99_ms,
             errors: 0,
             gap_ms: gap,
-            takeover_ms: None,
+            ..RunFigures::default()
         }
+    }
+
+    #[test]
+    fn cpu_per_op_over_the_members_and_this_process() {
+        let mark = |members: &[(i32, f64)], client: f64| CpuMark { members: members.to_vec(), client };
+        let before = mark(&[(10, 1_000.0), (11, 2_000.0), (12, 500.0)], 100.0);
+        let after = mark(&[(10, 3_000.0), (11, 4_000.0), (12, 2_500.0)], 1_100.0);
+        assert_eq!(before.per_op(&after, 100), (Some(60.0), Some(10.0)));
+        // A member gone (its time unreadable) or none known: no member figure.
+        let gone = mark(&[(10, 3_000.0), (11, 0.0), (12, 2_500.0)], 1_100.0);
+        assert_eq!(before.per_op(&gone, 100), (None, Some(10.0)));
+        assert_eq!(mark(&[], 0.0).per_op(&mark(&[], 50.0), 10), (None, Some(5.0)));
+        assert_eq!(before.per_op(&after, 0), (None, None));
+    }
+
+    /// This process's own CPU time is read and grows with work.
+    #[test]
+    fn cpu_mark_reads_this_process() {
+        let pid = std::process::id() as i32;
+        let a = CpuMark::take(&[pid]);
+        let mut x = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let b = CpuMark::take(&[pid]);
+        let (m, c) = a.per_op(&b, 1);
+        assert!(c.is_some_and(|c| c > 0.0), "client CPU {c:?}");
+        assert!(m.is_some_and(|m| m > 0.0), "member CPU {m:?}");
     }
 
     #[test]

@@ -79,8 +79,9 @@ fn clock_ticks() -> f64 {
     }
 }
 
-/// utime + stime of `pid` ("self" for this process), in µs.
-fn cpu_us(pid: &str) -> f64 {
+/// utime + stime of `pid` ("self" for this process), in µs; 0 when it
+/// cannot be read (the process is gone).
+pub(crate) fn cpu_us(pid: &str) -> f64 {
     stat_cpu_us(&format!("/proc/{pid}/stat"))
 }
 

@@ -1,5 +1,5 @@
 //! baton-bench: Baton next to its rivals, etcd 3.4 and ZooKeeper 3.8, the
-//! same workloads through one interface, one cluster at a time. It
+//! same workloads through one interface, the targets' runs interleaved. It
 //! measures, and it shows what a rival's lock allows; Baton's own safety
 //! is the harness's (`baton-jepsen`, `jepsen/`), except through the
 //! ZooKeeper port, which [`rival_lock`] and [`zk_port_register`] check

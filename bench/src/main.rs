@@ -40,7 +40,7 @@ enum Cmd {
     /// the clients, context switches, fsyncs, peer messages by type
     /// (docs/perf/per-op.md).
     Cost(CostArgs),
-    /// Every workload on every target, one cluster at a time: compare.md,
+    /// Every workload on every target, the runs interleaved: compare.md,
     /// compare.json, compare.png.
     Compare(CompareArgs),
     /// How far one 3-member cluster goes, one dimension at a time (nodes,
@@ -170,7 +170,9 @@ struct CompareArgs {
     /// Unmeasured seconds at the start of every run.
     #[arg(long, default_value_t = 2)]
     run_warmup: u64,
-    #[arg(long, default_value_t = 3)]
+    /// Runs of each workload on each target, interleaved (baton, etcd,
+    /// zookeeper, baton, ...).
+    #[arg(long, default_value_t = 5)]
     runs: usize,
     /// Output folder (default bench/store/compare-<ts>).
     #[arg(long)]

@@ -828,7 +828,15 @@ impl Actor {
                         }
                     }
                     _ => {
-                        p.retry_at = Some(Instant::now() + self.cfg.retry.delay(p.attempts));
+                        let delay = self.cfg.retry.delay(p.attempts);
+                        debug!(
+                            ?code,
+                            id = r.id,
+                            attempt = p.attempts,
+                            ?delay,
+                            "request refused; sent again after the delay"
+                        );
+                        p.retry_at = Some(Instant::now() + delay);
                         p.attempts += 1;
                         if code == ErrorCode::ShuttingDown {
                             self.drop_conn();

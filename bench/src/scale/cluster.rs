@@ -28,7 +28,7 @@ use anyhow::Context;
 use crate::targets::baton::{BatonOpts, BatonTarget};
 use crate::targets::etcd::{EtcdTarget, POLITE_KEEPALIVE};
 use crate::targets::zookeeper::{mode, ZkTarget};
-use crate::targets::{read_pid, signal, Kind, ScriptCluster, ScriptTarget, Target};
+use crate::targets::{pid_with_arg, read_pid, signal, Kind, ScriptCluster, ScriptTarget, Target};
 
 /// Baton's caps for the run (defaults: 10,000 connections per member,
 /// 100,000 sessions, 100,000 watches per connection): the sessions
@@ -77,14 +77,6 @@ pub fn dir_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-/// The pid of the live process whose command line has the argument `arg`.
-fn pid_with_arg(arg: &str) -> Option<i32> {
-    let rd = std::fs::read_dir("/proc").ok()?;
-    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()).find(|pid| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
-    })
 }
 
 /// Raises this process's soft (and, as root, hard) open-file limit to

@@ -263,6 +263,10 @@ impl Target for BatonTarget {
         self.with_db(|db| db.stop_all());
     }
 
+    fn member_pids(&self) -> Vec<i32> {
+        self.data_dirs.iter().filter_map(|d| super::pid_with_arg(&format!("--data-dir={}", d.display()))).collect()
+    }
+
     fn restart_supported(&self) -> bool {
         true
     }

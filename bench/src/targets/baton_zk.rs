@@ -66,6 +66,10 @@ impl Target for BatonZkTarget {
         self.baton.stop()
     }
 
+    fn member_pids(&self) -> Vec<i32> {
+        self.baton.member_pids()
+    }
+
     fn restart_supported(&self) -> bool {
         true
     }

@@ -433,4 +433,8 @@ impl Target for EtcdTarget {
     fn stop(&self) {
         self.cluster.stop();
     }
+
+    fn member_pids(&self) -> Vec<i32> {
+        self.cluster.pids()
+    }
 }

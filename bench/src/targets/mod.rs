@@ -156,6 +156,11 @@ pub trait Target: Send + Sync + 'static {
     }
     /// Stops every process it started (also done on drop).
     fn stop(&self);
+    /// The live members' process ids, for their CPU time (`bench`'s CPU
+    /// µs per operation); empty when not known.
+    fn member_pids(&self) -> Vec<i32> {
+        Vec::new()
+    }
     /// Environment a holder process (`baton-bench hold`) needs.
     fn child_env(&self) -> Vec<(String, PathBuf)> {
         Vec::new()
@@ -222,6 +227,14 @@ pub(crate) fn parse_endpoints_line(out: &str) -> anyhow::Result<Vec<String>> {
 pub(crate) fn read_pid(path: &Path) -> anyhow::Result<i32> {
     let s = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     s.trim().parse::<i32>().with_context(|| format!("bad pid in {}", path.display()))
+}
+
+/// The pid of the live process whose command line has the argument `arg`.
+pub(crate) fn pid_with_arg(arg: &str) -> Option<i32> {
+    let rd = std::fs::read_dir("/proc").ok()?;
+    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()).find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+    })
 }
 
 pub(crate) fn signal(pid: i32, sig: i32) -> anyhow::Result<()> {
@@ -300,6 +313,14 @@ impl ScriptCluster {
 
     pub fn pid(&self, member: usize) -> anyhow::Result<i32> {
         read_pid(&self.dir.join(format!("{}{}.pid", self.pid_prefix, member + 1)))
+    }
+
+    /// The pids of the members whose pid files name a live process.
+    pub fn pids(&self) -> Vec<i32> {
+        (0..self.endpoints.len())
+            .filter_map(|m| self.pid(m).ok())
+            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .collect()
     }
 
     pub fn kill(&self, member: usize) -> anyhow::Result<()> {

@@ -82,6 +82,58 @@ fn op_err(e: Error, write: bool) -> OpError {
     }
 }
 
+/// Sets `TCP_NODELAY` on this process's TCP sockets whose peer is one of
+/// `endpoints`; returns how many it set. ZooKeeper's Java client and
+/// server set it on every connection (`ClientCnxnSocketNIO`,
+/// `NIOServerCnxn`); `zookeeper-client` 0.11 does not, and gives no handle
+/// on its socket, so without this a request written while an earlier
+/// segment is unacknowledged waits for that ACK (Nagle). The sockets are
+/// found through /proc/self/fd. Called after each connect: a socket the
+/// crate opens later, reconnecting after a member's loss (the failover
+/// row), keeps Nagle's algorithm on.
+pub fn nodelay_to(endpoints: &[String]) -> usize {
+    let peers: Vec<std::net::SocketAddr> = endpoints.iter().filter_map(|e| e.parse().ok()).collect();
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return 0 };
+    let mut set = 0;
+    for fd in fds.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()) {
+        if peer_v4(fd).is_some_and(|p| peers.contains(&p)) && nodelay(fd) {
+            set += 1;
+        }
+    }
+    set
+}
+
+/// The IPv4 peer of socket `fd`, or None (not a connected IPv4 socket).
+fn peer_v4(fd: i32) -> Option<std::net::SocketAddr> {
+    // SAFETY: getpeername writes at most `len` bytes into a local
+    // sockaddr_in; an fd that is not a socket (or was closed meanwhile)
+    // makes it fail, and the result is then not read.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let rc = unsafe { libc::getpeername(fd, &mut sa as *mut libc::sockaddr_in as *mut libc::sockaddr, &mut len) };
+    if rc != 0 || i32::from(sa.sin_family) != libc::AF_INET {
+        return None;
+    }
+    let ip = std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr));
+    Some(std::net::SocketAddr::from((ip, u16::from_be(sa.sin_port))))
+}
+
+/// Sets `TCP_NODELAY` on socket `fd`; false if the kernel refused.
+fn nodelay(fd: i32) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a local.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
 /// The 10-digit sequence ZooKeeper appended to a sequential node's name.
 fn sequence(name: &str) -> &str {
     &name[name.len().saturating_sub(10)..]
@@ -113,6 +165,7 @@ impl ZkClient {
         let n = endpoints.len().max(1);
         endpoints.rotate_left(member % n);
         let client = Client::connector().with_session_timeout(ttl).connect(&endpoints.join(",")).await?;
+        nodelay_to(&endpoints);
         ensure_path(&client, ROOT).await?;
         let sid = format!("{:x}", client.session_id().0);
         Ok(ZkClient { client, sid, suspect: std::sync::Mutex::new(None) })
@@ -371,5 +424,29 @@ impl Target for ZkTarget {
 
     fn stop(&self) {
         self.cluster.stop();
+    }
+
+    fn member_pids(&self) -> Vec<i32> {
+        self.cluster.pids()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `nodelay_to` finds this process's socket to a listed endpoint and
+    /// turns Nagle off on it, and leaves a socket to another peer alone.
+    #[test]
+    fn nodelay_to_sets_it_on_sockets_to_the_endpoints_only() {
+        let listed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let other = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let to_listed = std::net::TcpStream::connect(listed.local_addr().expect("addr")).expect("connect");
+        let to_other = std::net::TcpStream::connect(other.local_addr().expect("addr")).expect("connect");
+        assert!(!to_listed.nodelay().expect("nodelay"), "a new socket starts with Nagle on");
+        let set = nodelay_to(&[listed.local_addr().expect("addr").to_string()]);
+        assert!(set >= 1, "set on {set} sockets");
+        assert!(to_listed.nodelay().expect("nodelay"));
+        assert!(!to_other.nodelay().expect("nodelay"));
     }
 }
