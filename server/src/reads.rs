@@ -32,8 +32,12 @@
 //!   ReadIndex and its own `min_index` (an attach's last seen index).
 //! - raft-rs drops a ReadIndex silently while the leader has not committed
 //!   in its term, or while a follower knows no leader: unanswered batches
-//!   are asked again after [`READ_INDEX_RETRY`], and reads older than the
-//!   request timeout fail with TIMEOUT.
+//!   are asked again as soon as this member sees the first commit of the
+//!   current term (the driver's `reads_after_term_commit`: a batch asked
+//!   when the leader changed has almost always met that drop, and a
+//!   failover's re-attaching clients waited the whole retry for it), and
+//!   otherwise after [`READ_INDEX_RETRY`]; reads older than the request
+//!   timeout fail with TIMEOUT.
 //!
 //! Pure bookkeeping: time comes in as arguments; a read that fails is
 //! returned as an effect (effect.rs), one that can be served as itself.

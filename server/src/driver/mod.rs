@@ -205,6 +205,9 @@ struct Soft {
     leader_contact: Instant,
     /// The current election countdown already got its random start.
     election_drawn: bool,
+    /// The last term in which this member saw a commit of that term's
+    /// entries: from then on its leader answers ReadIndex (reads.rs).
+    read_term: u64,
 }
 
 /// Time as the driver has been told it.
@@ -342,7 +345,14 @@ impl Driver {
             reads: Reads::new(cfg.id, if cfg.faults.read_ctx_restarts() { 1 } else { rng.gen::<u64>() >> 1 }),
             sessions: Sessions::new(cfg.id, timing, now),
             rng,
-            soft: Soft { leader: 0, term: 0, role: StateRole::Follower, leader_contact: now, election_drawn: false },
+            soft: Soft {
+                leader: 0,
+                term: 0,
+                role: StateRole::Follower,
+                leader_contact: now,
+                election_drawn: false,
+                read_term: 0,
+            },
             clock: Clock { wall, started: now, last_tick: None, ticks: 0, state_flushed: now },
             duties: LeaderDuties::default(),
             followed: Followed { current: settings, noted: None },
@@ -533,6 +543,23 @@ impl Driver {
         info!(leader = from, ticks = extra, "leader's connection closed: election soon");
     }
 
+    /// raft-rs drops a ReadIndex at a leader that has not yet committed an
+    /// entry of its term, without a word (reads.rs). The first time this
+    /// member sees such a commit in the current term (the leader when a
+    /// quorum has its first entry, a follower when the leader says so),
+    /// every outstanding ReadIndex is asked again at once: the one asked
+    /// when the leader changed was most likely dropped, and waiting for
+    /// `READ_INDEX_RETRY` kept a failover's re-attaching clients ~300 ms
+    /// (issue 26's failover gap).
+    fn reads_after_term_commit(&mut self) {
+        let r = &self.raw.raft;
+        if self.soft.read_term == r.term || r.leader_id == raft::INVALID_ID || !r.commit_to_current_term() {
+            return;
+        }
+        self.soft.read_term = r.term;
+        self.reads.requeue();
+    }
+
     fn voters(&self) -> Voters {
         let cs = self.raw.store().conf_state();
         Voters { incoming: cs.voters.clone(), outgoing: cs.voters_outgoing.clone() }
@@ -666,6 +693,7 @@ impl Driver {
     /// The end of a loop turn: the turn's ReadIndex, the `Ready`, reads now
     /// servable, session rounds and forwards.
     pub fn end_turn(&mut self, now: Instant) -> anyhow::Result<()> {
+        self.reads_after_term_commit();
         if let Some(ctx) = self.reads.issue(now) {
             self.raw.read_index(ctx);
         }
