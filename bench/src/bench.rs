@@ -6,6 +6,18 @@
 //! Latency is per operation: acquire + release for the uncontended and
 //! independent locks, the wait from asking to being granted for the
 //! contended lock, one put or one linearizable get for write/read.
+//!
+//! A run is closed-loop by default: each client starts its next operation
+//! when its last one ends, so the offered load is whatever the target
+//! gives back. With a rate ([`RunOpts::rate`]) it is open-loop: operation
+//! k is due at `start + k / rate` whatever happened before it ([`Pacer`]),
+//! the clients take the due operations in turn, and an operation's latency
+//! runs from when it was due, not from when a client got to it, so time
+//! spent queued behind a slow operation counts (no coordinated omission).
+//! The operations due in the measured window are the ones measured; those
+//! still not done [`DRAIN`] after the window are counted as late
+//! ([`RunFigures::late`]): a load the target cannot keep up with shows as
+//! late operations and an achieved rate below the offered one.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -100,6 +112,16 @@ pub struct RunFigures {
     /// CPU µs per operation of this process (the clients), likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cpu_us: Option<f64>,
+    /// 99.9th percentile latency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p999_ms: Option<f64>,
+    /// Open-loop runs: the offered rate ([`RunOpts::rate`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_ops_per_sec: Option<f64>,
+    /// Open-loop runs: operations due in the measured window that neither
+    /// finished nor failed within [`DRAIN`] after it (module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<u64>,
 }
 
 /// CPU time (µs) of the members and of this process at one moment.
@@ -149,6 +171,49 @@ pub struct RunOpts {
     /// sits on another member, so the median is not decided by whether the
     /// one member it used happened to be the leader.
     pub member_offset: usize,
+    /// Open loop at this many operations per second (module doc); None for
+    /// closed loop. Not for the contended lock or failover.
+    pub rate: Option<f64>,
+}
+
+/// How long an open-loop run waits after its window for the operations
+/// due in it.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// An open-loop run's schedule: ticket k is due at `start + k / rate`.
+/// The window is the measured part: tickets due in it are measured.
+pub struct Pacer {
+    start: Instant,
+    rate: f64,
+    next: AtomicU64,
+    window: (Instant, Instant),
+}
+
+impl Pacer {
+    pub fn new(start: Instant, rate: f64, warmup: Duration, duration: Duration) -> Pacer {
+        let from = start + warmup;
+        Pacer { start, rate: rate.max(0.001), next: AtomicU64::new(0), window: (from, from + duration) }
+    }
+
+    /// The next operation's due time (each caller gets its own).
+    pub fn ticket(&self) -> Instant {
+        let k = self.next.fetch_add(1, Ordering::Relaxed);
+        self.start + Duration::from_secs_f64(k as f64 / self.rate)
+    }
+
+    pub fn in_window(&self, due: Instant) -> bool {
+        due >= self.window.0 && due < self.window.1
+    }
+
+    pub fn after_window(&self, due: Instant) -> bool {
+        due >= self.window.1
+    }
+
+    /// How many tickets fall due in the window.
+    pub fn due_in_window(&self) -> u64 {
+        let first = |t: Instant| ((t - self.start).as_secs_f64() * self.rate).ceil() as u64;
+        first(self.window.1).saturating_sub(first(self.window.0))
+    }
 }
 
 struct Shared {
@@ -159,6 +224,9 @@ struct Shared {
     grants: Mutex<Vec<Instant>>,
     record_grants: bool,
     errors: AtomicU64,
+    /// Open loop: the schedule; errors then count only for operations due
+    /// in the window.
+    pacer: Option<Pacer>,
 }
 
 impl Shared {
@@ -214,7 +282,27 @@ async fn client_loop<T: Target>(
                 }
             }
         };
-        let t = Instant::now();
+        // Open loop: the operation is due at its ticket, and its latency
+        // runs from then (module doc).
+        let due = match &sh.pacer {
+            Some(p) => {
+                let due = p.ticket();
+                if p.after_window(due) {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due.into()) => {}
+                    _ = sh.until_stopped() => break,
+                }
+                Some(due)
+            }
+            None => None,
+        };
+        let measured = |sh: &Shared| match (&sh.pacer, due) {
+            (Some(p), Some(due)) => p.in_window(due),
+            _ => sh.measuring.load(Ordering::SeqCst),
+        };
+        let t = due.unwrap_or_else(Instant::now);
         let r: Result<Option<Duration>, OpError> = async {
             match w {
                 BenchWorkload::Write => c.put(&key, &value).await.map(|_| None),
@@ -238,13 +326,15 @@ async fn client_loop<T: Target>(
         match r {
             Ok(_) if sh.stop.load(Ordering::SeqCst) => break,
             Ok(lat) => {
-                if sh.measuring.load(Ordering::SeqCst) {
+                if measured(&sh) {
                     let us = lat.unwrap_or_else(|| t.elapsed()).as_micros().max(1) as u64;
                     let _ = hist.record(us);
                 }
             }
             Err(e) => {
-                sh.errors.fetch_add(1, Ordering::Relaxed);
+                if sh.pacer.is_none() || measured(&sh) {
+                    sh.errors.fetch_add(1, Ordering::Relaxed);
+                }
                 if e.is_session_lost() {
                     if let Some(c) = client.take() {
                         c.close().await;
@@ -267,6 +357,9 @@ fn ms(us: u64) -> f64 {
 
 /// Runs one workload once on a running cluster.
 pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<RunFigures> {
+    if o.rate.is_some() && matches!(o.workload, BenchWorkload::LockContended | BenchWorkload::Failover) {
+        anyhow::bail!("{} runs closed-loop only (its clients queue for one lock)", o.workload.name());
+    }
     let run_id: u32 = rand::random();
     let lock_name = format!("bench-{run_id:08x}");
     let sh = Arc::new(Shared {
@@ -276,6 +369,7 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         grants: Mutex::new(Vec::new()),
         record_grants: o.workload == BenchWorkload::Failover,
         errors: AtomicU64::new(0),
+        pacer: o.rate.map(|r| Pacer::new(Instant::now(), r, o.warmup, o.duration)),
     });
     let members = target.members().max(1);
     let mut tasks = Vec::new();
@@ -310,19 +404,38 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         tokio::time::sleep(o.duration).await;
     }
     sh.measuring.store(false, Ordering::SeqCst);
-    let secs = start.elapsed().as_secs_f64();
+    let mut secs = start.elapsed().as_secs_f64();
     let cpu_after = CpuMark::take(&pids);
+    let mut hist = new_hist();
+    let mut merge = |r: Result<Histogram<u64>, tokio::task::JoinError>| match r {
+        Ok(h) => hist.add(&h).context("merging histograms"),
+        Err(e) => anyhow::bail!("bench client panicked: {e}"),
+    };
+    if sh.pacer.is_some() {
+        // Open loop: the clients stop at the first ticket due after the
+        // window; the ones due in it get DRAIN to finish.
+        secs = o.duration.as_secs_f64();
+        let until = tokio::time::Instant::now() + DRAIN;
+        let mut left = Vec::new();
+        for mut t in tasks {
+            match tokio::time::timeout_at(until, &mut t).await {
+                Ok(r) => merge(r)?,
+                Err(_) => left.push(t),
+            }
+        }
+        tasks = left;
+    }
     sh.stop.store(true, Ordering::SeqCst);
     sh.stopped.notify_waiters();
-    let mut hist = new_hist();
     for t in tasks {
         match tokio::time::timeout(Duration::from_secs(15), t).await {
-            Ok(Ok(h)) => hist.add(&h).context("merging histograms")?,
-            Ok(Err(e)) => anyhow::bail!("bench client panicked: {e}"),
+            Ok(r) => merge(r)?,
             Err(_) => anyhow::bail!("a bench client did not stop within 15 s"),
         }
     }
     let ops = hist.len();
+    let errors = sh.errors.load(Ordering::SeqCst);
+    let late = sh.pacer.as_ref().map(|p| p.due_in_window().saturating_sub(ops + errors));
     let (member_cpu_us, client_cpu_us) = cpu_before.per_op(&cpu_after, ops);
     Ok(RunFigures {
         ops,
@@ -330,11 +443,14 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         ops_per_sec: ops as f64 / secs.max(1e-9),
         p50_ms: if ops > 0 { ms(hist.value_at_quantile(0.5)) } else { 0.0 },
         p99_ms: if ops > 0 { ms(hist.value_at_quantile(0.99)) } else { 0.0 },
-        errors: sh.errors.load(Ordering::SeqCst),
+        errors,
         gap_ms,
         takeover_ms,
         member_cpu_us,
         client_cpu_us,
+        p999_ms: (ops > 0).then(|| ms(hist.value_at_quantile(0.999))),
+        offered_ops_per_sec: o.rate,
+        late,
     })
 }
 
@@ -518,6 +634,19 @@ pub struct Summary {
     pub member_cpu_us: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_cpu_us: Option<f64>,
+    /// Median of the runs' [`RunFigures::p999_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p999_ms: Option<f64>,
+    /// Open-loop rows: the offered load as a percentage of this target's
+    /// own closed-loop median for the workload, and the rate it came to.
+    /// None for a closed-loop row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_pct: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_ops_per_sec: Option<f64>,
+    /// Open-loop rows: the most late operations of any run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<u64>,
     #[serde(default)]
     pub per_run: Vec<RunFigures>,
     /// Runs that failed, with their error: left out of the figures, and
@@ -563,6 +692,10 @@ pub fn summarize(target: Kind, workload: BenchWorkload, clients: usize, runs: Ve
         takeover_ms: opt(|r| r.takeover_ms),
         member_cpu_us: opt(|r| r.member_cpu_us),
         client_cpu_us: opt(|r| r.client_cpu_us),
+        p999_ms: opt(|r| r.p999_ms),
+        load_pct: None,
+        offered_ops_per_sec: opt(|r| r.offered_ops_per_sec),
+        late: runs.iter().filter_map(|r| r.late).max(),
         per_run: runs,
         failed: Vec::new(),
     }
@@ -580,6 +713,13 @@ pub fn describe(r: &RunFigures) -> String {
         Some(t) => s.push_str(&format!(", takeover {t:.0} ms")),
         None if r.gap_ms.is_some() => s.push_str(", takeover n/a"),
         None => {}
+    }
+    if let Some(offered) = r.offered_ops_per_sec {
+        s.push_str(&format!(
+            ", offered {offered:.0} ops/s, p99.9 {:.2} ms, {} late",
+            r.p999_ms.unwrap_or(0.0),
+            r.late.unwrap_or(0)
+        ));
     }
     if let (Some(m), Some(c)) = (r.member_cpu_us, r.client_cpu_us) {
         s.push_str(&format!(", CPU µs/op: members {m:.0}, clients {c:.0}"));
@@ -651,6 +791,25 @@ mod tests {
         // Only runs that measured a gap count for it.
         assert_eq!(s.gap_ms, Some(200.0));
         assert_eq!(s.takeover_ms, None);
+    }
+
+    /// Ticket k is due at start + k / rate whoever takes it, and the window
+    /// holds rate x duration of them.
+    #[test]
+    fn the_pacer_schedules_by_rate_not_by_completion() {
+        let start = Instant::now();
+        let p = Pacer::new(start, 1000.0, Duration::from_secs(2), Duration::from_secs(3));
+        let due: Vec<Instant> = (0..2001).map(|_| p.ticket()).collect();
+        assert_eq!(due[0], start);
+        assert_eq!(due[1] - start, Duration::from_millis(1));
+        assert_eq!(due[1500] - start, Duration::from_millis(1500));
+        assert!(!p.in_window(due[1999]), "warm-up tickets are not measured");
+        assert!(p.in_window(due[2000]));
+        assert!(p.in_window(start + Duration::from_millis(4999)));
+        assert!(!p.in_window(start + Duration::from_secs(5)) && p.after_window(start + Duration::from_secs(5)));
+        assert_eq!(p.due_in_window(), 3000);
+        let odd = Pacer::new(start, 333.0, Duration::from_secs(1), Duration::from_secs(10));
+        assert_eq!(odd.due_in_window(), 3330);
     }
 
     #[test]

@@ -12,6 +12,17 @@
 //! on the spreads (Baton's worst run against the rival's best: its lowest
 //! ops/s against the rival's highest, its highest p99 or gap against the
 //! rival's lowest); a goal is met only if it holds on the spreads.
+//!
+//! Open-loop latency: after the steady rows, while the same clusters are
+//! up, write and lock-independent run open-loop (bench.rs's module doc) at
+//! each of `open_loads` percent of the target's own median closed-loop
+//! ops/s from this comparison, so each target is measured at the same
+//! fraction of what it can do, and the rows give a throughput-latency
+//! curve per target (p50, p99, p99.9 against the achieved rate). These
+//! runs are interleaved round the targets too, `open_runs` of each. A
+//! point whose achieved rate is below 95% of the offered one, or with
+//! late operations, is marked saturated: its latencies are of the
+//! operations that finished, a lower bound.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -37,7 +48,15 @@ pub struct CompareOpts {
     pub out: PathBuf,
     /// Baton with TLS on both ports, every client too.
     pub baton_tls: bool,
+    /// Open-loop loads, percent of each target's own closed-loop median
+    /// (module doc); empty for none.
+    pub open_loads: Vec<u32>,
+    /// Runs of each open-loop load on each target.
+    pub open_runs: usize,
 }
+
+/// The workloads measured open-loop too.
+pub const OPEN_WORKLOADS: [BenchWorkload; 2] = [BenchWorkload::LockIndependent, BenchWorkload::Write];
 
 /// Runs `runs` runs of one workload on one target. Failover starts a fresh
 /// cluster for every run (the run kills its leader); the others share
@@ -48,10 +67,11 @@ pub async fn runs_of(
     clients: usize,
     o: &CompareOpts,
     shared: Option<&AnyTarget>,
+    rate: Option<f64>,
 ) -> anyhow::Result<Summary> {
     let mut tally = Tally::default();
     for i in 0..o.runs.max(1) {
-        let r = one_run(kind, w, clients, o, shared, i).await?;
+        let r = one_run(kind, w, clients, o, shared, i, rate).await?;
         tally.record(kind, w, i, o.runs, r);
     }
     Ok(tally.finish(kind, w, clients))
@@ -68,8 +88,10 @@ async fn one_run(
     o: &CompareOpts,
     shared: Option<&AnyTarget>,
     i: usize,
+    rate: Option<f64>,
 ) -> anyhow::Result<anyhow::Result<RunFigures>> {
-    let dir = o.out.join(format!("{}-{}-{}", kind.name(), w.name(), i + 1));
+    let load = rate.map(|r| format!("-at{r:.0}")).unwrap_or_default();
+    let dir = o.out.join(format!("{}-{}{load}-{}", kind.name(), w.name(), i + 1));
     std::fs::create_dir_all(&dir)?;
     let ro = RunOpts {
         workload: w,
@@ -78,6 +100,7 @@ async fn one_run(
         duration: o.duration,
         dir: dir.clone(),
         member_offset: i,
+        rate,
     };
     Ok(match shared {
         Some(t) if w != BenchWorkload::Failover => t.run(&ro).await,
@@ -145,14 +168,21 @@ fn print_summary(s: &Summary) {
 
 /// `baton-bench bench`: `o.runs` runs of workload `w` on `kind` (the only
 /// target and workload in `o`) with `clients` clients, on a cluster of its
-/// own in `o.out` (failover: a fresh one per run).
-pub async fn bench(kind: Kind, w: BenchWorkload, clients: usize, o: &CompareOpts) -> anyhow::Result<Summary> {
+/// own in `o.out` (failover: a fresh one per run); open-loop at `rate`
+/// ops/s if given.
+pub async fn bench(
+    kind: Kind,
+    w: BenchWorkload,
+    clients: usize,
+    o: &CompareOpts,
+    rate: Option<f64>,
+) -> anyhow::Result<Summary> {
     std::fs::create_dir_all(&o.out)?;
     let s = if w == BenchWorkload::Failover {
-        runs_of(kind, w, clients, o, None).await?
+        runs_of(kind, w, clients, o, None, rate).await?
     } else {
         let t = AnyTarget::start(kind, &o.out.join("cluster"), o.baton_tls).await?;
-        let s = runs_of(kind, w, clients, o, Some(&t)).await;
+        let s = runs_of(kind, w, clients, o, Some(&t), rate).await;
         t.stop();
         s?
     };
@@ -192,7 +222,10 @@ pub async fn compare(o: &CompareOpts) -> anyhow::Result<Vec<Summary>> {
             }
             clusters.push((kind, t.map_err(|e| e.context("starting the cluster"))));
         }
-        let result = steady_rounds(&steady, &clusters, o, &mut all).await;
+        let mut result = steady_rounds(&steady, &clusters, o, &mut all).await;
+        if result.is_ok() {
+            result = open_rounds(&clusters, o, &mut all).await;
+        }
         for (_, t) in &clusters {
             if let Ok(t) = t {
                 t.stop();
@@ -206,7 +239,7 @@ pub async fn compare(o: &CompareOpts) -> anyhow::Result<Vec<Summary>> {
         let mut tallies: Vec<Tally> = o.targets.iter().map(|_| Tally::default()).collect();
         for i in 0..o.runs.max(1) {
             for (&kind, tally) in o.targets.iter().zip(tallies.iter_mut()) {
-                let r = one_run(kind, w, w.default_clients(), o, None, i).await?;
+                let r = one_run(kind, w, w.default_clients(), o, None, i, None).await?;
                 tally.record(kind, w, i, o.runs, r);
             }
         }
@@ -231,7 +264,7 @@ async fn steady_rounds(
         for i in 0..o.runs.max(1) {
             for ((kind, t), tally) in clusters.iter().zip(tallies.iter_mut()) {
                 if let Ok(t) = t {
-                    let r = one_run(*kind, w, w.default_clients(), o, Some(t), i).await?;
+                    let r = one_run(*kind, w, w.default_clients(), o, Some(t), i, None).await?;
                     tally.record(*kind, w, i, o.runs, r);
                 }
             }
@@ -244,6 +277,54 @@ async fn steady_rounds(
         }
     }
     Ok(())
+}
+
+/// The open-loop rows (module doc): for each open-loop workload measured
+/// closed-loop above and each load, `o.open_runs` runs round the targets,
+/// each at the load's share of that target's own closed-loop median. A
+/// target without a closed-loop figure gets no open-loop row.
+async fn open_rounds(
+    clusters: &[(Kind, anyhow::Result<AnyTarget>)],
+    o: &CompareOpts,
+    all: &mut Vec<Summary>,
+) -> anyhow::Result<()> {
+    for w in OPEN_WORKLOADS {
+        for &pct in &o.open_loads {
+            let rates: Vec<Option<f64>> = clusters
+                .iter()
+                .map(|(k, _)| find(all, *k, w).map(|s| s.ops_per_sec * f64::from(pct) / 100.0).filter(|r| *r >= 1.0))
+                .collect();
+            if rates.iter().all(Option::is_none) {
+                continue;
+            }
+            eprintln!("[open loop] {} at {pct}% of each target's own median", w.name());
+            let mut tallies: Vec<Tally> = clusters.iter().map(|_| Tally::default()).collect();
+            for i in 0..o.open_runs.max(1) {
+                for (((kind, t), tally), rate) in clusters.iter().zip(tallies.iter_mut()).zip(&rates) {
+                    if let (Ok(t), Some(rate)) = (t, rate) {
+                        let r = one_run(*kind, w, w.default_clients(), o, Some(t), i, Some(*rate)).await?;
+                        tally.record(*kind, w, i, o.open_runs, r);
+                    }
+                }
+            }
+            for (((kind, _), tally), rate) in clusters.iter().zip(tallies).zip(&rates) {
+                if let Some(rate) = rate {
+                    let mut s = tally.finish(*kind, w, w.default_clients());
+                    s.load_pct = Some(pct);
+                    s.offered_ops_per_sec = Some(*rate);
+                    all.push(s);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether an open-loop row did not keep up with its offered rate
+/// (module doc).
+pub fn saturated(s: &Summary) -> bool {
+    let short = s.offered_ops_per_sec.is_some_and(|r| s.ops_per_sec < 0.95 * r);
+    short || s.late.is_some_and(|l| l > 0) || s.runs == 0
 }
 
 /// Unmeasured writes and reads once per cluster (ZooKeeper's JIT).
@@ -261,6 +342,7 @@ async fn warm_up(kind: Kind, t: &AnyTarget, o: &CompareOpts) -> anyhow::Result<(
             duration: Duration::ZERO,
             dir: o.out.clone(),
             member_offset: 0,
+            rate: None,
         };
         t.run(&ro).await.with_context(|| format!("{} warm-up", kind.name()))?;
     }
@@ -283,9 +365,17 @@ pub fn replot(dir: &Path) -> anyhow::Result<()> {
     chart(&all, &dir.join("compare.png"))
 }
 
-/// The row of `k` and `w`, with its failed runs if any.
+/// The closed-loop row of `k` and `w`, with its failed runs if any.
 fn row(all: &[Summary], k: Kind, w: BenchWorkload) -> Option<&Summary> {
-    all.iter().find(|s| s.target == k && s.workload == w)
+    all.iter().find(|s| s.target == k && s.workload == w && s.load_pct.is_none())
+}
+
+/// The open-loop rows of `k` and `w`, lowest load first.
+fn open_rows(all: &[Summary], k: Kind, w: BenchWorkload) -> Vec<&Summary> {
+    let mut v: Vec<&Summary> =
+        all.iter().filter(|s| s.target == k && s.workload == w && s.load_pct.is_some()).collect();
+    v.sort_by_key(|s| s.load_pct);
+    v
 }
 
 /// The row of `k` and `w` if at least one run gave figures.
@@ -442,7 +532,10 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
     }
     let failures: Vec<String> = all
         .iter()
-        .flat_map(|s| s.failed.iter().map(move |f| format!("- {} {}: {f}", s.target.name(), s.workload.name())))
+        .flat_map(|s| {
+            let load = s.load_pct.map(|p| format!(" open-loop {p}%")).unwrap_or_default();
+            s.failed.iter().map(move |f| format!("- {} {}{load}: {f}", s.target.name(), s.workload.name()))
+        })
         .collect();
     if !failures.is_empty() {
         let _ = writeln!(md, "\nRuns that failed (left out of the figures above):\n");
@@ -489,10 +582,57 @@ pub fn markdown(all: &[Summary], o: &CompareOpts) -> String {
             let _ = writeln!(md, " {text} | {} | {} |", yes_no(on_medians), yes_no(on_spreads));
         }
     }
+    open_loop_table(&mut md, all, &o.targets);
     if o.targets.contains(&Kind::BatonZk) {
         zk_port_cost(&mut md, all);
     }
     md
+}
+
+/// The open-loop rows (module doc), if any.
+fn open_loop_table(md: &mut String, all: &[Summary], targets: &[Kind]) {
+    if !all.iter().any(|s| s.load_pct.is_some()) {
+        return;
+    }
+    let _ = writeln!(md, "\n## Open-loop latency\n");
+    let _ = writeln!(
+        md,
+        "Operations due at a fixed rate, a share of each target's own closed-loop median above; latency from when \
+         each was due (time queued for a free client counts). Medians over the runs; `late`: the most operations \
+         of any run still not done 10 s after its window. A saturated point (achieved < 95% of offered, or late \
+         operations) gives the latencies of the operations that finished: a lower bound.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| workload | target | load | offered ops/s | achieved ops/s | p50 ms | p99 ms | p99.9 ms | late | runs |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for w in OPEN_WORKLOADS {
+        for k in targets {
+            for s in open_rows(all, *k, w) {
+                let achieved = if s.runs == 0 {
+                    "failed".to_string()
+                } else if saturated(s) {
+                    format!("{:.0} (saturated)", s.ops_per_sec)
+                } else {
+                    format!("{:.0}", s.ops_per_sec)
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {}% | {:.0} | {achieved} | {:.2} | {:.2} | {} | {} | {} |",
+                    w.name(),
+                    k.name(),
+                    s.load_pct.unwrap_or(0),
+                    s.offered_ops_per_sec.unwrap_or(0.0),
+                    s.p50_ms,
+                    s.p99_ms,
+                    s.p999_ms.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                    s.late.unwrap_or(0),
+                    s.runs
+                );
+            }
+        }
+    }
 }
 
 /// What the ZooKeeper port costs: baton-zk next to Baton's own client and
@@ -539,20 +679,79 @@ fn color(k: Kind) -> RGBColor {
 /// shows the gap around the leader's kill instead (lower is better). One
 /// log axis for all workloads, as before, made a 2x difference look like
 /// nothing.
+///
+/// The open-loop rows, if any, add a panel per workload: latency (log
+/// axis) against the achieved rate, a line per target through its loads,
+/// p99 solid and p50 thin, a saturated point hollow.
 pub fn chart(all: &[Summary], path: &Path) -> anyhow::Result<()> {
-    let workloads: Vec<BenchWorkload> =
-        BenchWorkload::ALL.into_iter().filter(|w| all.iter().any(|s| s.workload == *w)).collect();
+    let closed = |w: BenchWorkload| all.iter().any(|s| s.workload == w && s.load_pct.is_none());
+    let open = |w: BenchWorkload| all.iter().any(|s| s.workload == w && s.load_pct.is_some() && s.runs > 0);
+    let mut panels: Vec<(BenchWorkload, bool)> =
+        BenchWorkload::ALL.into_iter().filter(|w| closed(*w)).map(|w| (w, false)).collect();
+    panels.extend(OPEN_WORKLOADS.into_iter().filter(|w| open(*w)).map(|w| (w, true)));
     let mut targets: Vec<Kind> = all.iter().map(|s| s.target).collect();
     targets.sort();
     targets.dedup();
     const COLS: usize = 3;
-    let rows = workloads.len().div_ceil(COLS).max(1);
+    let rows = panels.len().div_ceil(COLS).max(1);
     render_png(path, (1200, 340 * rows as u32), |root| {
-        for (w, area) in workloads.iter().zip(root.split_evenly((rows, COLS)).iter()) {
-            panel(area, *w, &targets, all)?;
+        for ((w, open), area) in panels.iter().zip(root.split_evenly((rows, COLS)).iter()) {
+            if *open {
+                open_panel(area, *w, &targets, all)?;
+            } else {
+                panel(area, *w, &targets, all)?;
+            }
         }
         Ok(())
     })
+}
+
+/// Workload `w`'s open-loop curves (see [`chart`]).
+fn open_panel(area: &Area<'_>, w: BenchWorkload, targets: &[Kind], all: &[Summary]) -> anyhow::Result<()> {
+    let points: Vec<&Summary> = all.iter().filter(|s| s.workload == w && s.load_pct.is_some() && s.runs > 0).collect();
+    let x_max =
+        points.iter().map(|s| s.ops_per_sec.max(s.offered_ops_per_sec.unwrap_or(0.0))).fold(1.0, f64::max) * 1.1;
+    let lat = |s: &Summary| [s.p50_ms, s.p99_ms].into_iter().filter(|v| *v > 0.0).collect::<Vec<f64>>();
+    let all_lat: Vec<f64> = points.iter().flat_map(|s| lat(s)).collect();
+    let y_min = all_lat.iter().copied().fold(1.0, f64::min).clamp(0.01, 1.0) * 0.7;
+    let y_max = all_lat.iter().copied().fold(1.0, f64::max) * 1.5;
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{} open loop: p99 (p50 thin), ms, by ops/s", w.name()), font(16))
+        .margin(10)
+        .x_label_area_size(24)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..x_max, (y_min..y_max).log_scale())
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_labels(5)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| if *v >= 1.0 { format!("{v:.0}") } else { format!("{v}") })
+        .label_style(font(12))
+        .draw()
+        .map_err(perr)?;
+    for k in targets {
+        let rows = open_rows(all, *k, w);
+        let rows: Vec<&Summary> = rows.into_iter().filter(|s| s.runs > 0).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let c = color(*k);
+        let p99: Vec<(f64, f64)> = rows.iter().map(|s| (s.ops_per_sec, s.p99_ms.max(y_min))).collect();
+        let p50: Vec<(f64, f64)> = rows.iter().map(|s| (s.ops_per_sec, s.p50_ms.max(y_min))).collect();
+        chart.draw_series(LineSeries::new(p99.clone(), c.stroke_width(2))).map_err(perr)?;
+        chart.draw_series(LineSeries::new(p50, c.stroke_width(1))).map_err(perr)?;
+        for (s, pt) in rows.iter().zip(p99) {
+            let style = if saturated(s) { c.stroke_width(2) } else { c.filled() };
+            chart.draw_series([Circle::new(pt, 4, style)]).map_err(perr)?;
+        }
+        let last = rows[rows.len() - 1];
+        let label = k.name().to_string();
+        chart
+            .draw_series([Text::new(label, (last.ops_per_sec, last.p99_ms.max(y_min) * 1.15), font(12))])
+            .map_err(perr)?;
+    }
+    Ok(())
 }
 
 /// One target's bar in a panel.
@@ -656,6 +855,8 @@ mod tests {
             runs: 1,
             out: dir.to_path_buf(),
             baton_tls: false,
+            open_loads: vec![25, 50, 75],
+            open_runs: 1,
         }
     }
 
@@ -757,6 +958,66 @@ mod tests {
         assert!(rows.iter().filter(|r| r["workload"] != "failover").all(|r| r.get("gap_ms").is_none()));
         let png = std::fs::read(dir.path().join("compare.png")).expect("png");
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+
+    /// Open-loop rows: their own table (offered, achieved, p50/p99/p99.9,
+    /// late, saturated marked), kept out of the closed-loop table, the
+    /// ratios and the goals, and drawn as curves.
+    #[test]
+    fn open_loop_rows_are_a_table_and_curves_of_their_own() {
+        let open = |k: Kind, pct: u32, offered: f64, achieved: f64, p99: f64, late: u64| {
+            let r = RunFigures {
+                ops: 1,
+                secs: 1.0,
+                ops_per_sec: achieved,
+                p50_ms: p99 / 4.0,
+                p99_ms: p99,
+                p999_ms: Some(p99 * 2.0),
+                offered_ops_per_sec: Some(offered),
+                late: Some(late),
+                ..RunFigures::default()
+            };
+            let mut s = summarize(k, BenchWorkload::Write, 64, vec![r]);
+            s.load_pct = Some(pct);
+            s.offered_ops_per_sec = Some(offered);
+            s
+        };
+        let all = vec![
+            one(Kind::Baton, BenchWorkload::Write, 10000.0, 12.0, None),
+            one(Kind::Zookeeper, BenchWorkload::Write, 7000.0, 50.0, None),
+            open(Kind::Baton, 25, 2500.0, 2499.0, 2.0, 0),
+            open(Kind::Baton, 75, 7500.0, 7480.0, 9.0, 0),
+            open(Kind::Zookeeper, 25, 1750.0, 1750.0, 3.0, 0),
+            // Fell behind: achieved well under offered, and late operations.
+            open(Kind::Zookeeper, 75, 5250.0, 4000.0, 800.0, 1200),
+        ];
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut o = opts(dir.path());
+        o.targets = vec![Kind::Baton, Kind::Zookeeper];
+        let md = markdown(&all, &o);
+        assert!(md.contains("## Open-loop latency"), "{md}");
+        assert!(md.contains("| write | baton | 25% | 2500 | 2499 | 0.50 | 2.00 | 4.00 | 0 | 1 |"), "{md}");
+        assert!(
+            md.contains("| write | zookeeper | 75% | 5250 | 4000 (saturated) | 200.00 | 800.00 | 1600.00 | 1200 | 1 |"),
+            "{md}"
+        );
+        // The closed-loop rows and the goal are the closed-loop ones only.
+        assert_eq!(md.matches("| write | 64 |").count(), 2, "{md}");
+        assert!(md.contains("| write | 1.43x | 0.24x | ops/s >= 2x the better rival |"), "{md}");
+        write_outputs(&all, dir.path(), &o).expect("outputs");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("compare.json")).expect("json"))
+                .expect("parse");
+        let rows = json.as_array().expect("array");
+        assert_eq!(rows.iter().filter(|r| r.get("load_pct").is_some()).count(), 4);
+        // Read back, the open-loop rows are still open-loop rows.
+        replot(dir.path()).expect("replot");
+        let back: Vec<Summary> =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("compare.json")).expect("json"))
+                .expect("parse");
+        assert_eq!(open_rows(&back, Kind::Zookeeper, BenchWorkload::Write).len(), 2);
+        assert!(saturated(open_rows(&back, Kind::Zookeeper, BenchWorkload::Write)[1]));
+        assert!(!saturated(open_rows(&back, Kind::Baton, BenchWorkload::Write)[1]));
     }
 
     /// A goal is met only if Baton's worst run beats the better rival's

@@ -207,7 +207,15 @@ pub async fn measure(
     duration: Duration,
 ) -> anyhow::Result<Cost> {
     let t = Arc::new(BatonTarget::start_opts(dir, BatonOpts { http: true, ..BatonOpts::default() }).await?);
-    let o = RunOpts { workload, clients, warmup: Duration::ZERO, duration, dir: dir.to_path_buf(), member_offset: 0 };
+    let o = RunOpts {
+        workload,
+        clients,
+        warmup: Duration::ZERO,
+        duration,
+        dir: dir.to_path_buf(),
+        member_offset: 0,
+        rate: None,
+    };
     // The warm-up as a run of its own, unmeasured; then the measured run.
     let warm = RunOpts { duration: warmup, ..o.clone() };
     run_once(t.clone(), &warm).await?;

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use baton_bench::bench::{BenchWorkload, Summary};
 use baton_bench::compare::{self, CompareOpts};
 use baton_bench::rival_lock::{self, RivalLockOpts};
@@ -126,6 +127,10 @@ struct BenchArgs {
     warmup: u64,
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Open loop: operations due at this many per second, latency from when
+    /// each was due (write, read, lock-uncontended, lock-independent).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Write the summary (a one-element JSON array, as in compare.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -180,6 +185,13 @@ struct CompareArgs {
     /// Baton with TLS on both ports (a throwaway CA), every client too.
     #[arg(long)]
     baton_tls: bool,
+    /// Open-loop loads for write and lock-independent, comma-separated
+    /// percentages of each target's own closed-loop median; "none" for none.
+    #[arg(long, default_value = "25,50,75")]
+    open_loop: String,
+    /// Runs of each open-loop load on each target, interleaved.
+    #[arg(long, default_value_t = 3)]
+    open_loop_runs: usize,
     /// Run nothing: draw DIR/compare.png again from DIR/compare.json.
     #[arg(long, value_name = "DIR")]
     replot: Option<PathBuf>,
@@ -346,6 +358,8 @@ async fn bench(a: BenchArgs) -> i32 {
         runs: a.runs,
         out: a.out.unwrap_or_else(|| PathBuf::from(format!("bench/store/bench-{}", stamp()))),
         baton_tls: false,
+        open_loads: Vec::new(),
+        open_runs: 0,
     };
     let clients = a.clients.unwrap_or(workload.default_clients());
     eprintln!(
@@ -356,7 +370,7 @@ async fn bench(a: BenchArgs) -> i32 {
         a.duration,
         a.warmup
     );
-    match interruptible(compare::bench(target, workload, clients, &o)).await {
+    match interruptible(compare::bench(target, workload, clients, &o, a.rate)).await {
         Ok(s) => {
             println!("{}", bench_line(&s));
             if let Some(j) = a.json {
@@ -401,8 +415,16 @@ fn bench_line(s: &Summary) -> String {
         }
         _ => String::new(),
     };
+    let open = match s.offered_ops_per_sec {
+        Some(r) => format!(
+            ", p99.9 {:.2} ms, offered {r:.0} ops/s, most late in a run {}",
+            s.p999_ms.unwrap_or(0.0),
+            s.late.unwrap_or(0)
+        ),
+        None => String::new(),
+    };
     format!(
-        "{} {}: {:.0} ops/s (median of {}, spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{gap}",
+        "{} {}: {:.0} ops/s (median of {}, spread {:.0}-{:.0}), p50 {:.2} ms, p99 {:.2} ms{gap}{open}",
         s.target.name(),
         s.workload.name(),
         s.ops_per_sec,
@@ -430,9 +452,13 @@ async fn compare(a: CompareArgs) -> i32 {
             Some(w) => list(w, BenchWorkload::parse)?,
             None => BenchWorkload::ALL.to_vec(),
         };
-        Ok((t, w))
+        let loads = match a.open_loop.trim() {
+            "none" | "" => Vec::new(),
+            l => list(l, |p| p.trim().parse::<u32>().with_context(|| format!("open-loop load {p:?}: a percentage")))?,
+        };
+        Ok((t, w, loads))
     });
-    let (targets, workloads) = match parsed {
+    let (targets, workloads, open_loads) = match parsed {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{PROG}: {e:#}");
@@ -449,6 +475,8 @@ async fn compare(a: CompareArgs) -> i32 {
         runs: a.runs,
         out: out.clone(),
         baton_tls: a.baton_tls,
+        open_loads,
+        open_runs: a.open_loop_runs,
     };
     match interruptible(compare::compare(&o)).await {
         Ok(_) => {

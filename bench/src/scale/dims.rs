@@ -778,6 +778,7 @@ async fn clients_on<T: Target>(target: Arc<T>, o: &ScaleOpts, rows: &mut Vec<Row
                     duration: o.duration,
                     dir,
                     member_offset: i,
+                    rate: None,
                 };
                 runs.push(run_once(target.clone(), &ro).await?);
             }
