@@ -59,11 +59,21 @@ pub struct Cost {
     pub peer_messages_total: f64,
     /// Per kind of member thread: (CPU µs, voluntary switches) per op.
     pub threads: BTreeMap<String, (f64, f64)>,
+    /// Over the measured run, not per op: fsyncs (3 members) slower than
+    /// 10, 25, 50 and 100 ms ([`SLOW_FSYNC_MS`]).
+    pub slow_fsyncs: Vec<(u32, f64)>,
+    /// The run's latencies (ms): p50, p99, p99.9.
+    pub latency_ms: (f64, f64, f64),
 }
 
+/// The thresholds of [`Cost::slow_fsyncs`]: bucket bounds of
+/// `baton_fsync_seconds` (server/src/metrics.rs SECONDS_BUCKETS).
+pub const SLOW_FSYNC_MS: [u32; 4] = [10, 25, 50, 100];
+
 /// Which series are kept from /metrics.
-const KEPT: [&str; 4] = [
+const KEPT: [&str; 5] = [
     "baton_fsync_seconds_count",
+    "baton_fsync_seconds_bucket",
     "baton_ready_entries_count",
     "baton_peer_flushes_total",
     "baton_peer_messages_sent_total",
@@ -194,7 +204,20 @@ pub fn per_op(before: &Sample, after: &Sample, run: &RunFigures) -> Cost {
         peer_flushes: d("baton_peer_flushes_total"),
         peer_messages_total: peer_messages.values().sum(),
         peer_messages,
+        slow_fsyncs: SLOW_FSYNC_MS.iter().map(|ms| (*ms, slow_fsyncs(before, after, *ms))).collect(),
+        latency_ms: (run.p50_ms, run.p99_ms, run.p999_ms.unwrap_or(0.0)),
     }
+}
+
+/// fsyncs slower than `ms` between two samples: the count less those in
+/// the bucket up to `ms`.
+fn slow_fsyncs(before: &Sample, after: &Sample, ms: u32) -> f64 {
+    let le = format!("baton_fsync_seconds_bucket{{le=\"{}\"}}", f64::from(ms) / 1000.0);
+    let at = |s: &Sample| {
+        let get = |k: &str| s.metrics.get(k).copied().unwrap_or(0.0);
+        get("baton_fsync_seconds_count") - get(&le)
+    };
+    (at(after) - at(before)).max(0.0)
 }
 
 /// Starts a cluster with /metrics, runs `workload` once with `clients`,
@@ -205,17 +228,11 @@ pub async fn measure(
     clients: usize,
     warmup: Duration,
     duration: Duration,
+    rate: Option<f64>,
 ) -> anyhow::Result<Cost> {
     let t = Arc::new(BatonTarget::start_opts(dir, BatonOpts { http: true, ..BatonOpts::default() }).await?);
-    let o = RunOpts {
-        workload,
-        clients,
-        warmup: Duration::ZERO,
-        duration,
-        dir: dir.to_path_buf(),
-        member_offset: 0,
-        rate: None,
-    };
+    let o =
+        RunOpts { workload, clients, warmup: Duration::ZERO, duration, dir: dir.to_path_buf(), member_offset: 0, rate };
     // The warm-up as a run of its own, unmeasured; then the measured run.
     let warm = RunOpts { duration: warmup, ..o.clone() };
     run_once(t.clone(), &warm).await?;
@@ -242,6 +259,11 @@ pub fn table(workload: BenchWorkload, clients: usize, c: &Cost) -> String {
     row("Readies with new entries (3 members)", c.readies_with_entries);
     row("peer messages (3 members)", c.peer_messages_total);
     row("peer socket writes (3 members)", c.peer_flushes);
+    let (p50, p99, p999) = c.latency_ms;
+    out.push_str(&format!("| latency p50 / p99 / p99.9 ms | {p50:.2} / {p99:.2} / {p999:.2} |\n"));
+    for (ms, n) in &c.slow_fsyncs {
+        out.push_str(&format!("| fsyncs over {ms} ms in the run (3 members, not per op) | {n:.0} |\n"));
+    }
     for (k, v) in &c.peer_messages {
         if *v >= 0.005 {
             out.push_str(&format!("| peer messages: {k} | {v:.2} |\n"));
@@ -259,6 +281,28 @@ pub fn table(workload: BenchWorkload, clients: usize, c: &Cost) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Slow fsyncs are the count less the bucket up to the threshold,
+    /// between the two samples, as the exporter writes the buckets.
+    #[test]
+    fn slow_fsyncs_come_from_the_buckets() {
+        let text = |count: u32, le10: u32, le50: u32| {
+            format!(
+                "baton_fsync_seconds_bucket{{le=\"0.01\"}} {le10}\nbaton_fsync_seconds_bucket{{le=\"0.025\"}} {le10}\n\
+                 baton_fsync_seconds_bucket{{le=\"0.05\"}} {le50}\nbaton_fsync_seconds_bucket{{le=\"0.1\"}} {count}\n\
+                 baton_fsync_seconds_bucket{{le=\"+Inf\"}} {count}\nbaton_fsync_seconds_count {count}\n"
+            )
+        };
+        let (mut before, mut after) = (Sample::default(), Sample::default());
+        // Before: 100 fsyncs, 2 over 10 ms. After: 1,100, of which 5 more
+        // over 10 ms and 3 more over 50 ms (all under 100 ms).
+        add_metrics(&text(100, 98, 100), &mut before.metrics);
+        add_metrics(&text(1100, 1093, 1097), &mut after.metrics);
+        assert_eq!(slow_fsyncs(&before, &after, 10), 5.0);
+        assert_eq!(slow_fsyncs(&before, &after, 25), 5.0);
+        assert_eq!(slow_fsyncs(&before, &after, 50), 3.0);
+        assert_eq!(slow_fsyncs(&before, &after, 100), 0.0);
+    }
 
     #[test]
     fn per_op_divides_the_difference_and_splits_messages_by_type() {

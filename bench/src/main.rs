@@ -152,6 +152,9 @@ struct CostArgs {
     /// Unmeasured seconds before them.
     #[arg(long, default_value_t = 3)]
     warmup: u64,
+    /// Open loop at this many operations per second (as `bench --rate`).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Folder for cluster data and logs (default bench/store/cost-<ts>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -395,7 +398,7 @@ async fn cost(a: CostArgs) -> i32 {
     let dir = a.out.unwrap_or_else(|| PathBuf::from(format!("bench/store/cost-{}", stamp())));
     let clients = a.clients.unwrap_or(a.workload.default_clients());
     let (warmup, duration) = (Duration::from_secs(a.warmup), Duration::from_secs(a.duration));
-    match interruptible(baton_bench::cost::measure(&dir, a.workload, clients, warmup, duration)).await {
+    match interruptible(baton_bench::cost::measure(&dir, a.workload, clients, warmup, duration, a.rate)).await {
         Ok(c) => {
             println!("{}", baton_bench::cost::table(a.workload, clients, &c));
             0

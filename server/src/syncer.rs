@@ -30,14 +30,20 @@
 //! already in the operating system's page cache. The argument above is
 //! for power loss.
 //!
+//! A synced write that takes [`SLOW_SYNC`] or more is logged (warn), with
+//! its time, so a latency spike can be matched to the disk (and to
+//! RocksDB's own LOG: memtable flushes, compactions).
+//!
 //! The driver sees only the [`Persist`] trait: the simulator implements it
 //! with a queue it drains on its own schedule (a crash drops what was not
 //! yet "written").
 
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use raft::prelude::Message;
+use tracing::warn;
 
 use crate::kv::{Batch, Kv};
 use crate::message::Input;
@@ -69,6 +75,9 @@ pub trait Persist: Send {
         0
     }
 }
+
+/// A synced write this slow is logged (module doc).
+pub const SLOW_SYNC: Duration = Duration::from_millis(50);
 
 /// The syncer thread's submit side (owned by the driver).
 pub struct Syncer {
@@ -108,9 +117,17 @@ impl Syncer {
                         after.extend(j.after);
                     }
                     let t = std::time::Instant::now();
+                    let ops = batch.ops.len();
                     let r = if batch.is_empty() { Ok(()) } else { kv.write(batch, sync) };
                     if sync && r.is_ok() {
-                        crate::metrics::fsync(t.elapsed());
+                        let took = t.elapsed();
+                        crate::metrics::fsync(took);
+                        if took >= SLOW_SYNC {
+                            warn!(
+                                ms = took.as_millis() as u64,
+                                ops, "a synced write took long (disk or RocksDB stall)"
+                            );
+                        }
                     }
                     let failed = r.is_err();
                     let out = r.map(|_| Synced { number, after }).map_err(anyhow::Error::from);
