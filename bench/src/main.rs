@@ -254,6 +254,10 @@ struct ScaleArgs {
     /// a fresh one per dimension.
     #[arg(long)]
     shared_cluster: bool,
+    /// Keep the members' data dirs (gigabytes at 1M nodes) to restart one
+    /// by hand and profile its load.
+    #[arg(long)]
+    keep_data: bool,
     /// Output folder (default bench/store/scale-<ts>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -530,6 +534,7 @@ async fn scale(a: ScaleArgs) -> i32 {
             runs: a.runs,
             step_bound: Duration::from_secs(a.step_bound),
             shared_cluster: a.shared_cluster,
+            keep_data: a.keep_data,
             out,
         })
     })();

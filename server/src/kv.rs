@@ -17,6 +17,13 @@
 //! same data, so they flush together); a 16 MiB one did not stall past
 //! 25 ms (docs/perf/fsync.md).
 //!
+//! A full memtable is flushed right after the write that filled it
+//! ([`RocksKv::write`], for batches of 1 MiB or more): RocksDB itself starts
+//! the flush only when the next write arrives, so a member that applied a
+//! big batch (a catch-up of a million nodes) and was then killed left
+//! 152 MB in the WAL, and its next start spent 6 s replaying it
+//! (docs/scaling.md).
+//!
 //! Integrity ([`RocksKv`]): every value is stored as `0xB7`, its CRC-32
 //! (little-endian) and the value; every read checks it. RocksDB adds its own
 //! block checksums (checked on every read) and runs with paranoid checks
@@ -81,6 +88,9 @@ impl Batch {
 /// Key-value pairs, in key order.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// What [`Kv::for_each_prefix`] calls with each key and value.
+pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), KvError> + 'a;
+
 #[derive(Debug, thiserror::Error)]
 #[error("storage: {0}")]
 pub struct KvError(pub String);
@@ -88,8 +98,18 @@ pub struct KvError(pub String);
 /// An ordered key-value store with atomic, optionally synced, batches.
 pub trait Kv: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
+    /// Calls `f` with each pair whose key starts with `prefix`, in key
+    /// order, without copying them (a load of a million nodes streams).
+    fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError>;
     /// All pairs whose key starts with `prefix`, in key order.
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError>;
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError> {
+        let mut out = Vec::new();
+        self.for_each_prefix(prefix, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
     /// Applies `batch` atomically; with `sync`, returns only once it is on disk.
     fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError>;
     /// Bytes on disk (SST files and the live WAL's memtables), 0 if unknown.
@@ -146,13 +166,29 @@ fn open_sealed(key: &[u8], stored: Vec<u8>) -> Result<Vec<u8>, KvError> {
     if stored.first() != Some(&SEALED) {
         return Ok(stored);
     }
+    check_sealed(key, &stored).map(<[u8]>::to_vec)
+}
+
+/// [`open_sealed`] without a copy.
+fn check_sealed<'a>(key: &[u8], stored: &'a [u8]) -> Result<&'a [u8], KvError> {
+    if stored.first() != Some(&SEALED) {
+        return Ok(stored);
+    }
     let bad = || KvError(format!("corrupt value under key {:?}: checksum mismatch", String::from_utf8_lossy(key)));
     let crc: [u8; 4] = stored.get(1..5).and_then(|b| b.try_into().ok()).ok_or_else(bad)?;
     let value = &stored[5..];
     if crc32fast::hash(value) != u32::from_le_bytes(crc) {
         return Err(bad());
     }
-    Ok(value.to_vec())
+    Ok(value)
+}
+
+/// [`check_sealed`] under the fault `lenient-storage`: the checksum skipped.
+fn skip_seal(stored: &[u8]) -> &[u8] {
+    match stored.first() {
+        Some(&SEALED) => &stored[5.min(stored.len())..],
+        _ => stored,
+    }
 }
 
 /// Why the store would not open. Only damage says `corrupt` (exit 3: the
@@ -184,27 +220,26 @@ impl Kv for RocksKv {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         let v = self.db.get(key).map_err(rocks_err)?;
         if self.lenient {
-            return Ok(v.map(|v| if v.first() == Some(&SEALED) { v[5.min(v.len())..].to_vec() } else { v }));
+            return Ok(v.map(|v| skip_seal(&v).to_vec()));
         }
         v.map(|v| open_sealed(key, v)).transpose()
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError> {
-        let mut out = Vec::new();
-        let mode = rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward);
-        for item in self.db.iterator(mode) {
-            let (k, v) = item.map_err(rocks_err)?;
+    fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
+        let mut it = self.db.raw_iterator();
+        it.seek(prefix);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
             if !k.starts_with(prefix) {
                 break;
             }
             let v = match self.lenient {
-                true if v.first() == Some(&SEALED) => v[5.min(v.len())..].to_vec(),
-                true => v.to_vec(),
-                false => open_sealed(&k, v.to_vec())?,
+                true => skip_seal(v),
+                false => check_sealed(k, v)?,
             };
-            out.push((k.to_vec(), v));
+            f(k, v)?;
+            it.next();
         }
-        Ok(out)
+        it.status().map_err(rocks_err)
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError> {
@@ -216,9 +251,41 @@ impl Kv for RocksKv {
                 BatchOp::DeleteRange(a, b) => wb.delete_range(a, b),
             }
         }
+        let big = wb.size_in_bytes() >= BIG_WRITE_BYTES;
         let mut wo = rocksdb::WriteOptions::default();
         wo.set_sync(sync);
-        self.db.write_opt(wb, &wo).map_err(rocks_err)
+        self.db.write_opt(wb, &wo).map_err(rocks_err)?;
+        if big {
+            self.flush_if_full();
+        }
+        Ok(())
+    }
+}
+
+/// A batch this large may have filled the memtable by itself (module doc).
+const BIG_WRITE_BYTES: usize = 1 << 20;
+
+impl RocksKv {
+    /// Starts a flush of the memtable if it is full, without waiting for it.
+    /// RocksDB flushes a full memtable only when the next write arrives; a
+    /// member that wrote a big batch and then went quiet (or was killed)
+    /// would leave it all in the WAL, to be replayed at the next start.
+    fn flush_if_full(&self) {
+        let active = self.db.property_int_value("rocksdb.cur-size-active-mem-table").ok().flatten().unwrap_or(0);
+        if active < WRITE_BUFFER_BYTES as u64 {
+            return;
+        }
+        let mut fo = rocksdb::FlushOptions::default();
+        fo.set_wait(false);
+        if let Err(e) = self.db.flush_opt(&fo) {
+            tracing::warn!(error = %e, "could not start a flush of a full memtable");
+        }
+    }
+
+    /// Bytes in SST files: what flushes have written (a test's window).
+    #[cfg(test)]
+    fn sst_bytes(&self) -> u64 {
+        self.db.property_int_value("rocksdb.total-sst-files-size").ok().flatten().unwrap_or(0)
     }
 }
 
@@ -240,13 +307,12 @@ impl Kv for MemKv {
         Ok(self.lock().get(key).cloned())
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Pairs, KvError> {
-        Ok(self
-            .lock()
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+    fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
+        let map = self.lock();
+        for (k, v) in map.range(prefix.to_vec()..).take_while(|(k, _)| k.starts_with(prefix)) {
+            f(k, v)?;
+        }
+        Ok(())
     }
 
     fn write(&self, batch: Batch, _sync: bool) -> Result<(), KvError> {
@@ -325,6 +391,30 @@ mod tests {
         assert!(has("paranoid_checks=true"), "{options}");
         assert!(has("keep_log_file_num=4"), "{options}");
         assert!(has(&format!("write_buffer_size={WRITE_BUFFER_BYTES}")), "{options}");
+    }
+}
+
+#[cfg(test)]
+mod flush {
+    use super::*;
+
+    /// One batch bigger than the memtable, then nothing: it reaches an SST
+    /// file without another write to trigger the flush.
+    #[test]
+    fn a_write_that_fills_the_memtable_is_flushed_without_another() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = RocksKv::open(dir.path()).expect("open");
+        let mut b = Batch::default();
+        for i in 0..(WRITE_BUFFER_BYTES / 4096 + 256) {
+            b.put(format!("n{i:08}").into_bytes(), vec![i as u8; 4096]);
+        }
+        kv.write(b, true).expect("write");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while kv.sst_bytes() == 0 {
+            assert!(std::time::Instant::now() < deadline, "the full memtable was never flushed");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(kv.scan_prefix(b"n").expect("scan").len(), WRITE_BUFFER_BYTES / 4096 + 256);
     }
 }
 

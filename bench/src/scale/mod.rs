@@ -184,6 +184,9 @@ pub struct ScaleOpts {
     /// a fresh one per dimension (what one dimension leaves behind, in
     /// memory above all, would count against the next).
     pub shared_cluster: bool,
+    /// Keep the members' data dirs (to restart one on a copy and profile
+    /// its load) instead of deleting them.
+    pub keep_data: bool,
     pub out: PathBuf,
 }
 
@@ -217,7 +220,7 @@ pub async fn run(o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
                 all.extend(one_dim(&t, dim, o).await);
                 write_outputs(&all, &o.out)?;
             }
-            finish(t, &dir);
+            finish(t, &dir, o.keep_data);
         }
     } else {
         for &dim in &o.dims {
@@ -225,7 +228,7 @@ pub async fn run(o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
                 let dir = o.out.join(format!("{}-{}", kind.name(), dim.name()));
                 let t = start(kind, &dir, o).await?;
                 all.extend(one_dim(&t, dim, o).await);
-                finish(t, &dir);
+                finish(t, &dir, o.keep_data);
                 // Written after every dimension: a run cut short keeps what it had.
                 write_outputs(&all, &o.out)?;
             }
@@ -259,10 +262,13 @@ async fn start(kind: Kind, dir: &Path, o: &ScaleOpts) -> anyhow::Result<cluster:
 }
 
 /// Stops the cluster and deletes its data (gigabytes at 1M nodes), keeping
-/// the logs.
-fn finish(t: cluster::Scaled, dir: &Path) {
+/// the logs (and the data with `keep_data`).
+fn finish(t: cluster::Scaled, dir: &Path, keep_data: bool) {
     t.stop();
     drop(t);
+    if keep_data {
+        return;
+    }
     for m in 1..=3 {
         let _ = std::fs::remove_dir_all(dir.join(format!("member-{m}")));
         let _ = std::fs::remove_dir_all(dir.join(format!("zk-{m}/data")));

@@ -11,11 +11,12 @@ impl StateMachine {
             sm.applied =
                 u64::from_be_bytes(b.as_slice().try_into().map_err(|_| KvError("corrupt applied index".into()))?);
         }
-        for (k, v) in kv.scan_prefix(&[PREFIX_NODE])? {
-            let path = String::from_utf8(k[1..].to_vec()).map_err(|_| KvError("corrupt node key".into()))?;
-            let rec = NodeRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt node {path}: {e}")))?;
-            sm.nodes.insert(path, node_from_record(rec));
-        }
+        kv.for_each_prefix(&[PREFIX_NODE], &mut |k, v| {
+            let path = std::str::from_utf8(&k[1..]).map_err(|_| KvError("corrupt node key".into()))?;
+            let rec = NodeRecord::decode(v).map_err(|e| KvError(format!("corrupt node {path}: {e}")))?;
+            sm.nodes.insert(path.to_string(), Box::new(node_from_record(rec)));
+            Ok(())
+        })?;
         for (_, v) in kv.scan_prefix(&[PREFIX_SESSION])? {
             let rec = SessionRecord::decode(v.as_slice()).map_err(|e| KvError(format!("corrupt session: {e}")))?;
             sm.sessions.insert(rec.id, session_from_record(rec));
@@ -35,28 +36,40 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// Rebuilds what is not stored (the module doc of kv.rs): child lists,
+    /// child counts, reapable paths and each session's ephemerals, in one
+    /// pass over the nodes; each child list is sorted once and built whole.
     fn rebuild_derived(&mut self) {
-        self.nodes.entry("/".into()).or_insert_with(root_node);
+        self.nodes.entry("/".into()).or_insert_with(|| Box::new(root_node()));
         self.kids.clear();
         self.reapable.clear();
-        for (path, n) in self.nodes.iter_mut() {
-            n.stat.num_children = 0;
+        let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (path, n) in &self.nodes {
             if n.stat.container || n.stat.ttl_ms > 0 {
                 self.reapable.insert(path.clone());
             }
-        }
-        let paths: Vec<(String, u64)> = self.nodes.iter().map(|(p, n)| (p.clone(), n.stat.ephemeral_owner)).collect();
-        for (path, owner) in paths {
-            if let Some(parent) = parent_of(&path) {
-                if let Some(p) = self.nodes.get_mut(parent) {
-                    p.stat.num_children += 1;
-                    self.kids.entry(parent.to_string()).or_default().insert(base_name(&path).to_string());
+            if n.stat.ephemeral_owner != 0 {
+                if let Some(s) = self.sessions.get_mut(&n.stat.ephemeral_owner) {
+                    s.ephemerals.insert(path.clone());
                 }
             }
-            if owner != 0 {
-                if let Some(s) = self.sessions.get_mut(&owner) {
-                    s.ephemerals.insert(path);
-                }
+            if let Some(parent) = parent_of(path).filter(|p| self.nodes.contains_key(*p)) {
+                children.entry(parent).or_default().push(base_name(path));
+            }
+        }
+        let mut counts: Vec<(String, u32)> = Vec::with_capacity(children.len());
+        for (parent, mut names) in children {
+            names.sort_unstable();
+            counts.push((parent.to_string(), names.len() as u32));
+            let set: BTreeSet<String> = names.into_iter().map(str::to_string).collect();
+            self.kids.insert(parent.to_string(), set);
+        }
+        for n in self.nodes.values_mut() {
+            n.stat.num_children = 0;
+        }
+        for (parent, count) in counts {
+            if let Some(p) = self.nodes.get_mut(&parent) {
+                p.stat.num_children = count;
             }
         }
     }
@@ -188,7 +201,7 @@ impl StateMachine {
         sm.applied = snap.applied_index;
         for e in snap.nodes {
             if let Some(rec) = e.node {
-                sm.nodes.insert(e.path, node_from_record(rec));
+                sm.nodes.insert(e.path, Box::new(node_from_record(rec)));
             }
         }
         for s in snap.sessions {
@@ -228,7 +241,8 @@ impl StateMachine {
                 s.num_children
             ));
         }
-        let mut acls: Vec<(&String, &Node)> = self.nodes.iter().filter(|(_, n)| !n.acl.is_empty()).collect();
+        let mut acls: Vec<(&String, &Node)> =
+            self.nodes.iter().filter(|(_, n)| !n.acl.is_empty()).map(|(p, n)| (p, &**n)).collect();
         acls.sort_by(|a, b| a.0.cmp(b.0));
         for (p, n) in acls {
             let acl: Vec<String> = n.acl.iter().map(acl::format).collect();

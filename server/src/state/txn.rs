@@ -181,7 +181,7 @@ impl Txn<'_> {
         };
         self.sm.kids.entry(parent.to_string()).or_default().insert(base_name(path).to_string());
         self.undo.push(Undo::Child { parent: parent.to_string(), name: base_name(path).to_string(), added: true });
-        self.sm.nodes.insert(path.to_string(), Node { data, stat, next_seq: 0, acl });
+        self.sm.nodes.insert(path.to_string(), Box::new(Node { data, stat, next_seq: 0, acl }));
         if owner != 0 {
             if let Some(s) = self.sm.sessions.get_mut(&owner) {
                 if s.ephemerals.insert(path.to_string()) {
