@@ -5,7 +5,9 @@
 //! linearizable read, so it holds every write acknowledged before the
 //! request was sent; it keeps those bytes (one backup at a time per member)
 //! and hands them out in chunks of [`CHUNK`] bytes with the SHA-256 of the
-//! whole. The client checks the digest and writes a `BackupFile`. A backup
+//! whole. Handing out the last chunk lets them go (a fetch of it again, or
+//! of any chunk, is then NO_NODE: start again), so a member does not carry
+//! its last backup (144 MB at a million nodes) until the next one. The client checks the digest and writes a `BackupFile`. A backup
 //! holds every node (whatever its ACL), the fences, the cluster record,
 //! password hashes (salted PBKDF2) and the sessions, but no session's
 //! secret or cached replies (`StateMachine::backup`): no one holding the
@@ -43,7 +45,7 @@ pub fn sha256(data: &[u8]) -> Vec<u8> {
 }
 
 /// The backup a member took last, kept for its chunks to be fetched until
-/// the next one replaces it (one at a time per member).
+/// its last chunk is (or the next backup replaces it; one at a time).
 pub struct Taken {
     pub id: u64,
     pub index: u64,
@@ -60,7 +62,8 @@ impl Taken {
 
     /// The chunk of backup `backup_id` at `offset` (at most [`CHUNK`]
     /// bytes; empty at the end). Err: NO_NODE when this is not that backup
-    /// (another was taken since: start again), BAD_REQUEST past the end.
+    /// (fetched to its end, or another was taken since: start again),
+    /// BAD_REQUEST past the end.
     pub fn chunk(
         this: Option<&Taken>,
         backup_id: u64,
@@ -68,7 +71,9 @@ impl Taken {
         cluster_id: &str,
     ) -> Result<SnapshotChunk, (ErrorCode, String)> {
         let Some(b) = this.filter(|b| b.id == backup_id) else {
-            let msg = format!("backup {backup_id:#x} is gone from this member (another was taken); start again");
+            let msg = format!(
+                "backup {backup_id:#x} is gone from this member (fetched to its end, or another was taken); start again"
+            );
             return Err((ErrorCode::NoNode, msg));
         };
         let total = b.data.len() as u64;
@@ -86,6 +91,23 @@ impl Taken {
             sha256: b.sha.clone().into(),
             cluster_id: cluster_id.to_string(),
         })
+    }
+}
+
+impl Taken {
+    /// [`Taken::chunk`] from the member's kept backup; the chunk that
+    /// reaches the end lets the backup go (module doc).
+    pub fn hand_out(
+        kept: &mut Option<Taken>,
+        backup_id: u64,
+        offset: u64,
+        cluster_id: &str,
+    ) -> Result<SnapshotChunk, (ErrorCode, String)> {
+        let chunk = Taken::chunk(kept.as_ref(), backup_id, offset, cluster_id)?;
+        if chunk.offset + chunk.data.len() as u64 == chunk.total {
+            *kept = None;
+        }
+        Ok(chunk)
     }
 }
 
@@ -145,5 +167,25 @@ mod tests {
         assert!(matches!(past, Err((ErrorCode::BadRequest, _))));
         assert!(matches!(Taken::chunk(Some(&b), 8, 0, "c"), Err((ErrorCode::NoNode, _))), "another backup's id");
         assert!(matches!(Taken::chunk(None, 7, 0, "c"), Err((ErrorCode::NoNode, _))), "none taken here");
+    }
+
+    #[test]
+    fn handing_out_the_last_chunk_lets_the_backup_go() {
+        let data: Vec<u8> = (0..CHUNK + 10).map(|i| i as u8).collect();
+        let mut kept = Some(Taken::new(7, 40, 3, data.clone()));
+        let first = Taken::hand_out(&mut kept, 7, 0, "c").expect("first chunk");
+        assert_eq!(first.data.len(), CHUNK);
+        assert!(kept.is_some(), "kept while chunks remain");
+        let again = Taken::hand_out(&mut kept, 7, 0, "c").expect("a chunk fetched again");
+        assert_eq!(again.data, first.data);
+        let last = Taken::hand_out(&mut kept, 7, CHUNK as u64, "c").expect("last chunk");
+        assert_eq!(&last.data[..], &data[CHUNK..]);
+        assert!(kept.is_none(), "the last chunk lets it go");
+        let gone = Taken::hand_out(&mut kept, 7, CHUNK as u64, "c");
+        assert!(matches!(gone, Err((ErrorCode::NoNode, m)) if m.contains("fetched to its end")));
+        // A backup of one chunk goes with its first.
+        let mut small = Some(Taken::new(8, 41, 3, vec![1, 2, 3]));
+        assert_eq!(Taken::hand_out(&mut small, 8, 0, "c").expect("whole").data.len(), 3);
+        assert!(small.is_none());
     }
 }

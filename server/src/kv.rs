@@ -257,6 +257,7 @@ impl Kv for RocksKv {
         self.db.write_opt(wb, &wo).map_err(rocks_err)?;
         if big {
             self.flush_if_full();
+            crate::memory::release();
         }
         Ok(())
     }

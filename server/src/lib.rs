@@ -38,6 +38,7 @@ pub mod listener;
 pub mod logging;
 pub mod member;
 pub mod membership;
+pub mod memory;
 pub mod message;
 pub mod metrics;
 pub mod node;

@@ -16,6 +16,19 @@ use baton_server::kv::RocksKv;
 /// member's CPU under load (docs/perf/README.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+unsafe extern "C" {
+    /// mimalloc's own: frees what it can and returns free pages to the OS
+    /// (`force`). Linked from the mimalloc the allocator above is.
+    fn mi_collect(force: bool);
+}
+
+/// What `baton_server::memory::release` calls (memory.rs).
+fn collect_free_pages() {
+    // SAFETY: mi_collect takes no pointers and may be called from any
+    // thread at any time; mimalloc is this process's allocator.
+    unsafe { mi_collect(true) }
+}
 use baton_server::member;
 use baton_server::transport::PeerTls;
 use clap::{Args, Parser, Subcommand};
@@ -366,6 +379,7 @@ pub fn main() {
     });
     let cli = Cli::parse_from(&args);
     baton_server::logging::init(cli.log_format == LogFormat::Json);
+    baton_server::memory::set_release(collect_free_pages);
     let member_mode = cli.cmd.is_none();
     let result = match cli.cmd {
         Some(Sub::Cluster(c)) => run_cluster(c, given_member_flags(&args)),

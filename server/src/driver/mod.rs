@@ -192,7 +192,8 @@ pub struct Driver {
     followed: Followed,
     membership: Membership,
     observers: Observers,
-    /// The backup this member took last (backup.rs), until the next one.
+    /// The backup this member took last (backup.rs), until its last chunk
+    /// is fetched or the next one is taken.
     backup: Option<crate::backup::Taken>,
 }
 

@@ -210,6 +210,7 @@ impl Driver {
         }
         drop(sm);
         self.members_changed();
+        crate::memory::release();
         Ok(())
     }
 

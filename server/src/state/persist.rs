@@ -143,7 +143,31 @@ impl StateMachine {
 
     /// The whole state as bytes (Raft snapshot payload).
     pub fn snapshot(&self) -> Vec<u8> {
-        self.snapshot_record().encode_to_vec()
+        self.encode_state(self.snapshot_record())
+    }
+
+    /// `rest` (a snapshot record without its nodes) with every node, sorted
+    /// by path, encoded one at a time straight into the output: the same
+    /// bytes as encoding the whole record, without a million cloned node
+    /// records alive at once (a `snapshot save` at 1M nodes left the
+    /// member ~300 MB larger, in freed pieces the allocator kept).
+    fn encode_state(&self, mut rest: baton_proto::Snapshot) -> Vec<u8> {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        const NODES_FIELD: u32 = 2;
+        let mut paths: Vec<(&String, &Node)> = self.nodes.iter().map(|(p, n)| (p, &**n)).collect();
+        paths.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::new();
+        let head = baton_proto::Snapshot { applied_index: rest.applied_index, ..Default::default() };
+        head.encode(&mut out).expect("a Vec grows");
+        for (path, n) in paths {
+            let entry = NodeEntry { path: path.clone(), node: Some(node_record(n)) };
+            encode_key(NODES_FIELD, WireType::LengthDelimited, &mut out);
+            encode_varint(entry.encoded_len() as u64, &mut out);
+            entry.encode(&mut out).expect("a Vec grows");
+        }
+        rest.applied_index = 0;
+        rest.encode(&mut out).expect("a Vec grows");
+        out
     }
 
     /// The state for a backup file (backup.rs): [`StateMachine::snapshot`]
@@ -157,7 +181,7 @@ impl StateMachine {
             s.secret = Bytes::new();
             s.replies.clear();
         }
-        snap.encode_to_vec()
+        self.encode_state(snap)
     }
 
     /// Gives every session a fresh random secret (a restored backup's
@@ -173,16 +197,14 @@ impl StateMachine {
         }
     }
 
+    /// Everything but the nodes ([`Self::encode_state`] adds them).
     fn snapshot_record(&self) -> baton_proto::Snapshot {
-        let mut nodes: Vec<NodeEntry> =
-            self.nodes.iter().map(|(p, n)| NodeEntry { path: p.clone(), node: Some(node_record(n)) }).collect();
-        nodes.sort_by(|a, b| a.path.cmp(&b.path));
         let mut fences: Vec<FenceRecord> =
             self.fences.iter().map(|(r, t)| FenceRecord { resource: r.clone(), token: *t }).collect();
         fences.sort_by(|a, b| a.resource.cmp(&b.resource));
         baton_proto::Snapshot {
             applied_index: self.applied,
-            nodes,
+            nodes: Vec::new(),
             sessions: self.sessions.iter().map(|(id, s)| session_record(*id, s)).collect(),
             fences,
             cluster: (self.cluster != ClusterRecord::default()).then(|| self.cluster.clone()),

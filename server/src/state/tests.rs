@@ -126,6 +126,29 @@ fn a_fence_guarded_by_its_node_needs_write_there() {
     assert_eq!(code(&sm.apply(5, &op(4, fence("open", 5)))), 0);
 }
 
+/// The snapshot, encoded node by node, is what prost makes of the whole
+/// record: the nodes sorted by path, every field in field order.
+#[test]
+fn a_snapshot_streamed_node_by_node_is_the_whole_records_encoding() {
+    use baton_proto::client_write::Op as W;
+    let mut sm = StateMachine::new();
+    let ns = baton_proto::NewSession { timeout_ms: 1000, secret: Bytes::from_static(b"s") };
+    sm.apply(1, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+    for (i, p) in ["/b", "/a", "/b/z", "/b/c", "/a0"].iter().enumerate() {
+        let create =
+            W::Create(CreateOp { path: p.to_string(), data: Bytes::from(vec![i as u8; i]), ..Default::default() });
+        assert_eq!(code(&sm.apply(2 + i as u64, &op(1 + i as u64, create))), 0);
+    }
+    assert_eq!(code(&sm.apply(9, &op(8, fence("billing", 9)))), 0);
+    for bytes in [sm.snapshot(), sm.backup()] {
+        let whole = baton_proto::Snapshot::decode(&bytes[..]).expect("decodes");
+        let paths: Vec<&str> = whole.nodes.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["/", "/a", "/a0", "/b", "/b/c", "/b/z"]);
+        assert_eq!((whole.applied_index, whole.sessions.len(), whole.fences.len()), (9, 1, 1));
+        assert_eq!(whole.encode_to_vec(), bytes);
+    }
+}
+
 #[test]
 fn a_backup_leaves_secrets_and_replies_out_and_a_restore_rekeys_the_sessions() {
     use baton_proto::client_write::Op as W;
