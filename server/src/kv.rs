@@ -116,6 +116,18 @@ pub trait Kv: Send + Sync + 'static {
     fn size_bytes(&self) -> u64 {
         0
     }
+    /// Calls `f` with a read view of the store as it is now: writes made
+    /// after this call began are not in it, however long `f` reads (a
+    /// RocksDB snapshot). Snapshots are built from one, off the driver
+    /// (driver/ready.rs).
+    fn with_view(&self, f: &mut dyn FnMut(&dyn KvView));
+}
+
+/// A fixed read view of a store ([`Kv::with_view`]).
+pub trait KvView {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError>;
+    /// As [`Kv::for_each_prefix`].
+    fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError>;
 }
 
 /// RocksDB, one default column family, WAL on.
@@ -226,20 +238,11 @@ impl Kv for RocksKv {
     }
 
     fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
-        let mut it = self.db.raw_iterator();
-        it.seek(prefix);
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if !k.starts_with(prefix) {
-                break;
-            }
-            let v = match self.lenient {
-                true => skip_seal(v),
-                false => check_sealed(k, v)?,
-            };
-            f(k, v)?;
-            it.next();
-        }
-        it.status().map_err(rocks_err)
+        walk(self.db.raw_iterator(), prefix, self.lenient, f)
+    }
+
+    fn with_view(&self, f: &mut dyn FnMut(&dyn KvView)) {
+        f(&RocksView { snap: self.db.snapshot(), lenient: self.lenient })
     }
 
     fn write(&self, batch: Batch, sync: bool) -> Result<(), KvError> {
@@ -260,6 +263,43 @@ impl Kv for RocksKv {
             crate::memory::release();
         }
         Ok(())
+    }
+}
+
+/// Every pair under `prefix` from `it`, checked, to `f`.
+fn walk(mut it: rocksdb::DBRawIterator<'_>, prefix: &[u8], lenient: bool, f: &mut Visit<'_>) -> Result<(), KvError> {
+    it.seek(prefix);
+    while let (Some(k), Some(v)) = (it.key(), it.value()) {
+        if !k.starts_with(prefix) {
+            break;
+        }
+        let v = match lenient {
+            true => skip_seal(v),
+            false => check_sealed(k, v)?,
+        };
+        f(k, v)?;
+        it.next();
+    }
+    it.status().map_err(rocks_err)
+}
+
+/// A RocksDB snapshot: the store as it was when it was taken.
+struct RocksView<'a> {
+    snap: rocksdb::Snapshot<'a>,
+    lenient: bool,
+}
+
+impl KvView for RocksView<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        let v = self.snap.get(key).map_err(rocks_err)?;
+        match self.lenient {
+            true => Ok(v.map(|v| skip_seal(&v).to_vec())),
+            false => v.map(|v| open_sealed(key, v)).transpose(),
+        }
+    }
+
+    fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
+        walk(self.snap.raw_iterator(), prefix, self.lenient, f)
     }
 }
 
@@ -309,11 +349,12 @@ impl Kv for MemKv {
     }
 
     fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
-        let map = self.lock();
-        for (k, v) in map.range(prefix.to_vec()..).take_while(|(k, _)| k.starts_with(prefix)) {
-            f(k, v)?;
-        }
-        Ok(())
+        mem_walk(&self.lock(), prefix, f)
+    }
+
+    fn with_view(&self, f: &mut dyn FnMut(&dyn KvView)) {
+        let copy = MemView(self.lock().clone());
+        f(&copy)
     }
 
     fn write(&self, batch: Batch, _sync: bool) -> Result<(), KvError> {
@@ -335,6 +376,26 @@ impl Kv for MemKv {
             }
         }
         Ok(())
+    }
+}
+
+fn mem_walk(map: &BTreeMap<Vec<u8>, Vec<u8>>, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
+    for (k, v) in map.range(prefix.to_vec()..).take_while(|(k, _)| k.starts_with(prefix)) {
+        f(k, v)?;
+    }
+    Ok(())
+}
+
+/// [`MemKv`]'s view: a copy of the map.
+struct MemView(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl KvView for MemView {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        Ok(self.0.get(key).cloned())
+    }
+
+    fn for_each_prefix(&self, prefix: &[u8], f: &mut Visit<'_>) -> Result<(), KvError> {
+        mem_walk(&self.0, prefix, f)
     }
 }
 
@@ -392,6 +453,43 @@ mod tests {
         assert!(has("paranoid_checks=true"), "{options}");
         assert!(has("keep_log_file_num=4"), "{options}");
         assert!(has(&format!("write_buffer_size={WRITE_BUFFER_BYTES}")), "{options}");
+    }
+}
+
+#[cfg(test)]
+mod views {
+    use super::*;
+
+    fn put(kv: &dyn Kv, k: &str, v: &str) {
+        let mut b = Batch::default();
+        b.put(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        kv.write(b, false).expect("write");
+    }
+
+    /// A view keeps what the store held when it was taken, while writes
+    /// go on.
+    fn a_view_does_not_see_later_writes(kv: &dyn Kv) {
+        put(kv, "na", "1");
+        kv.with_view(&mut |view| {
+            put(kv, "na", "2");
+            put(kv, "nb", "3");
+            assert_eq!(view.get(b"na").expect("get"), Some(b"1".to_vec()));
+            let mut seen = Vec::new();
+            view.for_each_prefix(b"n", &mut |k, v| {
+                seen.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })
+            .expect("walk");
+            assert_eq!(seen, vec![(b"na".to_vec(), b"1".to_vec())]);
+        });
+        assert_eq!(kv.get(b"na").expect("get"), Some(b"2".to_vec()));
+    }
+
+    #[test]
+    fn views_are_fixed_in_rocks_and_in_memory() {
+        a_view_does_not_see_later_writes(&MemKv::default());
+        let dir = tempfile::tempdir().expect("tempdir");
+        a_view_does_not_see_later_writes(&RocksKv::open(dir.path()).expect("open"));
     }
 }
 

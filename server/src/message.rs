@@ -172,6 +172,9 @@ pub enum Input {
         to: u64,
         ok: bool,
     },
+    /// The snapshot thread built the snapshot a checkpoint asked for
+    /// (syncer.rs), or could not.
+    SnapshotBuilt(Box<crate::syncer::Built>),
     Shutdown,
 }
 

@@ -18,12 +18,12 @@
 //! # Snapshots and compaction
 //! - Taking one: after every Ready the driver checks whether
 //!   `applied - first + 1 >= --snapshot-entries` (default 20,000:
-//!   `compaction_due` in driver/ready.rs). If so, `StateMachine::snapshot`
-//!   encodes the whole state, and [`RaftStore::compact`] stores it as the
-//!   raft-rs snapshot at the applied index and truncates the log up to
-//!   `applied - snapshot_entries / 4`: the last quarter stays, so a follower
-//!   that lags a little catches up from entries. It is staged in the Ready's
-//!   batch and built on the driver thread (the loop waits for it).
+//!   `compaction_due` in driver/ready.rs). If so, the state at the applied
+//!   index A is checkpointed and encoded from the store on the snapshot
+//!   thread (driver/ready.rs, "Snapshots off the driver"); with its answer
+//!   [`RaftStore::compact`] stores it as the raft-rs snapshot at A and
+//!   truncates the log up to `A - snapshot_entries / 4`: the last quarter
+//!   stays, so a follower that lags a little catches up from entries.
 //! - Sending one: raft-rs on the leader emits a `MsgSnapshot` holding the
 //!   stored snapshot; the transport sends it as one peer frame (up to
 //!   1 GiB) and reports the outcome to raft-rs (`Input::SnapshotSent`); one

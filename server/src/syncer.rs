@@ -34,6 +34,16 @@
 //! its time, so a latency spike can be matched to the disk (and to
 //! RocksDB's own LOG: memtable flushes, compactions).
 //!
+//! Snapshots off the driver: a job marked `snapshot` (its batch holds a
+//! state checkpoint, driver/ready.rs) is written on its own, not merged
+//! with the jobs after it; then the syncer hands the store to the
+//! snapshot thread, which takes a read view of it ([`Kv::with_view`]: a
+//! RocksDB snapshot) and says so before the syncer writes anything else.
+//! The view is therefore exactly the checkpoint, however long the thread
+//! then takes to encode it (~1-2 s at a million nodes); it sends the bytes
+//! to the driver as `Input::SnapshotBuilt`. Meanwhile the syncer writes on
+//! and the driver ticks, applies and answers.
+//!
 //! The driver sees only the [`Persist`] trait: the simulator implements it
 //! with a queue it drains on its own schedule (a crash drops what was not
 //! yet "written").
@@ -56,6 +66,25 @@ pub struct SyncJob {
     pub sync: bool,
     /// Messages to send once the batch is on disk.
     pub after: Vec<Message>,
+    /// Build a snapshot of the store as this write leaves it (module doc).
+    pub snapshot: bool,
+}
+
+/// A snapshot built from the store (module doc), or why not.
+pub type Built = Result<BuiltSnapshot, String>;
+
+/// The state checkpointed at `index`, encoded, and how long that took.
+pub struct BuiltSnapshot {
+    pub index: u64,
+    pub data: Vec<u8>,
+    pub took: Duration,
+}
+
+/// Builds a snapshot from `view` (the simulator calls it too).
+pub fn build_snapshot(view: &dyn crate::kv::KvView) -> Built {
+    let t = std::time::Instant::now();
+    let (index, data) = crate::state::StateMachine::snapshot_from_store(view).map_err(|e| e.to_string())?;
+    Ok(BuiltSnapshot { index, data, took: t.elapsed() })
 }
 
 /// A finished write: the highest Ready number in it, and the messages that
@@ -97,13 +126,18 @@ impl Syncer {
         let keep = kv.clone();
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let builder = SnapshotThread::start(kv.clone(), wake.clone());
         let wake = Arc::new(Mutex::new(wake));
         let thread = std::thread::Builder::new()
             .name("baton-syncer".into())
             .spawn(move || {
                 while let Ok(first) = jobs_rx.recv() {
+                    // Merge what is queued, up to and with a snapshot's job.
+                    let mut snapshot = first.snapshot;
                     let mut jobs = vec![first];
-                    while let Ok(j) = jobs_rx.try_recv() {
+                    while !snapshot {
+                        let Ok(j) = jobs_rx.try_recv() else { break };
+                        snapshot = j.snapshot;
                         jobs.push(j);
                     }
                     let mut batch = Batch::default();
@@ -130,6 +164,9 @@ impl Syncer {
                         }
                     }
                     let failed = r.is_err();
+                    if snapshot && !failed {
+                        builder.view_now();
+                    }
                     let out = r.map(|_| Synced { number, after }).map_err(anyhow::Error::from);
                     if done_tx.send(out).is_err() {
                         return;
@@ -142,6 +179,55 @@ impl Syncer {
             })
             .ok();
         (Syncer { jobs: Some(jobs_tx), kv: keep, thread }, SyncReports { done: done_rx })
+    }
+}
+
+/// The thread that builds snapshots from the store (module doc).
+struct SnapshotThread {
+    /// A view to take now; the thread answers once it holds it.
+    asks: Option<Sender<Sender<()>>>,
+    /// To tell the driver when there is no thread to ask.
+    wake: Sender<Input>,
+}
+
+impl SnapshotThread {
+    fn start(kv: Arc<dyn Kv>, wake: Sender<Input>) -> SnapshotThread {
+        let (asks_tx, asks_rx) = std::sync::mpsc::channel::<Sender<()>>();
+        let to_driver = wake.clone();
+        let spawned = std::thread::Builder::new().name("baton-snapshot".into()).spawn(move || {
+            while let Ok(held) = asks_rx.recv() {
+                let mut built = Err("no view was taken".to_string());
+                kv.with_view(&mut |view| {
+                    let _ = held.send(());
+                    built = build_snapshot(view);
+                });
+                if to_driver.send(Input::SnapshotBuilt(Box::new(built))).is_err() {
+                    return;
+                }
+                crate::memory::release();
+            }
+        });
+        match spawned {
+            Ok(_) => SnapshotThread { asks: Some(asks_tx), wake },
+            Err(e) => {
+                warn!(error = %e, "no snapshot thread: snapshots will not be made");
+                SnapshotThread { asks: None, wake }
+            }
+        }
+    }
+
+    /// Has the thread take its view of the store now, and waits until it
+    /// has (no write may come between).
+    fn view_now(&self) {
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        match &self.asks {
+            Some(asks) if asks.send(held_tx).is_ok() => {
+                let _ = held_rx.recv();
+            }
+            _ => {
+                let _ = self.wake.send(Input::SnapshotBuilt(Box::new(Err("no snapshot thread".into()))));
+            }
+        }
     }
 }
 

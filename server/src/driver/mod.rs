@@ -195,6 +195,10 @@ pub struct Driver {
     /// The backup this member took last (backup.rs), until its last chunk
     /// is fetched or the next one is taken.
     backup: Option<crate::backup::Taken>,
+    /// A checkpoint asked the snapshot thread for a snapshot and its answer
+    /// has not come: the configuration it was asked at (ready.rs,
+    /// "Snapshots off the driver").
+    snapshot_building: Option<ConfState>,
 }
 
 /// The driver's way out: the disk and the other members.
@@ -382,6 +386,7 @@ impl Driver {
             membership: Membership { addrs: BTreeMap::new(), reported: None, removed: false },
             observers: Observers { board: None, expiries: None },
             backup: None,
+            snapshot_building: None,
             cfg,
         };
         d.randomize_election();
@@ -492,6 +497,7 @@ impl Driver {
                 let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
                 self.raw.report_snapshot(to, status);
             }
+            Input::SnapshotBuilt(built) => self.on_snapshot_built(*built),
             Input::Shutdown | Input::Persisted => {}
         }
         self.randomize_election();

@@ -10,7 +10,7 @@
 //! | 5. Apply committed entries; replies and watch events are queued here | `apply_entries` |
 //! | 6. Stage new log entries (the in-memory store has them at once) | `RaftStore::append` |
 //! | 7. Stage the hard state if the term or vote changed (a new commit index waits for step 8) | `RaftStore::note_hard_state` |
-//! | 8. When due, stage the state machine's changed keys with the applied index and the commit index; maybe compact | `StateMachine::flush`, `RaftStore::stage_commit`, `state_flush_due`, `compaction_due` |
+//! | 8. When due, stage the state machine's changed keys with the applied index and the commit index; when a compaction is due, mark the write for a snapshot (below) | `StateMachine::flush`, `RaftStore::stage_commit`, `state_flush_due`, `compaction_due` |
 //! | 9. Send forwarded proposals and ReadIndex requests at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer | `Persist::submit` |
 //! | 10. Tell raft-rs what is applied, at most `min(committed, persisted)` | `advance_applied` |
 //!
@@ -57,6 +57,23 @@
 //! - The reply to a write goes to the member that proposed it, matched by
 //!   `(origin, request_id)` in the entry; every other member applies the
 //!   entry and answers nobody.
+//!
+//! Snapshots off the driver: when a Ready finds a compaction due
+//! (`compaction_due`), it stages a state checkpoint (the state's keys and
+//! the applied index A) and marks its write `snapshot`; the syncer writes
+//! it on its own and has the snapshot thread take a RocksDB view right
+//! after (syncer.rs), and that thread encodes the checkpoint's records as
+//! the snapshot at A (`StateMachine::snapshot_from_store`: the same bytes
+//! the state at A makes). Its answer (`Input::SnapshotBuilt`) stores the
+//! snapshot and truncates the log up to `A - snapshot_entries / 4`, in a
+//! write of its own; it is dropped if the store moved past A meanwhile (a
+//! snapshot installed) or the configuration changed since it was asked
+//! for (the snapshot would carry the wrong one: the next Ready asks again).
+//! One is built at a time. The driver goes on ticking, applying and
+//! answering while it is built: at a million nodes that took ~2 s of the
+//! driver thread, with no heartbeat sent. The log still holds every entry
+//! after the last checkpoint (A is one), so the rule above holds. The
+//! snapshot a new member needs (`snapshot_now`, rare) is still made here.
 //!
 //! Installing a snapshot (a follower too far behind): `StateMachine::restore`
 //! replaces the whole state (all of it staged for the write),
@@ -105,14 +122,16 @@ impl Driver {
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().note_hard_state(hs.clone(), &mut batch)?;
         }
-        let compacting = self.compaction_due();
+        // A snapshot is built off this thread from the checkpoint staged
+        // here (module doc, "Snapshots off the driver").
+        let compacting = self.snapshot_building.is_none() && self.compaction_due();
         if conf_changed || compacting || self.state_flush_due(now) {
             self.sm_mut().flush(&mut batch);
             self.raw.mut_store().stage_commit(&mut batch)?;
             self.clock.state_flushed = now;
         }
         if compacting {
-            self.compact(&mut batch)?;
+            self.snapshot_building = Some(self.raw.store().conf_state().clone());
         }
         let number = rd.number();
         // On a follower raft-rs files every message as "after persisting".
@@ -127,7 +146,7 @@ impl Driver {
         // them from there); the syncer makes them durable in order, and
         // `on_persisted` sends `after` and reports the number once it has.
         self.raw.advance_append_async(rd);
-        self.io.persist.submit(SyncJob { number, batch, sync: must_sync, after });
+        self.io.persist.submit(SyncJob { number, batch, sync: must_sync, after, snapshot: compacting });
         self.advance_applied();
         Ok(())
     }
@@ -367,7 +386,7 @@ impl Driver {
         info!(applied, bytes = data.len(), "snapshot for a new member");
         let mut batch = Batch::default();
         self.raw.mut_store().compact(applied, data, 0, &mut batch)?;
-        self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new() });
+        self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new(), snapshot: false });
         Ok(())
     }
 
@@ -378,19 +397,35 @@ impl Driver {
         applied >= first && applied - first + 1 >= self.cfg.snapshot_entries
     }
 
-    /// Snapshots the state at the applied index and drops the log up to a
-    /// tail (the state's keys are staged in the same batch, by the caller).
-    fn compact(&mut self, batch: &mut Batch) -> anyhow::Result<()> {
-        let applied = self.sm().applied();
-        let first = self.raw.store().first();
+    /// The snapshot thread's answer to a checkpoint's request: stores the
+    /// snapshot and drops the log up to a tail before its index, unless
+    /// the store moved past it meanwhile (a snapshot installed).
+    pub(super) fn on_snapshot_built(&mut self, built: crate::syncer::Built) {
+        let Some(conf) = self.snapshot_building.take() else { return };
+        let b = match built {
+            Ok(b) => b,
+            Err(e) => return warn!(error = %e, "a snapshot could not be built; the next Ready asks again"),
+        };
+        crate::metrics::snapshot("made", b.took);
+        let store = self.raw.store();
+        let (first, stored) = (store.first(), store.stored_snapshot().get_metadata().index);
+        if b.index <= stored || b.index + 1 < first || b.index > self.sm().applied() {
+            return debug!(index = b.index, stored, first, "a built snapshot is not newer: dropped");
+        }
+        // The snapshot carries the configuration it was asked at: one
+        // changed since would be stored with the wrong one.
+        if *store.conf_state() != conf {
+            return debug!(index = b.index, "the configuration changed while a snapshot was built: dropped");
+        }
         // Keep a tail of the log so a briefly lagging follower catches up
         // from entries instead of a whole snapshot.
         let keep = self.cfg.snapshot_entries / 4;
-        let t = std::time::Instant::now();
-        let data = self.sm().snapshot();
-        crate::metrics::snapshot("made", t.elapsed());
-        debug!(applied, first, bytes = data.len(), "compacting log");
-        self.raw.mut_store().compact(applied, data, applied.saturating_sub(keep), batch)?;
-        Ok(())
+        debug!(index = b.index, first, bytes = b.data.len(), ms = b.took.as_millis() as u64, "compacting log");
+        let mut batch = Batch::default();
+        if let Err(e) = self.raw.mut_store().compact(b.index, b.data, b.index.saturating_sub(keep), &mut batch) {
+            return warn!(error = %e, "a built snapshot could not be stored");
+        }
+        self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new(), snapshot: false });
+        crate::memory::release();
     }
 }

@@ -120,7 +120,7 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use crate::acl::{self, Caller};
-use crate::kv::{prefix_end, Batch, Kv, KvError};
+use crate::kv::{prefix_end, Batch, Kv, KvError, KvView};
 
 mod codec;
 mod persist;

@@ -197,6 +197,52 @@ impl StateMachine {
         }
     }
 
+    /// The snapshot of the state checkpointed in `view` (the store as the
+    /// syncer left it after a checkpoint), and the index it is at: the
+    /// same bytes [`StateMachine::snapshot`] makes of that state, built
+    /// from the stored records without decoding them, on any thread
+    /// (driver/ready.rs, "Snapshots off the driver").
+    pub fn snapshot_from_store(view: &dyn KvView) -> Result<(u64, Vec<u8>), KvError> {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        fn field(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
+            encode_key(tag, WireType::LengthDelimited, out);
+            encode_varint(bytes.len() as u64, out);
+            out.extend_from_slice(bytes);
+        }
+        let applied = match view.get(KEY_APPLIED)? {
+            Some(b) => {
+                u64::from_be_bytes(b.as_slice().try_into().map_err(|_| KvError("corrupt applied index".into()))?)
+            }
+            None => 0,
+        };
+        let mut out = Vec::new();
+        baton_proto::Snapshot { applied_index: applied, ..Default::default() }.encode(&mut out).expect("a Vec grows");
+        // NodeEntry { path = 1, node = 2 }, inside Snapshot.nodes = 2.
+        let mut entry = Vec::new();
+        view.for_each_prefix(&[PREFIX_NODE], &mut |k, v| {
+            entry.clear();
+            field(&mut entry, 1, &k[1..]);
+            field(&mut entry, 2, v);
+            field(&mut out, 2, &entry);
+            Ok(())
+        })?;
+        for (prefix, tag) in [(PREFIX_SESSION, 3), (PREFIX_FENCE, 4)] {
+            view.for_each_prefix(&[prefix], &mut |_, v| {
+                field(&mut out, tag, v);
+                Ok(())
+            })?;
+        }
+        // An empty cluster record is left out, as `snapshot_record` does.
+        if let Some(c) = view.get(KEY_CLUSTER)?.filter(|c| !c.is_empty()) {
+            field(&mut out, 5, &c);
+        }
+        view.for_each_prefix(&[PREFIX_USER], &mut |_, v| {
+            field(&mut out, 6, v);
+            Ok(())
+        })?;
+        Ok((applied, out))
+    }
+
     /// Everything but the nodes ([`Self::encode_state`] adds them).
     fn snapshot_record(&self) -> baton_proto::Snapshot {
         let mut fences: Vec<FenceRecord> =

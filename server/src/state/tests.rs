@@ -140,6 +140,14 @@ fn a_snapshot_streamed_node_by_node_is_the_whole_records_encoding() {
         assert_eq!(code(&sm.apply(2 + i as u64, &op(1 + i as u64, create))), 0);
     }
     assert_eq!(code(&sm.apply(9, &op(8, fence("billing", 9)))), 0);
+    // The same bytes from the records the state checkpointed in a store.
+    let kv = crate::kv::MemKv::default();
+    let mut batch = Batch::default();
+    sm.flush(&mut batch);
+    kv.write(batch, true).expect("write");
+    let mut from_store = None;
+    kv.with_view(&mut |view| from_store = Some(StateMachine::snapshot_from_store(view).expect("built")));
+    assert_eq!(from_store, Some((9, sm.snapshot())));
     for bytes in [sm.snapshot(), sm.backup()] {
         let whole = baton_proto::Snapshot::decode(&bytes[..]).expect("decodes");
         let paths: Vec<&str> = whole.nodes.iter().map(|e| e.path.as_str()).collect();
