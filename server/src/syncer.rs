@@ -269,3 +269,46 @@ impl SyncReports {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateMachine;
+
+    /// The state checkpointed at `index`, as a Ready's job would carry it.
+    fn job(sm: &mut StateMachine, index: u64, snapshot: bool) -> SyncJob {
+        sm.skip(index);
+        let mut batch = Batch::default();
+        sm.flush(&mut batch);
+        SyncJob { number: index, batch, sync: false, after: Vec::new(), snapshot }
+    }
+
+    /// A snapshot job's write is not merged with the one queued after it,
+    /// and the view is taken before that one is written: the snapshot is
+    /// the state at its own checkpoint.
+    #[test]
+    fn a_snapshot_is_built_from_the_store_as_its_own_write_left_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv: Arc<dyn Kv> = Arc::new(crate::kv::RocksKv::open(dir.path()).expect("open"));
+        let (wake_tx, wake_rx) = std::sync::mpsc::channel();
+        let (mut syncer, _reports) = Syncer::start(kv, wake_tx);
+        let mut sm = StateMachine::new();
+        for round in 0..20u64 {
+            let first = job(&mut sm, 2 * round + 1, true);
+            let expected = sm.snapshot();
+            let second = job(&mut sm, 2 * round + 2, false);
+            syncer.submit(first);
+            syncer.submit(second);
+            let built = loop {
+                match wake_rx.recv_timeout(Duration::from_secs(10)) {
+                    Ok(Input::SnapshotBuilt(b)) => break b.expect("built"),
+                    Ok(_) => continue,
+                    Err(e) => panic!("round {round}: no snapshot came: {e}"),
+                }
+            };
+            assert_eq!(built.index, 2 * round + 1, "round {round}");
+            assert!(built.data == expected, "round {round}: the snapshot is not the checkpoint's state");
+        }
+        syncer.stop();
+    }
+}

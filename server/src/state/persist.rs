@@ -219,6 +219,14 @@ impl StateMachine {
         baton_proto::Snapshot { applied_index: applied, ..Default::default() }.encode(&mut out).expect("a Vec grows");
         // NodeEntry { path = 1, node = 2 }, inside Snapshot.nodes = 2.
         let mut entry = Vec::new();
+        // The root is stored only once it changed; the loaded state has it
+        // either way (`rebuild_derived`), and so does the snapshot. It
+        // sorts first.
+        if view.get(&[PREFIX_NODE, b'/'])?.is_none() {
+            field(&mut entry, 1, b"/");
+            field(&mut entry, 2, &node_record(&root_node()).encode_to_vec());
+            field(&mut out, 2, &entry);
+        }
         view.for_each_prefix(&[PREFIX_NODE], &mut |k, v| {
             entry.clear();
             field(&mut entry, 1, &k[1..]);
