@@ -420,7 +420,13 @@ impl Driver {
         // Keep a tail of the log so a briefly lagging follower catches up
         // from entries instead of a whole snapshot.
         let keep = self.cfg.snapshot_entries / 4;
-        debug!(index = b.index, first, bytes = b.data.len(), ms = b.took.as_millis() as u64, "compacting log");
+        info!(
+            index = b.index,
+            first,
+            bytes = b.data.len(),
+            ms = b.took.as_millis() as u64,
+            "snapshot built; compacting the log"
+        );
         let mut batch = Batch::default();
         if let Err(e) = self.raw.mut_store().compact(b.index, b.data, b.index.saturating_sub(keep), &mut batch) {
             return warn!(error = %e, "a built snapshot could not be stored");
