@@ -1,6 +1,9 @@
 //! The session actor: one task owns the connection, the pending requests,
 //! the watches and the session state; the public API talks to it through a
-//! channel (`Cmd`).
+//! channel (`Cmd`). The actor reads its socket itself, so an answer or an
+//! event is handled by the task that read it (no reader task hands frames
+//! over); it reads only while free, so a busy actor slows the member
+//! (TCP back-pressure) and never buffers without bound.
 //!
 //! Connection life: connect -> (first time) CreateSession, or (after a loss)
 //! Attach with the secret, the last index seen and every watch -> requests
@@ -118,7 +121,7 @@
 //! expired or closed), so a listener sees each edge even when the state
 //! flips back before it looks.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use baton_proto::tls::BoxStream;
@@ -183,11 +186,6 @@ pub(crate) enum Cmd {
     Close(Option<oneshot::Sender<Result<()>>>),
 }
 
-enum Ev {
-    Frame(u64, Box<ServerFrame>),
-    Closed(u64),
-}
-
 #[derive(PartialEq, Eq, Clone, Copy)]
 enum Kind {
     User,
@@ -224,8 +222,14 @@ struct WatchEntry {
 }
 
 struct Conn {
-    gen: u64,
+    /// Read by the actor itself (`next_frame`): a frame costs no hand-off
+    /// between tasks before it is handled.
+    r: FramedRead<ReadHalf<BoxStream>, LengthDelimitedCodec>,
     w: FramedWrite<WriteHalf<BoxStream>, LengthDelimitedCodec>,
+    /// Frames read while a write was blocked (`write_reading`), handled
+    /// before the socket is read again; they belong to this connection and
+    /// go with it.
+    inbox: VecDeque<Incoming>,
     /// Attach answered: requests may flow.
     ready: bool,
 }
@@ -237,8 +241,6 @@ struct Actor {
     secret: Bytes,
     timeout: Duration,
     conn: Option<Conn>,
-    gen: u64,
-    ev_tx: mpsc::Sender<Ev>,
     state: watch::Sender<SessionState>,
     edges: broadcast::Sender<ConnectionEvent>,
     ns: Namespace,
@@ -336,9 +338,6 @@ pub(crate) struct Started {
     pub(crate) timeout: Duration,
 }
 
-/// Frames from a connection's reader queued for the actor.
-const FRAME_QUEUE: usize = 1024;
-
 /// Creates the session and starts the actor. When no member will have it
 /// before `op_timeout`, the error lists every endpoint tried and why.
 pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
@@ -347,7 +346,6 @@ pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
     let mut tried: BTreeMap<String, String> = BTreeMap::new();
     let mut ep = 0usize;
     let mut attempt = 0u32;
-    let (ev_tx, ev_rx) = mpsc::channel(FRAME_QUEUE);
     loop {
         if Instant::now() >= deadline {
             let why: Vec<String> = tried.iter().map(|(e, w)| format!("{e}: {w}")).collect();
@@ -357,7 +355,7 @@ pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
         let endpoint = cfg.endpoints[ep % cfg.endpoints.len()].clone();
         ep += 1;
         let sent = Instant::now();
-        match create_session(&endpoint, &cfg, 1, ev_tx.clone()).await {
+        match create_session(&endpoint, &cfg).await {
             Ok((conn, sid, secret, timeout, zxid)) => {
                 let (state_tx, state_rx) = watch::channel(SessionState::Connected);
                 let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
@@ -369,8 +367,6 @@ pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
                     secret,
                     timeout,
                     conn: Some(conn),
-                    gen: 1,
-                    ev_tx,
                     state: state_tx,
                     edges: edges.clone(),
                     ns,
@@ -391,7 +387,7 @@ pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
                     reconnect_failures: 0,
                     cfg,
                 };
-                tokio::spawn(actor.run(cmd_rx, ev_rx));
+                tokio::spawn(actor.run(cmd_rx));
                 return Ok(Started { cmds: cmd_tx, state: state_rx, edges, session_id: sid, timeout });
             }
             Err(Failed::NoAuth(e)) => return Err(Error::NoAuth(format!("{endpoint}: {e}"))),
@@ -431,30 +427,57 @@ impl From<std::io::Error> for Failed {
     }
 }
 
-/// Reads frames into the actor's bounded queue: a busy actor slows the
-/// reader, and the reader slows the member (TCP), never memory.
-fn spawn_reader(gen: u64, rd: ReadHalf<BoxStream>, ev: mpsc::Sender<Ev>) {
-    tokio::spawn(async move {
-        let mut r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
-        while let Some(Ok(frame)) = r.next().await {
-            match ServerFrame::decode(frame) {
-                Ok(f) => {
-                    if ev.send(Ev::Frame(gen, Box::new(f))).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
+/// What came in on the connection.
+enum Incoming {
+    Frame(Box<ServerFrame>),
+    /// Closed by the server, failed, or sent a frame that does not decode.
+    Closed,
+}
+
+/// The next frame on `conn` (pending forever when there is none). The
+/// actor reads its own connection, and only while it is free: a busy
+/// actor slows the member (TCP), never grows memory. Cancel-safe (a frame
+/// half read stays in the `FramedRead`'s buffer).
+async fn next_frame(conn: &mut Option<Conn>) -> Incoming {
+    let Some(c) = conn else { return std::future::pending().await };
+    match c.inbox.pop_front() {
+        Some(queued) => queued,
+        None => read_frame(&mut c.r).await,
+    }
+}
+
+async fn read_frame(r: &mut FramedRead<ReadHalf<BoxStream>, LengthDelimitedCodec>) -> Incoming {
+    match r.next().await {
+        Some(Ok(frame)) => match ServerFrame::decode(frame) {
+            Ok(f) => Incoming::Frame(Box::new(f)),
+            Err(_) => Incoming::Closed,
+        },
+        Some(Err(_)) | None => Incoming::Closed,
+    }
+}
+
+/// Writes `bytes` on `c`, reading while the write waits: a member at its
+/// in-flight cap stops reading until its answers are read, so an actor
+/// that only wrote would wait on the member while the member waits on it.
+/// What is read meanwhile queues in `c.inbox` (bounded by what the member
+/// may queue for a connection, `--max-queued-bytes`). Returns false when
+/// the connection failed.
+async fn write_reading(c: &mut Conn, bytes: Bytes) -> bool {
+    let Conn { r, w, inbox, .. } = c;
+    let send = w.send(bytes);
+    tokio::pin!(send);
+    loop {
+        tokio::select! {
+            biased;
+            sent = &mut send => return sent.is_ok(),
+            incoming = read_frame(r), if !matches!(inbox.back(), Some(Incoming::Closed)) => inbox.push_back(incoming),
         }
-        let _ = ev.send(Ev::Closed(gen)).await;
-    });
+    }
 }
 
 async fn create_session(
     endpoint: &str,
     cfg: &ClientConfig,
-    gen: u64,
-    ev: mpsc::Sender<Ev>,
 ) -> std::result::Result<(Conn, u64, Bytes, Duration, u64), Failed> {
     let s = dial(endpoint, cfg.connect_timeout, cfg.tls.as_ref()).await?;
     let (rd, wr) = tokio::io::split(s);
@@ -490,10 +513,14 @@ async fn create_session(
     .map_err(|_| Failed::Retry("no answer to create-session".to_string()))??;
     match resp.body {
         Some(response::Body::CreateSession(cs)) if resp.error == 0 => {
-            let rd = r.into_inner();
-            spawn_reader(gen, rd, ev);
             let timeout = Duration::from_millis(cs.timeout_ms as u64);
-            Ok((Conn { gen, w, ready: true }, cs.session_id, cs.secret, timeout, resp.zxid.max(cs.session_id)))
+            Ok((
+                Conn { r, w, inbox: VecDeque::new(), ready: true },
+                cs.session_id,
+                cs.secret,
+                timeout,
+                resp.zxid.max(cs.session_id),
+            ))
         }
         _ => {
             let code = ErrorCode::try_from(resp.error).unwrap_or(ErrorCode::Internal);
@@ -504,26 +531,23 @@ async fn create_session(
 }
 
 impl Actor {
-    async fn run(mut self, mut cmds: mpsc::Receiver<Cmd>, mut evs: mpsc::Receiver<Ev>) {
+    async fn run(mut self, mut cmds: mpsc::Receiver<Cmd>) {
         loop {
             let connected_until = tokio::time::Instant::from_std(self.liveness.connected_until());
             let wake = tokio::time::Instant::from_std(self.next_wake(Instant::now()));
             tokio::select! {
                 biased;
                 // Server frames first: answers free callers.
-                ev = evs.recv() => match ev {
-                    Some(ev) => self.on_event(ev).await,
-                    None => return,
-                },
+                incoming = next_frame(&mut self.conn), if self.conn.is_some() => self.on_incoming(incoming).await,
                 // API calls.
                 cmd = cmds.recv() => match cmd {
                     Some(Cmd::Close(reply)) => {
-                        let r = self.close(&mut evs).await;
+                        let r = self.close().await;
                         if let Some(tx) = reply { let _ = tx.send(r); }
                         return;
                     }
                     Some(cmd) => self.on_cmd(cmd).await,
-                    None => { let _ = self.close(&mut evs).await; return; }
+                    None => { let _ = self.close().await; return; }
                 },
                 // The moment the last proof runs out: Suspended, on time.
                 _ = tokio::time::sleep_until(connected_until), if self.is(SessionState::Connected) => {
@@ -720,7 +744,7 @@ impl Actor {
         p.sent = true;
         p.sent_at = Instant::now();
         let bytes = encode(&p.req);
-        if conn.w.send(bytes).await.is_err() {
+        if !write_reading(conn, bytes).await {
             self.drop_conn();
         }
     }
@@ -739,20 +763,15 @@ impl Actor {
         self.update_state(Instant::now());
     }
 
-    async fn on_event(&mut self, ev: Ev) {
-        let (gen, frame) = match ev {
-            Ev::Closed(gen) => {
-                if self.conn.as_ref().is_some_and(|c| c.gen == gen) {
-                    debug!("connection closed by server");
-                    self.drop_conn();
-                }
+    async fn on_incoming(&mut self, incoming: Incoming) {
+        let frame = match incoming {
+            Incoming::Closed => {
+                debug!("connection closed by server");
+                self.drop_conn();
                 return;
             }
-            Ev::Frame(gen, f) => (gen, *f),
+            Incoming::Frame(f) => *f,
         };
-        if self.conn.as_ref().is_none_or(|c| c.gen != gen) {
-            return; // from a connection we already left
-        }
         self.last_frame = Instant::now();
         self.last_heard = self.last_frame;
         match frame.frame {
@@ -1017,9 +1036,8 @@ impl Actor {
                 return;
             }
         };
-        self.gen += 1;
         let (rd, wr) = tokio::io::split(s);
-        spawn_reader(self.gen, rd, self.ev_tx.clone());
+        let r = FramedRead::new(rd, baton_proto::codec(MAX_FRAME));
         let mut w = FramedWrite::new(wr, baton_proto::codec(MAX_FRAME));
         // The identity first: it belongs to the connection. Its answer is
         // not awaited (requests on a connection are answered in order; a
@@ -1066,7 +1084,7 @@ impl Actor {
                 _slot: None,
             },
         );
-        self.conn = Some(Conn { gen: self.gen, w, ready: false });
+        self.conn = Some(Conn { r, w, inbox: VecDeque::new(), ready: false });
         self.last_frame = now;
         debug!(%endpoint, "reconnecting");
     }
@@ -1100,7 +1118,7 @@ impl Actor {
         }
     }
 
-    async fn close(&mut self, evs: &mut mpsc::Receiver<Ev>) -> Result<()> {
+    async fn close(&mut self) -> Result<()> {
         if self.is(SessionState::Expired) {
             return Ok(());
         }
@@ -1115,7 +1133,7 @@ impl Actor {
             tokio::select! {
                 r = &mut rx => break r.map_err(|_| Error::Closed).and_then(|r| r.map(|_| ())),
                 _ = tokio::time::sleep_until(deadline) => break Err(Error::Ambiguous("close not answered".into())),
-                Some(ev) = evs.recv() => self.on_event(ev).await,
+                incoming = next_frame(&mut self.conn), if self.conn.is_some() => self.on_incoming(incoming).await,
                 _ = tokio::time::sleep(TICK) => { self.on_tick().await; }
             }
         };

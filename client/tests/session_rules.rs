@@ -9,13 +9,18 @@
 //! - Finding S1: only keepalives answered OK make the client `Connected`;
 //!   a member that answers everything else (stale reads, status) but not
 //!   keepalives leaves it `Suspended`.
+//! - The actor reads its own socket (no reader task): it keeps reading
+//!   while a write of its own waits, or a member that writes before it
+//!   reads again would wait on it as it waits on the member.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_client::{Client, ClientConfig, SessionState, MAX_WRITES_IN_FLIGHT};
-use baton_proto::{request, response, ClientFrame, CreateSessionResp, Empty, ErrorCode, Response, ServerFrame};
+use baton_proto::{
+    request, response, ClientFrame, CreateSessionResp, Empty, ErrorCode, Response, ServerFrame, SetResp, Stat,
+};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use tokio::net::TcpListener;
@@ -169,4 +174,68 @@ async fn a_resent_close_answered_session_expired_succeeds() {
     let r = c.close().await;
     assert!(r.is_ok(), "close said {r:?}");
     assert_eq!(seen.lock().unwrap().closes, 2, "the close was not resent once");
+}
+
+/// A member that writes before it reads again (a real one stops reading a
+/// connection at its in-flight cap until its answers are read): it reads
+/// the first write, then sends 32 MB of answers nobody waits for, and only
+/// then reads and answers the writes. A client that stopped reading while
+/// its own 24 MB of writes wait would wait on the member as the member
+/// waits on it, and every write would time out.
+async fn member_that_writes_first() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound").to_string();
+    tokio::spawn(async move {
+        let Ok((sock, _)) = listener.accept().await else { return };
+        let mut f = tokio_util::codec::Framed::new(sock, baton_proto::codec(1 << 24));
+        let mut flooded = false;
+        while let Some(Ok(frame)) = f.next().await {
+            let Ok(ClientFrame { request: Some(req) }) = ClientFrame::decode(frame) else { return };
+            let body = match &req.body {
+                Some(request::Body::CreateSession(c)) => response::Body::CreateSession(CreateSessionResp {
+                    session_id: 42,
+                    secret: bytes::Bytes::from_static(b"secret"),
+                    timeout_ms: c.timeout_ms,
+                }),
+                Some(request::Body::Set(_)) => response::Body::Set(SetResp { stat: Some(Stat::default()) }),
+                _ => response::Body::Empty(Empty {}),
+            };
+            if matches!(req.body, Some(request::Body::Set(_))) && !flooded {
+                flooded = true;
+                for _ in 0..64 {
+                    let noise = Response { id: u64::MAX, message: "x".repeat(512 << 10), ..Default::default() };
+                    let out = ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(noise)) };
+                    if f.send(bytes::Bytes::from(out.encode_to_vec())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            let resp = Response { id: req.id, zxid: 42, body: Some(body), ..Default::default() };
+            let out = ServerFrame { frame: Some(baton_proto::server_frame::Frame::Response(resp)) };
+            if f.send(bytes::Bytes::from(out.encode_to_vec())).await.is_err() {
+                return;
+            }
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_client_reads_while_its_writes_wait() {
+    let addr = member_that_writes_first().await;
+    let cfg = ClientConfig::new([addr]).session_timeout(Duration::from_secs(30)).op_timeout(Duration::from_secs(10));
+    let c = Client::connect_with(cfg).await.expect("session");
+    let value = vec![b'v'; 512 << 10];
+    let mut tasks = Vec::new();
+    for i in 0..48 {
+        let (c, value) = (c.clone(), value.clone());
+        tasks.push(tokio::spawn(async move { c.set(&format!("/k{i}"), value, None).await.map(|_| ()) }));
+    }
+    // Bounded: a deadlocked actor never times its callers out.
+    let all = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks)).await;
+    let all = all.expect("writes still waiting after 30 s: client and member each wait for the other to read");
+    for (i, r) in all.into_iter().enumerate() {
+        let r = r.expect("task");
+        assert!(r.is_ok(), "write {i}: {r:?}");
+    }
 }
