@@ -40,7 +40,9 @@
 //! Key space (first byte is the table):
 //! - `e` + index (u64 BE): Raft log entry (protobuf 2, raft-rs `Entry`)
 //! - `h`: hard state, `c`: conf state, `t`: truncated (index, term),
-//!   `p`: latest Raft snapshot (raft-rs `Snapshot`, our state inside)
+//!   `p`: latest Raft snapshot's record (raft-rs `Snapshot`: its metadata;
+//!   its state inline only in a record written before `d` existed),
+//!   `d`: that snapshot's state bytes (raft_store.rs)
 //! - `a`: applied index (u64 BE), written with the state it produced
 //! - `n` + path: `NodeRecord` (data, stat, sequential counter, ACL),
 //!   `s` + id (u64 BE): `SessionRecord` (timeout, secret, cached replies,
@@ -59,6 +61,10 @@ use std::sync::Mutex;
 #[derive(Debug, Clone)]
 pub enum BatchOp {
     Put(Vec<u8>, Vec<u8>),
+    /// A put whose value is shared with what the caller keeps in memory
+    /// (the Raft snapshot's state, raft_store.rs): staging it copies
+    /// nothing on the driver; the syncer copies it into the write.
+    PutShared(Vec<u8>, bytes::Bytes),
     Delete(Vec<u8>),
     /// Deletes keys in `[from, to)`.
     DeleteRange(Vec<u8>, Vec<u8>),
@@ -73,6 +79,9 @@ pub struct Batch {
 impl Batch {
     pub fn put(&mut self, k: impl Into<Vec<u8>>, v: impl Into<Vec<u8>>) {
         self.ops.push(BatchOp::Put(k.into(), v.into()));
+    }
+    pub fn put_shared(&mut self, k: impl Into<Vec<u8>>, v: bytes::Bytes) {
+        self.ops.push(BatchOp::PutShared(k.into(), v));
     }
     pub fn delete(&mut self, k: impl Into<Vec<u8>>) {
         self.ops.push(BatchOp::Delete(k.into()));
@@ -250,6 +259,7 @@ impl Kv for RocksKv {
         for op in batch.ops {
             match op {
                 BatchOp::Put(k, v) => wb.put(k, seal(&v)),
+                BatchOp::PutShared(k, v) => wb.put(k, seal(&v)),
                 BatchOp::Delete(k) => wb.delete(k),
                 BatchOp::DeleteRange(a, b) => wb.delete_range(a, b),
             }
@@ -363,6 +373,9 @@ impl Kv for MemKv {
             match op {
                 BatchOp::Put(k, v) => {
                     map.insert(k, v);
+                }
+                BatchOp::PutShared(k, v) => {
+                    map.insert(k, v.to_vec());
                 }
                 BatchOp::Delete(k) => {
                     map.remove(&k);

@@ -11,6 +11,9 @@
 //! 4. `tick` when due (with whether this turn drained the queue);
 //! 5. `end_turn`: ReadIndex, Ready, reads, session rounds.
 //!
+//! A turn over [`LONG_TURN`] is logged at warn with the milliseconds of
+//! each step ("a driver turn took long").
+//!
 //! Everything that decides lives in `driver/` and takes `now` as an
 //! argument; this file only reads the clock and moves messages.
 //!
@@ -58,12 +61,19 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::warn;
+
 use crate::config::Config;
 use crate::driver::{Driver, WallClock, MAX_INPUTS_PER_TURN};
 use crate::kv::Kv;
 use crate::message::{Input, PeerSink};
 use crate::syncer::{SyncReports, Syncer};
 use crate::view::SharedState;
+
+/// A turn longer than this is logged with where its time went (a warning):
+/// ticks and heartbeats wait for it, and a leader's turn near half an
+/// election timeout is how a member loses its followers.
+const LONG_TURN: Duration = Duration::from_millis(200);
 
 /// What a member that applied its own removal stops with.
 pub const REMOVED: &str = "this member was removed from the cluster: it stops and serves no one (add the machine \
@@ -122,6 +132,7 @@ impl Node {
             }
             let drained = inputs.len() < MAX_INPUTS_PER_TURN;
             let now = Instant::now();
+            let n_inputs = inputs.len();
             // 2. Inputs.
             for input in inputs {
                 if matches!(input, Input::Shutdown) {
@@ -130,10 +141,12 @@ impl Node {
                 }
                 self.driver.handle(input, now);
             }
+            let handled = Instant::now();
             // 3. Finished writes.
             while let Some(done) = self.reports.poll()? {
                 self.driver.on_persisted(done);
             }
+            let persisted = Instant::now();
             // 4. Tick.
             if now >= next_tick {
                 self.driver.tick(now, drained);
@@ -142,8 +155,21 @@ impl Node {
                     next_tick = now + self.tick;
                 }
             }
+            let ticked = Instant::now();
             // 5. Ready, reads, rounds.
             self.driver.end_turn(now)?;
+            let done = Instant::now();
+            if done.duration_since(now) > LONG_TURN {
+                let ms = |a: Instant, b: Instant| b.duration_since(a).as_millis() as u64;
+                warn!(
+                    inputs = n_inputs,
+                    inputs_ms = ms(now, handled),
+                    persisted_ms = ms(handled, persisted),
+                    tick_ms = ms(persisted, ticked),
+                    ready_ms = ms(ticked, done),
+                    "a driver turn took long (ticks and heartbeats waited)"
+                );
+            }
             // A member that applied its own removal serves no one: what it
             // wrote is flushed, then `batond` exits 2 (main.rs).
             if self.driver.removed() {

@@ -420,18 +420,23 @@ impl Driver {
         // Keep a tail of the log so a briefly lagging follower catches up
         // from entries instead of a whole snapshot.
         let keep = self.cfg.snapshot_entries / 4;
-        info!(
-            index = b.index,
-            first,
-            bytes = b.data.len(),
-            ms = b.took.as_millis() as u64,
-            "snapshot built; compacting the log"
-        );
+        let bytes = b.data.len();
+        let t = std::time::Instant::now();
         let mut batch = Batch::default();
         if let Err(e) = self.raw.mut_store().compact(b.index, b.data, b.index.saturating_sub(keep), &mut batch) {
             return warn!(error = %e, "a built snapshot could not be stored");
         }
         self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new(), snapshot: false });
+        let staged = t.elapsed();
         crate::memory::release();
+        info!(
+            index = b.index,
+            first,
+            bytes,
+            ms = b.took.as_millis() as u64,
+            stage_ms = staged.as_millis() as u64,
+            release_ms = (t.elapsed() - staged).as_millis() as u64,
+            "snapshot built; log compacted"
+        );
     }
 }

@@ -10,6 +10,7 @@ fn keys_are_distinct() {
         rs::KEY_CONF_STATE[0],
         rs::KEY_TRUNCATED[0],
         rs::KEY_SNAPSHOT[0],
+        rs::KEY_SNAPSHOT_DATA[0],
         rs::PREFIX_ENTRY,
         crate::cluster::KEY_INCARNATION[0],
         crate::cluster::PREFIX_PEER_INCARNATION,
