@@ -131,7 +131,9 @@ pub enum Input {
         conn: ConnId,
         req: Request,
     },
-    Peer(Box<Message>),
+    /// A Raft message, and when the transport read it (`None` where time
+    /// is simulated): the driver logs one that waited long for it.
+    Peer(Box<Message>, Option<std::time::Instant>),
     /// Follower -> leader: sessions heard from (see `sessions.rs`).
     Touch {
         from: u64,
@@ -201,7 +203,7 @@ impl PeerOut {
     /// The `Input` this becomes at the receiving member.
     pub fn into_input(self, from: u64) -> Input {
         match self {
-            PeerOut::Raft(m) => Input::Peer(m),
+            PeerOut::Raft(m) => Input::Peer(m, None),
             PeerOut::Touch { ids, batch } => Input::Touch { from, ids, batch },
             PeerOut::TouchAck { batch, expired, expiring } => Input::TouchAck { from, batch, expired, expiring },
             PeerOut::Sync { term, round, ids, want_report } => Input::Sync { from, term, round, ids, want_report },

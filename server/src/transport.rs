@@ -461,7 +461,7 @@ async fn frames(r: &mut PeerReader, peer: u64, me: u64, input: &Sender<Input>) -
                     warn!(peer, "dropping a raft message from {} to {} on member {peer}'s connection", m.from, m.to);
                     continue;
                 }
-                if input.send(Input::Peer(Box::new(m))).is_err() {
+                if input.send(Input::Peer(Box::new(m), Some(std::time::Instant::now()))).is_err() {
                     return Ok(());
                 }
             }

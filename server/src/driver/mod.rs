@@ -232,6 +232,9 @@ struct Clock {
     ticks: u64,
     /// When the state machine's changed keys were last staged (ready.rs).
     state_flushed: Instant,
+    /// When a peer message that waited long in the input queue was last
+    /// logged (at most one a second).
+    queue_logged: Option<Instant>,
 }
 
 /// The cluster-wide settings this member follows (settings.rs).
@@ -380,7 +383,7 @@ impl Driver {
                 election_drawn: false,
                 read_term: 0,
             },
-            clock: Clock { wall, started: now, last_tick: None, ticks: 0, state_flushed: now },
+            clock: Clock { wall, started: now, last_tick: None, ticks: 0, state_flushed: now, queue_logged: None },
             duties: LeaderDuties::default(),
             followed: Followed { current: settings, noted: None },
             membership: Membership { addrs: BTreeMap::new(), reported: None, removed: false },
@@ -477,9 +480,12 @@ impl Driver {
                 self.sessions.remove_conn(conn);
             }
             Input::Client { conn, req } => self.on_request(conn, req, now),
-            Input::Peer(m) => {
+            Input::Peer(m, read_at) => {
                 if m.to != self.cfg.id {
                     return;
+                }
+                if let Some(at) = read_at {
+                    self.note_queued(&m, now.saturating_duration_since(at), now);
                 }
                 if m.from == self.soft.leader {
                     self.soft.leader_contact = now;
@@ -598,6 +604,22 @@ impl Driver {
     }
 
     // ------------------------------------------------------------ time
+
+    /// A Raft message that waited `waited` between the transport reading
+    /// it and this turn: over a quarter of an election timeout, logged
+    /// (once a second at most). A leader's heartbeats and its followers'
+    /// answers that wait this long are how a busy member loses its
+    /// followers with no long turn of its own.
+    fn note_queued(&mut self, m: &Message, waited: Duration, now: Instant) {
+        if waited <= self.cfg.election_timeout() / 4 {
+            return;
+        }
+        if self.clock.queue_logged.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+            return;
+        }
+        self.clock.queue_logged = Some(now);
+        warn!(from = m.from, kind = ?m.get_msg_type(), waited_ms = waited.as_millis() as u64, "a peer message waited long in the driver's queue");
+    }
 
     /// True on a leader, or on a follower that heard from its leader within
     /// an election timeout.

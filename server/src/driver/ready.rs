@@ -11,11 +11,11 @@
 //! | 6. Stage new log entries (the in-memory store has them at once) | `RaftStore::append` |
 //! | 7. Stage the hard state if the term or vote changed (a new commit index waits for step 8) | `RaftStore::note_hard_state` |
 //! | 8. When due, stage the state machine's changed keys with the applied index and the commit index; when a compaction is due, mark the write for a snapshot (below) | `StateMachine::flush`, `RaftStore::stage_commit`, `state_flush_due`, `compaction_due` |
-//! | 9. Send forwarded proposals and ReadIndex requests at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer | `Persist::submit` |
+//! | 9. Send forwarded proposals, ReadIndex requests and heartbeat answers at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer | `Persist::submit` |
 //! | 10. Tell raft-rs what is applied, at most `min(committed, persisted)` | `advance_applied` |
 //!
 //! When the syncer reports the batch written, `on_persisted` sends the
-//! messages that waited for it (on a follower, all but the two kinds
+//! messages that waited for it (on a follower, all but the three kinds
 //! below: append and vote responses among them),
 //! calls `on_persist_ready` and advances the applied index; the next Ready
 //! carries what became committed. Committed entries come only out of a
@@ -47,9 +47,17 @@
 //!   compaction keeps every entry after the last checkpoint because a
 //!   snapshot is made only together with one.
 //! - On a follower raft-rs files *every* message as persisted (to be sent
-//!   after the write). Forwarded proposals (`MsgPropose`) and ReadIndex
-//!   requests (`MsgReadIndex`) carry nothing this member persisted, so they
-//!   are sent at once, not behind the fsync.
+//!   after the write). Forwarded proposals (`MsgPropose`), ReadIndex
+//!   requests (`MsgReadIndex`) and answers to heartbeats
+//!   (`MsgHeartbeatResponse`) carry nothing this member persisted, so they
+//!   are sent at once, not behind the fsync. A heartbeat's answer says
+//!   only "I am at your term and saw no higher one": the leader counts it
+//!   for liveness (`check_quorum`) and to confirm a ReadIndex, neither of
+//!   which rests on this member's disk (votes and entries do, and their
+//!   answers still wait). Held behind a long write (a 143 MB snapshot
+//!   stored, ~600 ms), they let a leader that had one live follower step
+//!   down for want of a quorum (docs/scaling.md, "Snapshots during a
+//!   1M-node fill").
 //! - Replies and events are queued while applying, before the Ready's write
 //!   is on disk. That is safe: raft-rs hands out an entry for apply only
 //!   once it is committed *and* persisted in this member's own log, and the
@@ -135,12 +143,15 @@ impl Driver {
         }
         let number = rd.number();
         // On a follower raft-rs files every message as "after persisting".
-        // Forwarded proposals and ReadIndex requests carry nothing this
-        // member persisted: send them now rather than behind an fsync.
-        let (at_once, after): (Vec<Message>, Vec<Message>) = rd
-            .take_persisted_messages()
-            .into_iter()
-            .partition(|m| matches!(m.get_msg_type(), MessageType::MsgPropose | MessageType::MsgReadIndex));
+        // Forwarded proposals, ReadIndex requests and heartbeat answers
+        // carry nothing this member persisted: send them now rather than
+        // behind an fsync (module doc).
+        let (at_once, after): (Vec<Message>, Vec<Message>) = rd.take_persisted_messages().into_iter().partition(|m| {
+            matches!(
+                m.get_msg_type(),
+                MessageType::MsgPropose | MessageType::MsgReadIndex | MessageType::MsgHeartbeatResponse
+            )
+        });
         self.send_messages(at_once);
         // The store already holds the new entries in memory (raft-rs reads
         // them from there); the syncer makes them durable in order, and
