@@ -158,6 +158,7 @@ use baton_proto::{
 use bytes::Bytes;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use recipes::queue::Place;
 use session::Cmd;
 use txn::create_op;
 use types::stat;
@@ -316,6 +317,12 @@ impl Client {
     }
 
     async fn call(&self, body: request::Body) -> Result<Response> {
+        self.call_as(body, 0).await
+    }
+
+    /// [`Client::call`]; a create with `first_watch_id` also asks for its
+    /// node's place in its queue and a FIRST watch on it.
+    async fn call_as(&self, body: request::Body, first_watch_id: u64) -> Result<Response> {
         if let Some(n) = data_len(&body) {
             if n > baton_proto::MAX_DATA {
                 // Definite: never sent (the server would refuse it too).
@@ -346,7 +353,7 @@ impl Client {
             None
         };
         let (tx, rx) = oneshot::channel();
-        let req = Request { body: Some(body), ..Default::default() };
+        let req = Request { body: Some(body), first_watch_id, ..Default::default() };
         self.inner
             .cmds
             .send(Cmd::Call { req, is_write, reply: tx, timeout: self.inner.op_timeout, slot })
@@ -370,6 +377,42 @@ impl Client {
             Some(response::Body::Create(c)) => Ok((c.path, stat(c.stat))),
             _ => Err(Error::unexpected()),
         }
+    }
+
+    /// Creates a queue node (ephemeral sequential, as the recipes do) and
+    /// learns its place: first in its parent's queue, or behind another with
+    /// a FIRST watch that fires when it becomes first (the pushed grant,
+    /// docs/protocol.md), or not known (ask with [`Client::watch_first`]).
+    pub(crate) async fn create_queued(
+        &self,
+        path: &str,
+        data: Bytes,
+        options: CreateOptions,
+    ) -> Result<(String, Stat, Place)> {
+        let (spec, w) = self.new_watch_as(path, WatchKind::First, false, true).await?;
+        let resp = self.call_as(request::Body::Create(create_op(path, data, options)), spec.watch_id).await?;
+        match resp.body {
+            Some(response::Body::Create(c)) => {
+                let place = match (c.first, c.first_watch_set) {
+                    (true, _) => Place::First,
+                    (false, true) => Place::Behind(w),
+                    (false, false) => Place::Unknown,
+                };
+                Ok((c.path, stat(c.stat), place))
+            }
+            _ => Err(Error::unexpected()),
+        }
+    }
+
+    /// Sets a FIRST watch on queue node `path` (fires `NodeFirst` when it is
+    /// first among its siblings, at once if it is; `NodeDeleted` if it
+    /// goes), against the member's local state: a state that holds the
+    /// node holds every node ahead of it (recipes/queue.rs).
+    pub(crate) async fn watch_first(&self, path: &str) -> Result<Watcher> {
+        let (spec, w) = self.new_watch(path, WatchKind::First, false).await?;
+        self.call(request::Body::Exists(Self::read(path, true, Some(spec.clone())))).await?;
+        self.watch_seen(spec.watch_id, true).await;
+        Ok(w)
     }
 
     /// Creates a node with an ACL (`acl::parse("user:alice:rwcda")`; an
@@ -519,12 +562,25 @@ impl Client {
     /// Registers a watch with the actor; the read that follows carries it
     /// to the server (same queue, so in order).
     async fn new_watch(&self, path: &str, kind: WatchKind, persistent: bool) -> Result<(WatchSpec, Watcher)> {
+        self.new_watch_as(path, kind, persistent, false).await
+    }
+
+    /// [`Client::new_watch`]; `for_create`: a create's FIRST watch, which
+    /// stands on the path the create answers (session.rs).
+    async fn new_watch_as(
+        &self,
+        path: &str,
+        kind: WatchKind,
+        persistent: bool,
+        for_create: bool,
+    ) -> Result<(WatchSpec, Watcher)> {
         baton_proto::validate_path(path).map_err(Error::Invalid)?;
         let id = self.inner.next_watch.fetch_add(1, Ordering::Relaxed);
         let (w, events) = Watcher::pair(id, self.inner.watch_buffer, self.inner.cmds.clone());
         let kind = kind.to_wire() as i32;
         let spec = WatchSpec { watch_id: id, path: path.to_string(), kind, persistent, existed: false };
-        self.inner.cmds.send(Cmd::NewWatch { spec: spec.clone(), events }).await.map_err(|_| Error::Closed)?;
+        let cmd = Cmd::NewWatch { spec: spec.clone(), events, for_create };
+        self.inner.cmds.send(cmd).await.map_err(|_| Error::Closed)?;
         Ok((spec, w))
     }
 

@@ -171,9 +171,12 @@ pub(crate) enum Cmd {
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     },
     /// Registered before the read that carries it (same queue, in order).
+    /// With `for_create`, a create's FIRST watch: its path is the create's
+    /// answer, so it is not re-registered until that answer came.
     NewWatch {
         spec: WatchSpec,
         events: WatchTx,
+        for_create: bool,
     },
     WatchSeen {
         id: u64,
@@ -219,6 +222,10 @@ struct Pending {
 struct WatchEntry {
     spec: WatchSpec,
     tx: WatchTx,
+    /// A create's FIRST watch whose create is unanswered: its node's path
+    /// is not known yet, so an attach does not carry it (the create, sent
+    /// again, registers it where it is answered).
+    awaiting_create: bool,
 }
 
 struct Conn {
@@ -671,9 +678,9 @@ impl Actor {
                 );
                 self.send_pending(id).await;
             }
-            Cmd::NewWatch { mut spec, events } => {
+            Cmd::NewWatch { mut spec, events, for_create } => {
                 spec.path = self.ns.to_server(&spec.path);
-                self.watches.insert(spec.watch_id, WatchEntry { spec, tx: events });
+                self.watches.insert(spec.watch_id, WatchEntry { spec, tx: events, awaiting_create: for_create });
             }
             Cmd::WatchSeen { id, existed } => {
                 if let Some(w) = self.watches.get_mut(&id) {
@@ -778,6 +785,27 @@ impl Actor {
             Some(server_frame::Frame::Event(e)) => self.on_watch_event(e).await,
             Some(server_frame::Frame::Response(r)) => self.on_response(r).await,
             None => {}
+        }
+    }
+
+    /// A create with a FIRST watch was answered: the watch now stands on
+    /// the created node if the member registered it, and is dropped
+    /// otherwise (the caller then asks with a read, or needs none).
+    fn settle_first_watch(&mut self, id: u64, code: ErrorCode, r: &Response) {
+        let created = match (&r.body, code) {
+            (Some(response::Body::Create(c)), ErrorCode::Ok) if c.first_watch_set => Some(c.path.clone()),
+            _ => None,
+        };
+        match (created, self.watches.get_mut(&id)) {
+            (Some(path), Some(w)) => {
+                w.spec.path = path;
+                w.spec.existed = true;
+                w.awaiting_create = false;
+            }
+            (None, Some(_)) => {
+                self.watches.remove(&id);
+            }
+            (_, None) => {}
         }
     }
 
@@ -930,6 +958,9 @@ impl Actor {
                     }
                     return;
                 }
+                if p.req.first_watch_id != 0 {
+                    self.settle_first_watch(p.req.first_watch_id, code, &r);
+                }
                 let mut r = r;
                 self.ns.response(&mut r);
                 if let Some(tx) = p.reply {
@@ -1052,7 +1083,7 @@ impl Actor {
         let id = self.next_id;
         self.next_id += 1;
         self.watches.retain(|_, w| !w.tx.is_closed());
-        let watches = self.watches.values().map(|w| w.spec.clone()).collect();
+        let watches = self.watches.values().filter(|w| !w.awaiting_create).map(|w| w.spec.clone()).collect();
         let req = Request {
             id,
             body: Some(request::Body::Attach(AttachReq {

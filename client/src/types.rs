@@ -98,6 +98,11 @@ pub enum WatchKind {
     /// whose children changed meanwhile (re-read them: a deleted child
     /// cannot be named).
     Recursive,
+    /// One-shot, on a queue node (an ephemeral sequential one): fires
+    /// `NodeFirst` when the node is the first of its parent's children in
+    /// sequence order (at once if it already is), `NodeDeleted` if it goes.
+    /// The lock recipe's pushed grant (docs/protocol.md).
+    First,
 }
 
 impl WatchKind {
@@ -107,6 +112,7 @@ impl WatchKind {
             WatchKind::Exists => baton_proto::WatchKind::Exists,
             WatchKind::Children => baton_proto::WatchKind::Children,
             WatchKind::Recursive => baton_proto::WatchKind::Recursive,
+            WatchKind::First => baton_proto::WatchKind::First,
         }
     }
 }
@@ -123,6 +129,8 @@ pub enum EventType {
     NodeDataChanged,
     /// A child was created or deleted.
     NodeChildrenChanged,
+    /// A [`WatchKind::First`] watch's node is first in its queue.
+    NodeFirst,
 }
 
 impl EventType {
@@ -133,6 +141,7 @@ impl EventType {
             EventType::NodeDeleted => "NODE_DELETED",
             EventType::NodeDataChanged => "NODE_DATA_CHANGED",
             EventType::NodeChildrenChanged => "NODE_CHILDREN_CHANGED",
+            EventType::NodeFirst => "NODE_FIRST",
         }
     }
 
@@ -142,6 +151,7 @@ impl EventType {
             baton_proto::EventType::NodeDeleted => Some(EventType::NodeDeleted),
             baton_proto::EventType::NodeDataChanged => Some(EventType::NodeDataChanged),
             baton_proto::EventType::NodeChildrenChanged => Some(EventType::NodeChildrenChanged),
+            baton_proto::EventType::NodeFirst => Some(EventType::NodeFirst),
             baton_proto::EventType::None => None,
         }
     }

@@ -90,6 +90,21 @@ pub fn validate_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A queue node's place in its queue: the sequence number in the last 10
+/// characters of its name (u64::MAX when they are not digits), then the
+/// name. Recipes sort a queue by it; a FIRST watch (watches.rs) is due when
+/// its node has the lowest key among its siblings.
+pub fn queue_key(name: &str) -> (u64, &str) {
+    let seq = name
+        .len()
+        .checked_sub(10)
+        .and_then(|at| name.get(at..))
+        .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(u64::MAX);
+    (seq, name)
+}
+
 /// The parent of a valid path other than `/`.
 pub fn parent_of(path: &str) -> Option<&str> {
     if path == "/" {

@@ -15,8 +15,9 @@ pub struct Faults {
     pub ack_before_commit: bool,
     /// `check_fence` always passes.
     pub no_fence_check: bool,
-    /// `children` hides other sessions' ephemeral nodes, so a lock waiter
-    /// sees no predecessor and is granted at once.
+    /// `children` hides other sessions' ephemeral nodes, and a queue
+    /// create's answer says it is first (the pushed grant), so a lock
+    /// waiter sees no predecessor and is granted at once.
     pub grant_without_predecessor: bool,
     /// A new leader expires sessions at once instead of granting a fresh
     /// timeout.

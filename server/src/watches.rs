@@ -38,6 +38,36 @@
 //! delete `Deleted(child)` then `ChildrenChanged(parent)`; a failed write
 //! (a failed `multi` too) reports nothing.
 //!
+//! A `FIRST` watch also fires `NODE_DELETED` on `Deleted(path)`, and
+//! `NODE_FIRST` on `ChildrenChanged(parent)` when its node is then the
+//! parent's first child (below).
+//!
+//! # The pushed grant (`FIRST`)
+//! A one-shot `FIRST` watch on a queue node is due when the node is the
+//! first of its parent's children by [`baton_proto::queue_key`] (the
+//! sequence number in the name's last 10 digits, then the name):
+//! `NODE_FIRST`; or when the node is gone: `NODE_DELETED`. The native lock
+//! recipe holds its lock exactly then, so the member that applies the
+//! entry which makes a waiter first (its predecessor's release, or an
+//! expiry) pushes the grant with that entry's index as `zxid`, and the
+//! waiter needs no read of the queue after it:
+//! - It is the same predicate the classic recipe evaluates on its member's
+//!   local state after each wake-up, evaluated on the state the entry
+//!   produced, so it grants exactly what that recipe would, no earlier.
+//! - Only the first child can be due, so a change fires at most one
+//!   `NODE_FIRST` per queue: one wake-up per release, and none for a waiter
+//!   whose predecessor left from the middle of the queue (it keeps
+//!   waiting, with nothing to re-read). The herd check holds.
+//! - It is checked only for parents that hold a `FIRST` watch on a child
+//!   (`first_dirs`): a change elsewhere costs one map look-up.
+//! - Registered with a read or `add_watch` when already due, it is not
+//!   kept: the event is sent right after the answer. Registered with a
+//!   create (`first_watch_id`, driver/pending.rs) it is added while the
+//!   create's entry is applied, only if the new node is not first; the
+//!   answer names the node's predecessor either way.
+//! - A gap (a snapshot install, or an attach) checks it as due-or-not,
+//!   like any watch ([`missed_event`]): `since` does not matter.
+//!
 //! # Registering
 //! - With a read (`get`, `exists`, `children` with a `WatchSpec`): added in
 //!   the driver step that reads the state, so no change falls between the
@@ -72,6 +102,8 @@
 //! | `EXISTS` | absent | `existed` | `NODE_DELETED` |
 //! | `CHILDREN` | absent | | `NODE_DELETED` |
 //! | `CHILDREN` | present | `pzxid > since` | `NODE_CHILDREN_CHANGED` |
+//! | `FIRST` | absent | | `NODE_DELETED` |
+//! | `FIRST` | present | first of its parent's children | `NODE_FIRST` |
 //!
 //! `existed` is what the watcher saw (the client's record in an attach;
 //! the member's record at registration after a snapshot install), `since`
@@ -121,25 +153,109 @@ pub struct Watches {
     by_path: BTreeMap<String, Vec<Watch>>,
     /// Watches each connection holds (for the `max_watches` cap).
     per_conn: BTreeMap<ConnId, usize>,
+    tally: Tally,
+}
+
+/// Counts that keep a change from scanning what cannot fire.
+#[derive(Default)]
+struct Tally {
     /// How many recursive watches exist: none, and a change looks at its
     /// own path only.
     recursive: usize,
+    /// Parent -> FIRST watches on its children: only these parents'
+    /// changes look for a first child.
+    first_dirs: BTreeMap<String, usize>,
+}
+
+impl Tally {
+    fn added(&mut self, path: &str, kind: WatchKind) {
+        match kind {
+            WatchKind::Recursive => self.recursive += 1,
+            WatchKind::First => *self.first_dirs.entry(parent(path).to_string()).or_default() += 1,
+            _ => {}
+        }
+    }
+
+    fn dropped(&mut self, path: &str, kind: WatchKind) {
+        match kind {
+            WatchKind::Recursive => self.recursive -= 1,
+            WatchKind::First => {
+                let dir = parent(path);
+                if let Some(n) = self.first_dirs.get_mut(dir) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.first_dirs.remove(dir);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn parent(path: &str) -> &str {
+    baton_proto::parent_of(path).unwrap_or("/")
+}
+
+/// `dir`'s first child by [`baton_proto::queue_key`], as a path.
+fn first_child(sm: &StateMachine, dir: &str) -> Option<String> {
+    let name = sm.child_names(dir).min_by(|a, b| baton_proto::queue_key(a).cmp(&baton_proto::queue_key(b)))?;
+    Some(child_path(dir, name))
+}
+
+fn child_path(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// The sibling just ahead of `path` in its queue (None: it is first, or
+/// it does not exist).
+pub fn predecessor(sm: &StateMachine, path: &str) -> Option<String> {
+    let dir = parent(path);
+    let own = baton_proto::queue_key(path.rsplit('/').next().unwrap_or_default());
+    sm.child_names(dir).map(baton_proto::queue_key).filter(|k| *k < own).max().map(|(_, name)| name.to_string())
+}
+
+/// A FIRST watch on `path` is due: the node is gone, or first.
+fn first_due(sm: &StateMachine, path: &str) -> Option<EventType> {
+    match sm.stat_of(path) {
+        None => Some(EventType::NodeDeleted),
+        Some(_) if first_child(sm, parent(path)).as_deref() == Some(path) => Some(EventType::NodeFirst),
+        Some(_) => None,
+    }
 }
 
 impl Watches {
     /// Registers (or replaces) `conn`'s watch `spec.watch_id`, as of the
-    /// state `sm` is in now.
-    pub fn add(&mut self, conn: ConnId, spec: &WatchSpec, sm: &StateMachine) {
+    /// state `sm` is in now. A FIRST watch that is due already is not
+    /// kept: its event is returned, for the caller to send after the
+    /// answer that registered it.
+    #[must_use]
+    pub fn add(&mut self, conn: ConnId, spec: &WatchSpec, sm: &StateMachine) -> Option<Fired> {
+        let kind = WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data);
+        if kind == WatchKind::First {
+            if let Some(ty) = first_due(sm, &spec.path) {
+                if let Some(list) = self.by_path.get_mut(&spec.path) {
+                    if drop_where(list, &spec.path, &mut self.tally, |w| w.conn == conn && w.id == spec.watch_id) > 0 {
+                        Self::forget(&mut self.per_conn, conn);
+                    }
+                }
+                return Some(Fired { conn, watch_id: spec.watch_id, ty, path: spec.path.clone(), recursive: false });
+            }
+        }
         let existed = sm.stat_of(&spec.path).is_some();
         let since = sm.applied();
         let list = self.by_path.entry(spec.path.clone()).or_default();
-        if drop_where(list, &mut self.recursive, |w| w.conn == conn && w.id == spec.watch_id) == 0 {
+        if drop_where(list, &spec.path, &mut self.tally, |w| w.conn == conn && w.id == spec.watch_id) == 0 {
             *self.per_conn.entry(conn).or_default() += 1;
         }
-        let kind = WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data);
-        let persistent = spec.persistent || kind == WatchKind::Recursive;
-        self.recursive += (kind == WatchKind::Recursive) as usize;
+        let persistent = (spec.persistent && kind != WatchKind::First) || kind == WatchKind::Recursive;
+        self.tally.added(&spec.path, kind);
         list.push(Watch { conn, id: spec.watch_id, kind, persistent, since, existed });
+        None
     }
 
     /// Watches held by every connection.
@@ -162,9 +278,9 @@ impl Watches {
     }
 
     pub fn remove(&mut self, conn: ConnId, watch_id: u64) {
-        for list in self.by_path.values_mut() {
+        for (path, list) in self.by_path.iter_mut() {
             let before = list.len();
-            drop_where(list, &mut self.recursive, |w| w.conn == conn && w.id == watch_id);
+            drop_where(list, path, &mut self.tally, |w| w.conn == conn && w.id == watch_id);
             if list.len() < before {
                 Self::forget(&mut self.per_conn, conn);
             }
@@ -173,24 +289,32 @@ impl Watches {
     }
 
     pub fn remove_conn(&mut self, conn: ConnId) {
-        for list in self.by_path.values_mut() {
-            drop_where(list, &mut self.recursive, |w| w.conn == conn);
+        for (path, list) in self.by_path.iter_mut() {
+            drop_where(list, path, &mut self.tally, |w| w.conn == conn);
         }
         self.by_path.retain(|_, l| !l.is_empty());
         self.per_conn.remove(&conn);
     }
 
-    /// The watches one committed change fires (one-shots are removed).
-    pub fn fire(&mut self, change: &Change) -> Vec<Fired> {
-        use WatchKind::{Children, Data, Exists, Recursive};
+    /// The watches one committed change fires (one-shots are removed);
+    /// `sm` is the state with the change applied.
+    pub fn fire(&mut self, change: &Change, sm: &StateMachine) -> Vec<Fired> {
+        use WatchKind::{Children, Data, Exists, First, Recursive};
         let (path, ty, kinds): (&str, EventType, &[WatchKind]) = match change {
             Change::Created(p) => (p, EventType::NodeCreated, &[Exists, Recursive]),
-            Change::Deleted(p) => (p, EventType::NodeDeleted, &[Data, Exists, Children, Recursive]),
+            Change::Deleted(p) => (p, EventType::NodeDeleted, &[Data, Exists, Children, Recursive, First]),
             Change::DataChanged(p) => (p, EventType::NodeDataChanged, &[Data, Exists, Recursive]),
             Change::ChildrenChanged(p) => (p, EventType::NodeChildrenChanged, &[Children]),
         };
         let mut fired = Vec::new();
-        if self.recursive > 0 && ty != EventType::NodeChildrenChanged {
+        if let Change::ChildrenChanged(dir) = change {
+            if self.tally.first_dirs.contains_key(dir.as_str()) {
+                if let Some(first) = first_child(sm, dir) {
+                    fired.extend(self.take(&first, EventType::NodeFirst, &[First]));
+                }
+            }
+        }
+        if self.tally.recursive > 0 && ty != EventType::NodeChildrenChanged {
             // Recursive watches on the ancestors (one on `path` itself is
             // found below, with the others on `path`).
             let mut at = path;
@@ -204,14 +328,22 @@ impl Watches {
                 }
             }
         }
+        fired.extend(self.take(path, ty, kinds));
+        fired
+    }
+
+    /// Fires the watches of `kinds` on `path` with `ty` (one-shots go).
+    fn take(&mut self, path: &str, ty: EventType, kinds: &[WatchKind]) -> Vec<Fired> {
+        let mut fired = Vec::new();
         let Some(list) = self.by_path.get_mut(path) else { return fired };
-        let per_conn = &mut self.per_conn;
+        let (per_conn, tally) = (&mut self.per_conn, &mut self.tally);
         list.retain(|w| {
             if kinds.contains(&w.kind) {
-                let recursive = w.kind == Recursive;
+                let recursive = w.kind == WatchKind::Recursive;
                 fired.push(Fired { conn: w.conn, watch_id: w.id, ty, path: path.to_string(), recursive });
                 if !w.persistent {
                     Self::forget(per_conn, w.conn);
+                    tally.dropped(path, w.kind);
                 }
                 w.persistent
             } else {
@@ -228,7 +360,7 @@ impl Watches {
     /// (one-shots that fire are removed).
     pub fn after_snapshot(&mut self, sm: &StateMachine) -> Vec<Fired> {
         let mut out = Vec::new();
-        let per_conn = &mut self.per_conn;
+        let (per_conn, tally) = (&mut self.per_conn, &mut self.tally);
         for (path, list) in self.by_path.iter_mut() {
             list.retain_mut(|w| {
                 let spec = WatchSpec {
@@ -255,6 +387,7 @@ impl Watches {
                 w.existed = sm.stat_of(path).is_some();
                 if !w.persistent {
                     Self::forget(per_conn, w.conn);
+                    tally.dropped(path, w.kind);
                 }
                 w.persistent
             });
@@ -264,14 +397,15 @@ impl Watches {
     }
 }
 
-/// Removes the watches `gone` picks from `list`, keeping `recursive` (the
-/// table's count of recursive watches) right without a scan; how many went.
-/// (Firing never removes a recursive watch: they are persistent.)
-fn drop_where(list: &mut Vec<Watch>, recursive: &mut usize, gone: impl Fn(&Watch) -> bool) -> usize {
+/// Removes the watches `gone` picks from `path`'s `list`, keeping the
+/// tally right without a scan; how many went.
+fn drop_where(list: &mut Vec<Watch>, path: &str, tally: &mut Tally, gone: impl Fn(&Watch) -> bool) -> usize {
     let before = list.len();
     list.retain(|w| {
         let drop = gone(w);
-        *recursive -= (drop && w.kind == WatchKind::Recursive) as usize;
+        if drop {
+            tally.dropped(path, w.kind);
+        }
         !drop
     });
     before - list.len()
@@ -305,6 +439,9 @@ pub fn missed_events(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Vec<(Ev
 /// What a plain (non-recursive) watch registered at `since` would have seen
 /// by now, if anything.
 fn missed_event(sm: &StateMachine, spec: &WatchSpec, since: u64) -> Option<EventType> {
+    if spec.kind == WatchKind::First as i32 {
+        return first_due(sm, &spec.path);
+    }
     let stat = sm.stat_of(&spec.path);
     match (WatchKind::try_from(spec.kind).unwrap_or(WatchKind::Data), stat) {
         (WatchKind::Data, None) => Some(EventType::NodeDeleted),
@@ -358,43 +495,43 @@ mod tests {
         WatchSpec { watch_id: 7, path: path.into(), kind: kind as i32, persistent: false, existed }
     }
 
-    fn fired(w: &mut Watches, changes: &[Change]) -> Vec<(EventType, String)> {
-        changes.iter().flat_map(|c| w.fire(c)).map(|f| (f.ty, f.path)).collect()
+    fn fired(w: &mut Watches, changes: &[Change], sm: &StateMachine) -> Vec<(EventType, String)> {
+        changes.iter().flat_map(|c| w.fire(c, sm)).map(|f| (f.ty, f.path)).collect()
     }
 
     #[test]
     fn a_recursive_watch_names_each_changed_node_below_it_and_stays() {
         let mut sm = tree(&["/a", "/a/b", "/z"]);
         let mut w = Watches::default();
-        w.add(1, &spec("/a", WatchKind::Recursive, true), &sm);
+        let _ = w.add(1, &spec("/a", WatchKind::Recursive, true), &sm);
         let create = write(
             &mut sm,
             10,
             baton_proto::client_write::Op::Create(CreateOp { path: "/a/b/c".into(), ..Default::default() }),
         );
-        assert_eq!(fired(&mut w, &create), vec![(EventType::NodeCreated, "/a/b/c".to_string())]);
+        assert_eq!(fired(&mut w, &create, &sm), vec![(EventType::NodeCreated, "/a/b/c".to_string())]);
         let set =
             write(&mut sm, 11, baton_proto::client_write::Op::Set(SetOp { path: "/a".into(), ..Default::default() }));
-        assert_eq!(fired(&mut w, &set), vec![(EventType::NodeDataChanged, "/a".to_string())]);
+        assert_eq!(fired(&mut w, &set, &sm), vec![(EventType::NodeDataChanged, "/a".to_string())]);
         let elsewhere =
             write(&mut sm, 12, baton_proto::client_write::Op::Set(SetOp { path: "/z".into(), ..Default::default() }));
-        assert!(fired(&mut w, &elsewhere).is_empty(), "a change outside the subtree fired");
+        assert!(fired(&mut w, &elsewhere, &sm).is_empty(), "a change outside the subtree fired");
         assert_eq!(w.total(), 1, "the recursive watch must stay after firing");
         w.remove(1, 7);
-        assert!(fired(&mut w, &set).is_empty(), "a removed recursive watch fired");
+        assert!(fired(&mut w, &set, &sm).is_empty(), "a removed recursive watch fired");
     }
 
     #[test]
     fn a_recursive_watch_on_the_root_sees_everything() {
         let mut sm = tree(&[]);
         let mut w = Watches::default();
-        w.add(1, &spec("/", WatchKind::Recursive, true), &sm);
+        let _ = w.add(1, &spec("/", WatchKind::Recursive, true), &sm);
         let create = write(
             &mut sm,
             5,
             baton_proto::client_write::Op::Create(CreateOp { path: "/x".into(), ..Default::default() }),
         );
-        assert_eq!(fired(&mut w, &create), vec![(EventType::NodeCreated, "/x".to_string())]);
+        assert_eq!(fired(&mut w, &create, &sm), vec![(EventType::NodeCreated, "/x".to_string())]);
     }
 
     #[test]
@@ -417,5 +554,80 @@ mod tests {
         assert!(missed.contains(&(EventType::NodeDataChanged, "/a/old".to_string())), "{missed:?}");
         assert!(missed.contains(&(EventType::NodeChildrenChanged, "/a".to_string())), "{missed:?}");
         assert!(missed_events(&sm, &spec("/a", WatchKind::Recursive, true), sm.applied()).is_empty());
+    }
+
+    fn delete(sm: &mut StateMachine, index: u64, path: &str) -> Vec<Change> {
+        write(
+            sm,
+            index,
+            baton_proto::client_write::Op::Delete(baton_proto::DeleteOp { path: path.into(), version: None }),
+        )
+    }
+
+    fn first(path: &str, id: u64) -> WatchSpec {
+        WatchSpec { watch_id: id, path: path.into(), kind: WatchKind::First as i32, persistent: false, existed: true }
+    }
+
+    /// The lock queue `/q` with `lock-0000000001` .. `lock-0000000004`
+    /// (names whose order by sequence differs from their order as text
+    /// would be: `z-` sorts after `lock-` but its sequence is lower).
+    fn queue() -> StateMachine {
+        tree(&["/q", "/q/z-0000000000", "/q/lock-0000000001", "/q/lock-0000000002", "/q/lock-0000000003"])
+    }
+
+    #[test]
+    fn a_first_watch_fires_once_its_node_leads_the_queue_and_only_then() {
+        let mut sm = queue();
+        let mut w = Watches::default();
+        assert_eq!(predecessor(&sm, "/q/lock-0000000002").as_deref(), Some("lock-0000000001"));
+        assert_eq!(predecessor(&sm, "/q/z-0000000000"), None, "ordered by sequence, not by name");
+        assert!(w.add(1, &first("/q/lock-0000000003", 3), &sm).is_none(), "not first: kept");
+        assert!(w.add(2, &first("/q/lock-0000000002", 2), &sm).is_none());
+        // A waiter leaving from the middle wakes no one.
+        let mid = delete(&mut sm, 20, "/q/lock-0000000002");
+        assert_eq!(fired(&mut w, &mid, &sm), vec![(EventType::NodeDeleted, "/q/lock-0000000002".to_string())]);
+        // The holder's release: its successor is not first yet (one more ahead).
+        let z = delete(&mut sm, 21, "/q/z-0000000000");
+        assert!(fired(&mut w, &z, &sm).is_empty(), "fired while a node is still ahead");
+        let head = delete(&mut sm, 22, "/q/lock-0000000001");
+        assert_eq!(fired(&mut w, &head, &sm), vec![(EventType::NodeFirst, "/q/lock-0000000003".to_string())]);
+        assert_eq!(w.total(), 0, "a fired FIRST watch stays");
+        assert!(w.tally.first_dirs.is_empty(), "the tally keeps a parent with no FIRST watch");
+        // Nothing left to fire on a later change in the queue.
+        let last = delete(&mut sm, 23, "/q/lock-0000000003");
+        assert!(fired(&mut w, &last, &sm).is_empty());
+    }
+
+    #[test]
+    fn a_first_watch_that_is_due_fires_at_registration_and_after_a_gap() {
+        let mut sm = queue();
+        let mut w = Watches::default();
+        let due = w.add(1, &first("/q/z-0000000000", 9), &sm).map(|f| (f.ty, f.path));
+        assert_eq!(due, Some((EventType::NodeFirst, "/q/z-0000000000".to_string())));
+        let gone = w.add(1, &first("/q/nope-0000000007", 8), &sm).map(|f| f.ty);
+        assert_eq!(gone, Some(EventType::NodeDeleted));
+        assert_eq!(w.total(), 0, "a due FIRST watch is not kept");
+        // As an attach or a snapshot install sees it: due or not, whatever
+        // the index the watcher last saw.
+        let spec = first("/q/lock-0000000001", 1);
+        assert!(missed_events(&sm, &spec, 0).is_empty());
+        assert!(w.add(1, &spec, &sm).is_none());
+        delete(&mut sm, 20, "/q/z-0000000000");
+        assert_eq!(missed_events(&sm, &spec, 0), vec![(EventType::NodeFirst, spec.path.clone())]);
+        let replayed: Vec<EventType> = w.after_snapshot(&sm).into_iter().map(|f| f.ty).collect();
+        assert_eq!(replayed, vec![EventType::NodeFirst]);
+        assert!(w.tally.first_dirs.is_empty());
+    }
+
+    #[test]
+    fn a_closed_connection_takes_its_first_watches_off_the_tally() {
+        let sm = queue();
+        let mut w = Watches::default();
+        assert!(w.add(1, &first("/q/lock-0000000002", 1), &sm).is_none());
+        assert!(w.add(2, &first("/q/lock-0000000003", 1), &sm).is_none());
+        w.remove_conn(1);
+        assert_eq!(w.tally.first_dirs.get("/q"), Some(&1));
+        w.remove(2, 1);
+        assert!(w.tally.first_dirs.is_empty());
     }
 }

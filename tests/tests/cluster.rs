@@ -265,6 +265,7 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
         seq: 1,
         acked_below: 1,
         epoch: 0,
+        first_watch_id: 0,
         body: Some(request::Body::Create(CreateOp { path: "/once-".into(), sequential: true, ..Default::default() })),
     };
     // Send, then drop the connection without reading the reply.
@@ -294,6 +295,7 @@ async fn t80_a_retried_write_after_a_dropped_reply_applies_once() {
             seq: 2,
             acked_below: 2,
             epoch: 0,
+            first_watch_id: 0,
             body: Some(request::Body::Create(CreateOp { path: "/two".into(), ..Default::default() })),
         })
         .await;

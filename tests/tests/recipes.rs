@@ -90,6 +90,113 @@ async fn t20_a_release_wakes_exactly_one_waiter() {
     }
 }
 
+/// The pushed grant on the wire: a create that asks for a FIRST watch
+/// learns its place, and the member it is attached to sends `NODE_FIRST`
+/// when the entry that makes it first applies there (a release made on
+/// another member), and nothing for a waiter leaving ahead of it.
+#[tokio::test]
+async fn t21_a_create_learns_its_place_and_the_grant_is_pushed() {
+    use baton_proto::{request, response, CreateOp, EventType, Request};
+    use baton_tests::raw::RawConn;
+    let c = Cluster::start(3, &[]).await;
+    let holder = c.client_with(ClientConfig::new(c.endpoints_from(1))).await;
+    let middle = c.client_with(ClientConfig::new(c.endpoints_from(3))).await;
+    let mut raw = RawConn::connect(&c.endpoint(2)).await;
+    let cs = raw.create_session(1, 10_000).await;
+    let g = holder.lock("pushed").await.unwrap();
+    let (mid, _) =
+        middle.create("/_baton/locks/pushed/lock-mid-", "", CreateOptions::ephemeral_sequential()).await.unwrap();
+    let create = |id, seq, first_watch_id| Request {
+        id,
+        seq,
+        acked_below: seq,
+        first_watch_id,
+        body: Some(request::Body::Create(CreateOp {
+            path: "/_baton/locks/pushed/lock-raw-".into(),
+            ephemeral: true,
+            sequential: true,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let r = raw.call(create(2, 1, 77)).await;
+    let Some(response::Body::Create(cr)) = r.body else { panic!("{r:?}") };
+    let mid_name = mid.rsplit('/').next().unwrap();
+    assert_eq!((cr.predecessor.as_str(), cr.first, cr.first_watch_set), (mid_name, false, true), "{cr:?}");
+    // The waiter in the middle leaves: no event.
+    middle.delete(&mid, None).await.unwrap();
+    let r = raw.call(Request { id: 3, body: Some(request::Body::Status(Default::default())), ..Default::default() });
+    assert_eq!(r.await.error, 0);
+    assert!(raw.events.is_empty(), "a waiter leaving from the middle woke the next: {:?}", raw.events);
+    // The holder releases through member 1; member 2 pushes the grant.
+    let token = g.fencing_token();
+    g.release().await.unwrap();
+    let deadline = Instant::now() + SECS(10);
+    while raw.events.is_empty() && Instant::now() < deadline {
+        let r =
+            raw.call(Request { id: 4, body: Some(request::Body::Status(Default::default())), ..Default::default() });
+        assert_eq!(r.await.error, 0);
+    }
+    let ev = raw.events.first().expect("no grant pushed within 10 s");
+    assert_eq!((ev.watch_id, ev.r#type, ev.path.as_str()), (77, EventType::NodeFirst as i32, cr.path.as_str()));
+    assert!(ev.zxid > token, "the grant's index {} is not after the release of token {token}", ev.zxid);
+    assert_eq!(raw.events.len(), 1, "{:?}", raw.events);
+    // Now first: a second create in the queue is told who is ahead, and a
+    // create in an empty queue that it is first.
+    let r = raw.call(create(5, 2, 78)).await;
+    let Some(response::Body::Create(second)) = r.body else { panic!("{r:?}") };
+    assert_eq!(second.predecessor, cr.path.rsplit('/').next().unwrap());
+    let mut other = create(6, 3, 79);
+    if let Some(request::Body::Create(op)) = other.body.as_mut() {
+        op.path = "/_baton/locks/empty-queue-".into();
+        op.parents = true;
+    }
+    let r = raw.call(other).await;
+    let Some(response::Body::Create(alone)) = r.body else { panic!("{r:?}") };
+    assert_eq!((alone.predecessor.as_str(), alone.first, alone.first_watch_set), ("", true, false));
+    drop(cs);
+}
+
+/// A waiter whose member goes away keeps its place and gets its grant from
+/// the member it moves to: the FIRST watch is set again with the attach,
+/// and fires there at once if the release came while it moved.
+#[tokio::test]
+async fn t22_a_waiter_that_moves_member_still_gets_its_grant() {
+    let mut c = Cluster::start(3, &[]).await;
+    let leader = c.wait_leader(SECS(10)).await;
+    let follower = (1..=3).find(|i| *i != leader).unwrap();
+    let third = 6 - leader - follower;
+    let holder = c.client_with(ClientConfig::new(vec![c.endpoint(leader), c.endpoint(third)])).await;
+    let mut cfg = ClientConfig::new(vec![c.endpoint(follower), c.endpoint(third), c.endpoint(leader)]);
+    cfg.session_timeout = SECS(10);
+    let waiter = c.client_with(cfg).await;
+    for round in 0..2 {
+        let name = format!("moves-{round}");
+        let g = holder.lock(&name).await.unwrap();
+        let w = tokio::spawn({
+            let (waiter, name) = (waiter.clone(), name.clone());
+            async move { waiter.lock(&name).await }
+        });
+        let dir = format!("/_baton/locks/{name}");
+        eventually(SECS(5), "waiter queued", || async { (queue_len(&holder, &dir).await == 2).then_some(()) }).await;
+        // The member the waiter is attached to (a follower in round 0).
+        let on = waiter.status().await.unwrap().id;
+        c.kill(on);
+        if round == 1 {
+            // Round 1: it has moved before the release; round 0: the
+            // release comes while it moves.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        g.release().await.unwrap();
+        let got = tokio::time::timeout(SECS(10), w).await.expect("no grant within 10 s").unwrap().unwrap();
+        assert!(got.verify().await.unwrap(), "round {round}: the granted node is not the holder's");
+        assert_eq!(got.wakeups(), 1);
+        got.release().await.unwrap();
+        c.start_member(on);
+        c.wait_applied(on, holder.status().await.unwrap().applied_index, SECS(15)).await;
+    }
+}
+
 /// `baton lock NAME --session-timeout 2s -- sh -c SCRIPT` as a child process.
 fn holder(c: &Cluster, name: &str, script: &str) -> Child {
     Command::new(baton_bin())

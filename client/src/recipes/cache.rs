@@ -177,6 +177,8 @@ impl Follower {
                 Ok(())
             }
             EventType::NodeChildrenChanged => self.relist(path).await,
+            // Only a FIRST watch fires it; the cache's recursive one never.
+            EventType::NodeFirst => Ok(()),
         }
     }
 

@@ -2,8 +2,9 @@
 //!
 //! Candidates queue as ephemeral sequential nodes under
 //! `/_baton/election/<name>`, each node holding the candidate's value. The
-//! first node is the leader; every other candidate watches only its
-//! predecessor. The leader's token is its node's creation index, so tokens
+//! first node is the leader; the member tells a candidate when its node
+//! becomes first (the pushed grant, as the lock's: recipes/lock.rs), so a
+//! leader's exit wakes only the next candidate. The leader's token is its node's creation index, so tokens
 //! only grow from one leader to the next and a resource can fence a deposed
 //! leader exactly as it fences a stale lock holder.
 //!
@@ -13,8 +14,11 @@
 
 use tokio::sync::mpsc;
 
-use super::lock::{wait_first, HeldMark};
-use super::queue::{delete_in_background, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, QueueNode};
+use super::lock::HeldMark;
+use super::queue::{
+    delete_in_background, enqueue_first, may_be_taken, recipe_dir, session_lost, sorted_children, wait_pushed,
+    QueueNode,
+};
 use crate::{Client, Error, Result, SessionState};
 
 const PREFIX: &str = "n-";
@@ -101,8 +105,8 @@ impl Client {
     pub async fn campaign(&self, name: &str, value: impl Into<Vec<u8>>) -> Result<Leadership> {
         let dir = recipe_dir("election", name)?;
         let held = HeldMark::take(self, "election", name)?;
-        let node = enqueue(self, &dir, PREFIX, value.into()).await?;
-        wait_first(self, &dir, &node, None).await?;
+        let (node, place) = enqueue_first(self, &dir, PREFIX, value.into()).await?;
+        wait_pushed(self, &dir, &node, place).await?;
         Ok(Leadership { node, name: name.to_string(), _held: held })
     }
 
@@ -120,10 +124,10 @@ impl Client {
     ) -> Result<Option<Leadership>> {
         let dir = recipe_dir("election", name)?;
         let held = HeldMark::take(self, "election", name)?;
-        let mut node = enqueue(self, &dir, PREFIX, value).await?;
+        let (mut node, place) = enqueue_first(self, &dir, PREFIX, value).await?;
         tokio::pin!(stop);
         tokio::select! {
-            r = wait_first(self, &dir, &node, None) => {
+            r = wait_pushed(self, &dir, &node, place) => {
                 r?;
                 Ok(Some(Leadership { node, name: name.to_string(), _held: held }))
             }

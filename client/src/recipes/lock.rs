@@ -1,11 +1,17 @@
 //! A distributed mutex with fencing tokens (ZooKeeper's lock recipe).
 //!
 //! `lock(name)` creates an ephemeral sequential node under
-//! `/_baton/locks/<name>` (created on demand, like MySQL's GET_LOCK), lists
-//! the queue, and unless it is first waits for its *immediate predecessor*
-//! to go away: a release wakes exactly one waiter. It checks the queue again
-//! after every wake-up, because a predecessor may vanish when its session
-//! expires, not only when it releases.
+//! `/_baton/locks/<name>` (created on demand, like MySQL's GET_LOCK); the
+//! lock is held once that node is the first of the queue. The grant is
+//! pushed: the create's answer says whether the node is first, and if not
+//! the member registers a FIRST watch on it that fires when it is, from the
+//! entry that made it so (its predecessor's release, or that holder's
+//! expiry). A release wakes exactly one waiter, once, and the waiter reads
+//! nothing after it; a waiter that leaves from the middle of the queue wakes
+//! no one. It is the classic recipe's rule (lowest sequence number holds,
+//! checked on the member's applied state) evaluated by the member
+//! (server/src/watches.rs, "The pushed grant"). The ZooKeeper port keeps the
+//! classic recipe: list the queue, watch the predecessor, list again.
 //!
 //! The guard's [`LockGuard::fencing_token`] is the log index that created
 //! its node: unique and strictly increasing across every grant of every
@@ -24,7 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::queue::{
-    delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode,
+    delete_own, enqueue_first, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, wait_pushed, Place,
+    QueueNode,
 };
 use crate::{Client, Error, Op, OpResult, Result, SessionState};
 
@@ -138,13 +145,18 @@ pub fn total_wakeups() -> u64 {
     WAKEUPS.load(Ordering::Relaxed)
 }
 
+/// Counts one waiter wake-up.
+pub(crate) fn woke() {
+    WAKEUPS.fetch_add(1, Ordering::Relaxed);
+}
+
 impl Client {
     /// Waits until this client holds lock `name`.
     pub async fn lock(&self, name: &str) -> Result<LockGuard> {
         let dir = recipe_dir("locks", name)?;
         let held = HeldMark::take(self, "lock", name)?;
-        let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
-        let wakeups = wait_first(self, &dir, &node, None).await?;
+        let (node, place) = enqueue_first(self, &dir, PREFIX, Vec::new()).await?;
+        let wakeups = wait_pushed(self, &dir, &node, place).await?;
         Ok(LockGuard { node, name: name.to_string(), wakeups, _held: held })
     }
 
@@ -152,9 +164,13 @@ impl Client {
     pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
         let dir = recipe_dir("locks", name)?;
         let held = HeldMark::take(self, "lock", name)?;
-        let mut node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
-        let kids = sorted_children(self, &dir).await?;
-        if kids.first() == Some(&node.name) {
+        let (mut node, place) = enqueue_first(self, &dir, PREFIX, Vec::new()).await?;
+        let first = match place {
+            Place::First => true,
+            Place::Behind(_) => false,
+            Place::Unknown => sorted_children(self, &dir).await?.first() == Some(&node.name),
+        };
+        if first {
             return Ok(Some(LockGuard { node, name: name.to_string(), wakeups: 0, _held: held }));
         }
         node.disarm();
@@ -196,6 +212,6 @@ pub(crate) async fn wait_first(c: &Client, dir: &str, node: &QueueNode, ahead: O
         let Some(pred) = blocker else { return Ok(wakeups) };
         wait_gone(c, &format!("{dir}/{pred}")).await?;
         wakeups += 1;
-        WAKEUPS.fetch_add(1, Ordering::Relaxed);
+        woke();
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::{Client, CreateOptions, Error, Result, SessionState};
+use crate::{Client, CreateOptions, Error, ErrorKind, EventType, Result, SessionState, Watcher};
 
 /// Where recipes keep their nodes.
 pub const RECIPE_ROOT: &str = "/_baton";
@@ -35,14 +35,6 @@ pub(crate) fn recipe_dir(kind: &str, name: &str) -> Result<String> {
     let dir = format!("{RECIPE_ROOT}/{kind}/{name}");
     baton_proto::validate_path(&dir).map_err(Error::Invalid)?;
     Ok(dir)
-}
-
-/// The 10-digit suffix of a sequential name (u64::MAX if absent).
-pub(crate) fn seq_of(name: &str) -> u64 {
-    if name.len() < 10 {
-        return u64::MAX;
-    }
-    name[name.len() - 10..].parse().unwrap_or(u64::MAX)
 }
 
 /// One participant's node. Deleted in the background when dropped, unless
@@ -94,28 +86,73 @@ pub(crate) async fn delete_in_background(c: &Client, path: &str) {
     }
 }
 
+/// Where a queue create put its node (the pushed grant: watches.rs on the
+/// server, docs/protocol.md).
+#[derive(Debug)]
+pub(crate) enum Place {
+    /// First in its queue when it was created: it holds, for as long as it
+    /// exists (nodes ahead only ever leave; none can join).
+    First,
+    /// Behind another; this FIRST watch fires when it is first.
+    Behind(Watcher),
+    /// Not known (an ambiguous create found again, or a member that did
+    /// not register the watch): ask with [`Client::watch_first`].
+    Unknown,
+}
+
 /// Creates `dir/<prefix><attempt>-<seq>` (ephemeral, sequential, parents
 /// on demand).
 pub(crate) async fn enqueue(client: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> Result<QueueNode> {
-    let (tx, rx) = oneshot::channel::<Result<(String, u64)>>();
+    Ok(enqueue_as(client, dir, prefix, data, false).await?.0)
+}
+
+/// [`enqueue`], and where the node stands in its queue ([`Place`]).
+pub(crate) async fn enqueue_first(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    data: Vec<u8>,
+) -> Result<(QueueNode, Place)> {
+    enqueue_as(client, dir, prefix, data, true).await
+}
+
+async fn enqueue_as(
+    client: &Client,
+    dir: &str,
+    prefix: &str,
+    data: Vec<u8>,
+    placed: bool,
+) -> Result<(QueueNode, Place)> {
+    let (tx, rx) = oneshot::channel::<Result<(String, u64, Place)>>();
     let attempt: u64 = rand::random();
     let (c, d, p) = (client.clone(), dir.to_string(), format!("{prefix}{attempt:016x}-"));
     tokio::spawn(async move {
-        let r = create_or_find(&c, &d, &p, data).await;
-        if let Err(Ok((path, _))) = tx.send(r) {
+        let r = create_or_find(&c, &d, &p, data, placed).await;
+        if let Err(Ok((path, _, _))) = tx.send(r) {
             // The caller went away: do not leave its node behind.
             delete_in_background(&c, &path).await;
         }
     });
-    let (path, czxid) = rx.await.map_err(|_| Error::Closed)??;
+    let (path, czxid, place) = rx.await.map_err(|_| Error::Closed)??;
     let name = path.rsplit('/').next().unwrap_or_default().to_string();
-    Ok(QueueNode { client: client.clone(), path, name, czxid, armed: true })
+    Ok((QueueNode { client: client.clone(), path, name, czxid, armed: true }, place))
 }
 
-async fn create_or_find(c: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> Result<(String, u64)> {
+async fn create_or_find(
+    c: &Client,
+    dir: &str,
+    prefix: &str,
+    data: Vec<u8>,
+    placed: bool,
+) -> Result<(String, u64, Place)> {
     let opts = CreateOptions::ephemeral_sequential().with_parents();
-    match c.create(&format!("{dir}/{prefix}"), data, opts).await {
-        Ok((path, stat)) => Ok((path, stat.czxid)),
+    let path = format!("{dir}/{prefix}");
+    let created = match placed {
+        true => c.create_queued(&path, data.into(), opts).await,
+        false => c.create(&path, data, opts).await.map(|(p, s)| (p, s, Place::Unknown)),
+    };
+    match created {
+        Ok((path, stat, place)) => Ok((path, stat.czxid, place)),
         Err(e) if e.is_ambiguous() => {
             // Did it happen? Our node carries this attempt's name (the
             // prefix holds a random attempt id), and this session owns it.
@@ -126,7 +163,7 @@ async fn create_or_find(c: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> R
                 let path = format!("{dir}/{kid}");
                 if let Ok(Some(s)) = c.exists(&path).await {
                     if s.ephemeral_owner == c.session_id() {
-                        return Ok((path, s.czxid));
+                        return Ok((path, s.czxid, Place::Unknown));
                     }
                 }
             }
@@ -152,7 +189,7 @@ pub(crate) async fn sorted_children(c: &Client, dir: &str) -> Result<Vec<String>
         Err(e) if e.is_no_node() => Vec::new(),
         Err(e) => return Err(e),
     };
-    kids.sort_by_key(|k| (seq_of(k), k.clone()));
+    kids.sort_by(|a, b| baton_proto::queue_key(a).cmp(&baton_proto::queue_key(b)));
     Ok(kids)
 }
 
@@ -178,6 +215,56 @@ pub(crate) async fn wait_gone(c: &Client, path: &str) -> Result<()> {
         }
     }
 }
+
+/// Waits until `node` is first in its queue, told by the member (the
+/// pushed grant): one wake-up, whatever leaves the queue ahead of it.
+/// Returns the wake-ups (0: it was first already, 1: it waited). A watch
+/// that ends without an event (a full buffer) is set again with a read;
+/// `NodeDeleted` (the node went with its session) is `SessionExpired`.
+///
+/// A member too old to know FIRST watches (a rolling upgrade, clients
+/// first) answers the read that sets one `BAD_REQUEST`: then the classic
+/// recipe waits instead (`wait_first`: list the queue, watch the
+/// predecessor).
+pub(crate) async fn wait_pushed(c: &Client, dir: &str, node: &QueueNode, place: Place) -> Result<u64> {
+    let mut w = match place {
+        Place::First => return Ok(0),
+        Place::Behind(w) => w,
+        Place::Unknown => match c.watch_first(&node.path).await {
+            Ok(w) => w,
+            Err(e) if e.kind() == ErrorKind::BadRequest => return super::lock::wait_first(c, dir, node, None).await,
+            Err(e) => return Err(e),
+        },
+    };
+    let mut state = c.state();
+    for _ in 0..WATCH_AGAIN_LIMIT {
+        let ended = tokio::select! {
+            ev = w.next() => ev,
+            r = state.changed() => {
+                if r.is_err() || *state.borrow() == SessionState::Expired {
+                    return Err(Error::SessionExpired);
+                }
+                continue;
+            }
+        };
+        match ended.map(|e| e.event_type) {
+            Some(EventType::NodeFirst) => {
+                super::lock::woke();
+                return Ok(1);
+            }
+            Some(EventType::NodeDeleted) => return Err(Error::SessionExpired),
+            Some(_) => {}
+            None if *state.borrow() == SessionState::Expired => return Err(Error::SessionExpired),
+            None => {}
+        }
+        w = c.watch_first(&node.path).await?;
+    }
+    Err(Error::Invalid(format!("the FIRST watch on {} ended {WATCH_AGAIN_LIMIT} times", node.path)))
+}
+
+/// How many times [`wait_pushed`] sets its watch again before it gives up
+/// (each time needs a watch that ended without firing: a full buffer).
+const WATCH_AGAIN_LIMIT: usize = 1000;
 
 /// Resolves when `client`'s session is no longer `Connected` (Suspended:
 /// in doubt; Expired: gone). This cannot fire while the process itself is

@@ -104,7 +104,8 @@ impl Driver {
                 if let Err(e) = self.raw.propose_conf_change(vec![], cc) {
                     return self.reply_err(conn, id, ErrorCode::NoLeader, format!("not proposed: {e}"));
                 }
-                self.pending.wait(rid, PendingWrite { conn, client_id: id, since: now, bind_session: false });
+                self.pending
+                    .wait(rid, PendingWrite { conn, client_id: id, since: now, bind_session: false, first_watch: 0 });
             }
         }
     }

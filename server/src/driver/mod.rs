@@ -99,7 +99,7 @@ use std::time::{Duration, Instant};
 
 use baton_proto::{
     command, request, response, AttachReq, ChildrenResp, Command, Empty, ErrorCode, ExpireSessions, NewSession,
-    Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind,
+    Request, Response, ServerFrame, StatusResp, WatchEvent, WatchKind, WatchSpec,
 };
 use prost::Message as _;
 use raft::prelude::*;
@@ -130,7 +130,7 @@ pub mod route;
 
 use crate::view::{capped, local_read, read, SharedState};
 use duties::LeaderDuties;
-use pending::{Pending, PendingWrite};
+use pending::{Pending, PendingWrite, Waits};
 use route::{check_spec, Route};
 
 struct Conn {

@@ -35,6 +35,16 @@ pub(super) struct PendingWrite {
     pub since: Instant,
     /// Bind the connection to the new session (CreateSession).
     pub bind_session: bool,
+    /// A create's FIRST watch id (0: none; watches.rs, "The pushed
+    /// grant"): registered when the entry applies, if the node is not first.
+    pub first_watch: u64,
+}
+
+/// What a proposal's answer does besides answering.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Waits {
+    pub bind_session: bool,
+    pub first_watch: u64,
 }
 
 pub(super) struct Pending {
@@ -117,6 +127,7 @@ mod tests {
             client_id,
             since: t0 + Duration::from_millis(at),
             bind_session: false,
+            first_watch: 0,
         };
         let mut p = Pending::new(u64::MAX);
         let (a, b, c) = (p.next_id(), p.next_id(), p.next_id());
@@ -143,7 +154,7 @@ mod tests {
         let mut p = Pending::new(7);
         for (conn, client_id) in [(3, 30), (4, 40), (3, 31)] {
             let rid = p.next_id();
-            p.wait(rid, PendingWrite { conn, client_id, since: t0, bind_session: false });
+            p.wait(rid, PendingWrite { conn, client_id, since: t0, bind_session: false, first_watch: 0 });
         }
         let out = p.shutdown();
         let to: Vec<(ConnId, u64, ErrorCode)> = out

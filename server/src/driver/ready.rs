@@ -317,7 +317,7 @@ impl Driver {
         }
         crate::metrics::lock_changes(&sm, &applied.changes);
         for ch in &applied.changes {
-            for f in self.watches.fire(ch) {
+            for f in self.watches.fire(ch, &sm) {
                 if self.visible(&sm, &f) {
                     self.send_event(&f, index);
                 }
@@ -325,7 +325,7 @@ impl Driver {
         }
         self.note_sessions(index, &cmd, &applied.ended_sessions, now);
         if cmd.origin == self.cfg.id {
-            self.answer_own(cmd.request_id, applied.reply, index);
+            self.answer_own(cmd.request_id, applied.reply, index, &sm);
         }
     }
 
@@ -350,9 +350,14 @@ impl Driver {
     /// The reply to this member's own entry `rid`, if a client waits for
     /// it (a new session binds its connection). Locks nothing: it runs
     /// under the state's write lock.
-    fn answer_own(&mut self, rid: u64, reply: Option<Response>, index: u64) {
+    fn answer_own(&mut self, rid: u64, reply: Option<Response>, index: u64, sm: &StateMachine) {
         let (Some(p), Some(mut resp)) = (self.pending.take(rid), reply) else { return };
         resp.id = p.client_id;
+        if p.first_watch != 0 && resp.error == 0 {
+            if let Some(response::Body::Create(c)) = resp.body.as_mut() {
+                self.set_first_watch(p.conn, p.first_watch, c, sm);
+            }
+        }
         if p.bind_session && resp.error == 0 {
             if let (Some(c), Some(response::Body::CreateSession(cs))) = (self.conns.get_mut(&p.conn), &resp.body) {
                 c.session = Some(cs.session_id);
@@ -360,6 +365,41 @@ impl Driver {
             }
         }
         self.deliver(Effect::Respond { conn: p.conn, resp }, index);
+    }
+
+    /// A create asked for a FIRST watch (watches.rs, "The pushed grant"):
+    /// its answer names the new node's predecessor, and unless the node is
+    /// first (or gone, or the connection is, or at its watch cap: the
+    /// client then asks with a read) the watch is registered now, at the
+    /// state that holds the node.
+    fn set_first_watch(&mut self, conn: ConnId, watch_id: u64, c: &mut baton_proto::CreateResp, sm: &StateMachine) {
+        if sm.stat_of(&c.path).is_none() || !self.conns.contains_key(&conn) {
+            return;
+        }
+        if self.cfg.faults.grant_without_predecessor() {
+            // Deliberate bug: every new queue node is told it is first.
+            c.first = true;
+            return;
+        }
+        let Some(pred) = crate::watches::predecessor(sm, &c.path) else {
+            c.first = true;
+            return;
+        };
+        c.predecessor = pred;
+        if self.watch_room(conn, 1).is_err() {
+            return;
+        }
+        let spec = WatchSpec {
+            watch_id,
+            path: c.path.clone(),
+            kind: WatchKind::First as i32,
+            persistent: false,
+            existed: true,
+        };
+        // Not due: the node has a predecessor.
+        if self.watches.add(conn, &spec, sm).is_none() {
+            c.first_watch_set = true;
+        }
     }
 
     /// Fault `ack-before-commit`: answers this member's proposals as soon

@@ -23,7 +23,7 @@ impl Driver {
     }
 
     /// Room for `n` more watches on `conn` (the `max_watches` cap).
-    fn watch_room(&self, conn: ConnId, n: usize) -> Result<(), (ErrorCode, String)> {
+    pub(super) fn watch_room(&self, conn: ConnId, n: usize) -> Result<(), (ErrorCode, String)> {
         let (has, max) = (self.watches.count(conn), self.cfg.limits.max_watches);
         if has + n > max {
             return Err((
@@ -45,20 +45,30 @@ impl Driver {
         let caller = || self.caller(conn);
         let facts = route::ConnFacts { session, secret, caller: &caller, watches: self.watches.count(conn) };
         let leader_alive = self.leader_alive(now);
+        // A create's FIRST watch (watches.rs, "The pushed grant") is set
+        // when its entry applies here, not carried in the log.
+        let first_watch = match &req.body {
+            Some(request::Body::Create(_)) => req.first_watch_id,
+            _ => 0,
+        };
         let route = route::route(req, &facts, &sm, &self.cfg, &self.followed.current, leader_alive);
         drop(sm);
-        self.carry_out(conn, route, now);
+        self.carry_out(conn, route, first_watch, now);
     }
 
     /// Does what [`route::route`] decided.
-    fn carry_out(&mut self, conn: ConnId, route: Route, now: Instant) {
+    fn carry_out(&mut self, conn: ConnId, route: Route, first_watch: u64, now: Instant) {
         match route {
             Route::Reply(r) => self.reply(conn, r),
-            Route::Propose { id, cmd } => self.propose(conn, id, cmd, false, now),
+            Route::Propose { id, cmd } => {
+                let waits = Waits { bind_session: false, first_watch };
+                self.propose(conn, id, cmd, waits, now)
+            }
             Route::NewSession { id, timeout_ms } => {
                 let secret: [u8; 16] = self.rng.gen();
                 let body = command::Body::NewSession(NewSession { timeout_ms, secret: secret.to_vec().into() });
-                self.propose(conn, id, Command { body: Some(body), ..Default::default() }, true, now);
+                let waits = Waits { bind_session: true, first_watch: 0 };
+                self.propose(conn, id, Command { body: Some(body), ..Default::default() }, waits, now);
             }
             Route::ReadIndex { req, min_index } => self.reads.push(Deferred { conn, req, since: now, min_index }),
             Route::WaitApplied { req, min_index } => {
@@ -68,8 +78,13 @@ impl Driver {
             Route::Keepalive { id, session } => self.on_keepalive(conn, id, session, now),
             Route::AddWatch { id, spec } => {
                 let st = self.state();
-                self.watches.add(conn, &spec, &read(&st));
+                let sm = read(&st);
+                let (due, zxid) = (self.watches.add(conn, &spec, &sm), sm.applied());
+                drop(sm);
                 self.reply_ok(conn, id);
+                if let Some(f) = due {
+                    self.send_event(&f, zxid);
+                }
             }
             Route::RemoveWatch { id, watch_id } => {
                 self.watches.remove(conn, watch_id);
@@ -118,14 +133,15 @@ impl Driver {
         self.sessions.keepalive(conn, id, sid, &sm, now);
     }
 
-    pub(super) fn propose(&mut self, conn: ConnId, client_id: u64, mut cmd: Command, bind_session: bool, now: Instant) {
+    pub(super) fn propose(&mut self, conn: ConnId, client_id: u64, mut cmd: Command, waits: Waits, now: Instant) {
         let rid = self.pending.next_id();
         cmd.origin = self.cfg.id;
         cmd.request_id = rid;
         cmd.time_ms = self.clock.wall.at(now);
         match self.raw.propose(vec![], cmd.encode_to_vec()) {
             Ok(()) => {
-                self.pending.wait(rid, PendingWrite { conn, client_id, since: now, bind_session });
+                let Waits { bind_session, first_watch } = waits;
+                self.pending.wait(rid, PendingWrite { conn, client_id, since: now, bind_session, first_watch });
             }
             Err(e) => {
                 crate::metrics::proposal_failed("not_proposed", 1);
@@ -202,12 +218,13 @@ impl Driver {
             };
             (zxid, result)
         };
+        let mut due = None;
         let result = match (&req.body, result) {
             (Some(B::Attach(a)), Ok(body)) => self.attach(conn, a, now).map(|_| body),
             (Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)), Ok(body)) => {
                 if let Some(spec) = &r.watch {
                     let st = self.state();
-                    self.watches.add(conn, spec, &read(&st));
+                    due = self.watches.add(conn, spec, &read(&st));
                 }
                 Ok(body)
             }
@@ -222,6 +239,9 @@ impl Driver {
             }
         };
         self.reply(conn, resp);
+        if let Some(f) = due {
+            self.send_event(&f, zxid);
+        }
     }
 
     pub(super) fn attach(&mut self, conn: ConnId, a: &AttachReq, now: Instant) -> Result<(), (ErrorCode, String)> {
@@ -250,8 +270,10 @@ impl Driver {
             // replays nothing (finding Z8: setWatches handed an
             // unauthenticated client every name under a node it could not
             // list).
+            // (A FIRST watch, like it, names no node but its own.)
             let one_shot_exists = spec.kind == WatchKind::Exists as i32 && !spec.persistent;
-            if !one_shot_exists && sm.check_read(&spec.path, &caller, "watch").is_err() {
+            let first = spec.kind == WatchKind::First as i32;
+            if !one_shot_exists && !first && sm.check_read(&spec.path, &caller, "watch").is_err() {
                 continue;
             }
             let missed = missed_events(&sm, spec, a.last_zxid);
@@ -262,9 +284,12 @@ impl Driver {
                     self.send_event(&f, sm.applied());
                 }
             }
-            // A one-shot that fired is done; a persistent one goes on.
+            // A one-shot that fired is done; a persistent one goes on (and
+            // a FIRST watch that is not due was not due at the check).
             if missed.is_empty() || spec.persistent || spec.kind == WatchKind::Recursive as i32 {
-                self.watches.add(conn, spec, &sm);
+                if let Some(f) = self.watches.add(conn, spec, &sm) {
+                    self.send_event(&f, sm.applied());
+                }
             }
         }
         Ok(())

@@ -32,9 +32,9 @@ impl Txn<'_> {
         use baton_proto::client_write::Op as W;
         let single = |r: Result<response::Body, OpError>| r.map_err(|(c, m)| Box::new((c, m, None)));
         match &w.op {
-            Some(W::Create(c)) => {
-                single(self.create(c).map(|(path, stat)| response::Body::Create(CreateResp { path, stat: Some(stat) })))
-            }
+            Some(W::Create(c)) => single(self.create(c).map(|(path, stat)| {
+                response::Body::Create(CreateResp { path, stat: Some(stat), ..Default::default() })
+            })),
             Some(W::Set(s)) => single(self.set(s).map(|stat| response::Body::Set(SetResp { stat: Some(stat) }))),
             Some(W::Delete(d)) => single(self.delete(d).map(|_| response::Body::Empty(Empty {}))),
             Some(W::Multi(m)) => self.multi(&m.ops),
