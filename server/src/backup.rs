@@ -3,7 +3,10 @@
 //! Saving: the client asks any member for a snapshot (`SnapshotReq` with
 //! `backup_id` 0). The member takes it after a ReadIndex, like a
 //! linearizable read, so it holds every write acknowledged before the
-//! request was sent; it keeps those bytes (one backup at a time per member)
+//! request was sent: it checkpoints the state as applied then, and its
+//! snapshot thread encodes that checkpoint (syncer.rs), so the driver
+//! thread spends nothing on it (it took 1.3-1.9 s of it at a million
+//! nodes); it keeps those bytes (one backup at a time per member)
 //! and hands them out in chunks of [`CHUNK`] bytes with the SHA-256 of the
 //! whole. Handing out the last chunk lets them go (a fetch of it again, or
 //! of any chunk, is then NO_NODE: start again), so a member does not carry
@@ -58,6 +61,12 @@ impl Taken {
     /// `data`: the state (`StateMachine::backup`) applied at `index`, of `term`.
     pub fn new(id: u64, index: u64, term: u64, data: Vec<u8>) -> Taken {
         Taken { id, index, term, sha: sha256(&data), data }
+    }
+
+    /// [`Taken::new`] with `data`'s SHA-256 computed already (off the
+    /// driver, syncer.rs `build_backup`).
+    pub fn built(id: u64, index: u64, term: u64, data: Vec<u8>, sha: Vec<u8>) -> Taken {
+        Taken { id, index, term, sha, data }
     }
 
     /// The chunk of backup `backup_id` at `offset` (at most [`CHUNK`]

@@ -177,6 +177,8 @@ pub enum Input {
     /// The snapshot thread built the snapshot a checkpoint asked for
     /// (syncer.rs), or could not.
     SnapshotBuilt(Box<crate::syncer::Built>),
+    /// The snapshot thread built the backup a client asked for (backup.rs).
+    BackupBuilt(Box<crate::syncer::BuiltBackup>),
     Shutdown,
 }
 

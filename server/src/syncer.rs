@@ -44,6 +44,14 @@
 //! to the driver as `Input::SnapshotBuilt`. Meanwhile the syncer writes on
 //! and the driver ticks, applies and answers.
 //!
+//! A backup (`baton snapshot save`, backup.rs) is built the same way: a job
+//! marked `backup` holds a checkpoint of the state as applied when the
+//! backup was asked for, and the thread encodes that view as the backup
+//! (`StateMachine::backup_from_store`: no session secrets or replies) with
+//! its SHA-256, sent as `Input::BackupBuilt`. The driver asks for at most
+//! one of the two at a time, so the syncer never waits for the thread to
+//! finish a build before it can take the next view.
+//!
 //! The driver sees only the [`Persist`] trait: the simulator implements it
 //! with a queue it drains on its own schedule (a crash drops what was not
 //! yet "written").
@@ -68,6 +76,15 @@ pub struct SyncJob {
     pub after: Vec<Message>,
     /// Build a snapshot of the store as this write leaves it (module doc).
     pub snapshot: bool,
+    /// Build a backup of the store as this write leaves it (module doc).
+    pub backup: bool,
+}
+
+impl SyncJob {
+    /// A write that nothing waits for and that asks for no build.
+    pub fn plain(batch: Batch) -> SyncJob {
+        SyncJob { number: 0, batch, sync: false, after: Vec::new(), snapshot: false, backup: false }
+    }
 }
 
 /// A snapshot built from the store (module doc), or why not.
@@ -85,6 +102,18 @@ pub fn build_snapshot(view: &dyn crate::kv::KvView) -> Built {
     let t = std::time::Instant::now();
     let (index, data) = crate::state::StateMachine::snapshot_from_store(view).map_err(|e| e.to_string())?;
     Ok(BuiltSnapshot { index, data, took: t.elapsed() })
+}
+
+/// A backup built from the store, or why not.
+pub type BuiltBackup = Result<(BuiltSnapshot, Vec<u8>), String>;
+
+/// Builds a backup from `view` and its SHA-256 (the simulator calls it
+/// too).
+pub fn build_backup(view: &dyn crate::kv::KvView) -> BuiltBackup {
+    let t = std::time::Instant::now();
+    let (index, data) = crate::state::StateMachine::backup_from_store(view).map_err(|e| e.to_string())?;
+    let sha = crate::backup::sha256(&data);
+    Ok((BuiltSnapshot { index, data, took: t.elapsed() }, sha))
 }
 
 /// A finished write: the highest Ready number in it, and the messages that
@@ -132,12 +161,12 @@ impl Syncer {
             .name("baton-syncer".into())
             .spawn(move || {
                 while let Ok(first) = jobs_rx.recv() {
-                    // Merge what is queued, up to and with a snapshot's job.
-                    let mut snapshot = first.snapshot;
+                    // Merge what is queued, up to and with a build's job.
+                    let (mut snapshot, mut backup) = (first.snapshot, first.backup);
                     let mut jobs = vec![first];
-                    while !snapshot {
+                    while !snapshot && !backup {
                         let Ok(j) = jobs_rx.try_recv() else { break };
-                        snapshot = j.snapshot;
+                        (snapshot, backup) = (j.snapshot, j.backup);
                         jobs.push(j);
                     }
                     let mut batch = Batch::default();
@@ -164,8 +193,8 @@ impl Syncer {
                         }
                     }
                     let failed = r.is_err();
-                    if snapshot && !failed {
-                        builder.view_now();
+                    if (snapshot || backup) && !failed {
+                        builder.view_now(snapshot, backup);
                     }
                     let out = r.map(|_| Synced { number, after }).map_err(anyhow::Error::from);
                     if done_tx.send(out).is_err() {
@@ -184,24 +213,34 @@ impl Syncer {
 
 /// The thread that builds snapshots from the store (module doc).
 struct SnapshotThread {
-    /// A view to take now; the thread answers once it holds it.
-    asks: Option<Sender<Sender<()>>>,
+    /// A view to take now, and what to build from it (a snapshot, a
+    /// backup); the thread answers once it holds the view.
+    asks: Option<Sender<(Sender<()>, bool, bool)>>,
     /// To tell the driver when there is no thread to ask.
     wake: Sender<Input>,
 }
 
 impl SnapshotThread {
     fn start(kv: Arc<dyn Kv>, wake: Sender<Input>) -> SnapshotThread {
-        let (asks_tx, asks_rx) = std::sync::mpsc::channel::<Sender<()>>();
+        let (asks_tx, asks_rx) = std::sync::mpsc::channel::<(Sender<()>, bool, bool)>();
         let to_driver = wake.clone();
         let spawned = std::thread::Builder::new().name("baton-snapshot".into()).spawn(move || {
-            while let Ok(held) = asks_rx.recv() {
+            while let Ok((held, snapshot, backup)) = asks_rx.recv() {
                 let mut built = Err("no view was taken".to_string());
+                let mut backed = Err("no view was taken".to_string());
                 kv.with_view(&mut |view| {
                     let _ = held.send(());
-                    built = build_snapshot(view);
+                    if snapshot {
+                        built = build_snapshot(view);
+                    }
+                    if backup {
+                        backed = build_backup(view);
+                    }
                 });
-                if to_driver.send(Input::SnapshotBuilt(Box::new(built))).is_err() {
+                if snapshot && to_driver.send(Input::SnapshotBuilt(Box::new(built))).is_err() {
+                    return;
+                }
+                if backup && to_driver.send(Input::BackupBuilt(Box::new(backed))).is_err() {
                     return;
                 }
                 crate::memory::release();
@@ -218,14 +257,19 @@ impl SnapshotThread {
 
     /// Has the thread take its view of the store now, and waits until it
     /// has (no write may come between).
-    fn view_now(&self) {
+    fn view_now(&self, snapshot: bool, backup: bool) {
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         match &self.asks {
-            Some(asks) if asks.send(held_tx).is_ok() => {
+            Some(asks) if asks.send((held_tx, snapshot, backup)).is_ok() => {
                 let _ = held_rx.recv();
             }
             _ => {
-                let _ = self.wake.send(Input::SnapshotBuilt(Box::new(Err("no snapshot thread".into()))));
+                if snapshot {
+                    let _ = self.wake.send(Input::SnapshotBuilt(Box::new(Err("no snapshot thread".into()))));
+                }
+                if backup {
+                    let _ = self.wake.send(Input::BackupBuilt(Box::new(Err("no snapshot thread".into()))));
+                }
             }
         }
     }
@@ -280,7 +324,7 @@ mod tests {
         sm.skip(index);
         let mut batch = Batch::default();
         sm.flush(&mut batch);
-        SyncJob { number: index, batch, sync: false, after: Vec::new(), snapshot }
+        SyncJob { number: index, batch, sync: false, after: Vec::new(), snapshot, backup: false }
     }
 
     /// A snapshot job's write is not merged with the one queued after it,

@@ -199,6 +199,9 @@ pub struct Driver {
     /// has not come: the configuration it was asked at (ready.rs,
     /// "Snapshots off the driver").
     snapshot_building: Option<ConfState>,
+    /// A backup asked the snapshot thread for its bytes and they have not
+    /// come: who asked (connection, request id).
+    backup_building: Option<(ConnId, u64)>,
 }
 
 /// The driver's way out: the disk and the other members.
@@ -390,6 +393,7 @@ impl Driver {
             observers: Observers { board: None, expiries: None },
             backup: None,
             snapshot_building: None,
+            backup_building: None,
             cfg,
         };
         d.randomize_election();
@@ -504,6 +508,7 @@ impl Driver {
                 self.raw.report_snapshot(to, status);
             }
             Input::SnapshotBuilt(built) => self.on_snapshot_built(*built),
+            Input::BackupBuilt(built) => self.on_backup_built(*built),
             Input::Shutdown | Input::Persisted => {}
         }
         self.randomize_election();

@@ -82,6 +82,9 @@
 //! driver thread, with no heartbeat sent. The log still holds every entry
 //! after the last checkpoint (A is one), so the rule above holds. The
 //! snapshot a new member needs (`snapshot_now`, rare) is still made here.
+//! A backup is built the same way, from a checkpoint staged when it is
+//! asked for (driver/requests.rs `take_backup`); a member builds one thing
+//! at a time, so no compaction starts while a backup is built.
 //!
 //! Installing a snapshot (a follower too far behind): `StateMachine::restore`
 //! replaces the whole state (all of it staged for the write),
@@ -132,7 +135,7 @@ impl Driver {
         }
         // A snapshot is built off this thread from the checkpoint staged
         // here (module doc, "Snapshots off the driver").
-        let compacting = self.snapshot_building.is_none() && self.compaction_due();
+        let compacting = self.snapshot_building.is_none() && self.backup_building.is_none() && self.compaction_due();
         if conf_changed || compacting || self.state_flush_due(now) {
             self.sm_mut().flush(&mut batch);
             self.raw.mut_store().stage_commit(&mut batch)?;
@@ -157,7 +160,8 @@ impl Driver {
         // them from there); the syncer makes them durable in order, and
         // `on_persisted` sends `after` and reports the number once it has.
         self.raw.advance_append_async(rd);
-        self.io.persist.submit(SyncJob { number, batch, sync: must_sync, after, snapshot: compacting });
+        let job = SyncJob { number, batch, sync: must_sync, after, snapshot: compacting, backup: false };
+        self.io.persist.submit(job);
         self.advance_applied();
         Ok(())
     }
@@ -437,7 +441,7 @@ impl Driver {
         info!(applied, bytes = data.len(), "snapshot for a new member");
         let mut batch = Batch::default();
         self.raw.mut_store().compact(applied, data, 0, &mut batch)?;
-        self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new(), snapshot: false });
+        self.io.persist.submit(SyncJob::plain(batch));
         Ok(())
     }
 
@@ -477,7 +481,7 @@ impl Driver {
         if let Err(e) = self.raw.mut_store().compact(b.index, b.data, b.index.saturating_sub(keep), &mut batch) {
             return warn!(error = %e, "a built snapshot could not be stored");
         }
-        self.io.persist.submit(SyncJob { number: 0, batch, sync: false, after: Vec::new(), snapshot: false });
+        self.io.persist.submit(SyncJob::plain(batch));
         let staged = t.elapsed();
         crate::memory::release();
         info!(

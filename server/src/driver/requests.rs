@@ -155,17 +155,41 @@ impl Driver {
         }
     }
 
-    /// A new backup (backup.rs) of the state as applied now, kept for its
-    /// chunks to be fetched; answers the first chunk.
+    /// A new backup (backup.rs) of the state as applied now: a checkpoint
+    /// of it goes to the store, and the snapshot thread encodes that
+    /// checkpoint off the driver (syncer.rs); [`Driver::on_backup_built`]
+    /// keeps it for its chunks and answers the first. One build at a time
+    /// on a member (a snapshot or a backup): `BUSY` meanwhile, which the
+    /// client retries.
     fn take_backup(&mut self, conn: ConnId, id: u64) {
-        let (data, index) = {
-            let sm = self.sm();
-            (sm.backup(), sm.applied())
+        if self.snapshot_building.is_some() || self.backup_building.is_some() {
+            let msg = "a snapshot or another backup is being built on this member; retry";
+            return self.reply_err(conn, id, ErrorCode::Busy, msg);
+        }
+        let mut batch = Batch::default();
+        self.sm_mut().flush(&mut batch);
+        if let Err(e) = self.raw.mut_store().stage_commit(&mut batch) {
+            return self.reply_err(conn, id, ErrorCode::Internal, format!("no checkpoint for the backup: {e}"));
+        }
+        self.backup_building = Some((conn, id));
+        self.io.persist.submit(SyncJob { backup: true, ..SyncJob::plain(batch) });
+    }
+
+    /// The snapshot thread's answer to [`Driver::take_backup`].
+    pub(super) fn on_backup_built(&mut self, built: crate::syncer::BuiltBackup) {
+        let Some((conn, id)) = self.backup_building.take() else { return };
+        let (b, sha) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "a backup could not be built");
+                return self.reply_err(conn, id, ErrorCode::Internal, format!("the backup could not be built: {e}"));
+            }
         };
-        let term = self.raw.raft.raft_log.term(index).unwrap_or(0);
+        let term = self.raw.raft.raft_log.term(b.index).unwrap_or(0);
         let backup_id = self.rng.gen_range(1..u64::MAX);
-        info!(backup_id, index, bytes = data.len(), "backup taken");
-        self.backup = Some(crate::backup::Taken::new(backup_id, index, term, data));
+        let (index, bytes, ms) = (b.index, b.data.len(), b.took.as_millis() as u64);
+        info!(backup_id, index, bytes, ms, "backup taken (built off the driver)");
+        self.backup = Some(crate::backup::Taken::built(backup_id, index, term, b.data, sha));
         self.send_backup_chunk(conn, id, backup_id, 0);
     }
 

@@ -203,6 +203,17 @@ impl StateMachine {
     /// from the stored records without decoding them, on any thread
     /// (driver/ready.rs, "Snapshots off the driver").
     pub fn snapshot_from_store(view: &dyn KvView) -> Result<(u64, Vec<u8>), KvError> {
+        Self::encode_store(view, false)
+    }
+
+    /// The backup of the state checkpointed in `view`: the same bytes
+    /// [`StateMachine::backup`] makes of that state (every session's secret
+    /// and replies left out), built on any thread (backup.rs).
+    pub fn backup_from_store(view: &dyn KvView) -> Result<(u64, Vec<u8>), KvError> {
+        Self::encode_store(view, true)
+    }
+
+    fn encode_store(view: &dyn KvView, backup: bool) -> Result<(u64, Vec<u8>), KvError> {
         use prost::encoding::{encode_key, encode_varint, WireType};
         fn field(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
             encode_key(tag, WireType::LengthDelimited, out);
@@ -234,12 +245,21 @@ impl StateMachine {
             field(&mut out, 2, &entry);
             Ok(())
         })?;
-        for (prefix, tag) in [(PREFIX_SESSION, 3), (PREFIX_FENCE, 4)] {
-            view.for_each_prefix(&[prefix], &mut |_, v| {
-                field(&mut out, tag, v);
-                Ok(())
-            })?;
-        }
+        view.for_each_prefix(&[PREFIX_SESSION], &mut |_, v| {
+            if !backup {
+                field(&mut out, 3, v);
+                return Ok(());
+            }
+            let mut rec = baton_proto::SessionRecord::decode(v).map_err(|e| KvError(format!("session record: {e}")))?;
+            rec.secret = Bytes::new();
+            rec.replies.clear();
+            field(&mut out, 3, &rec.encode_to_vec());
+            Ok(())
+        })?;
+        view.for_each_prefix(&[PREFIX_FENCE], &mut |_, v| {
+            field(&mut out, 4, v);
+            Ok(())
+        })?;
         // An empty cluster record is left out, as `snapshot_record` does.
         if let Some(c) = view.get(KEY_CLUSTER)?.filter(|c| !c.is_empty()) {
             field(&mut out, 5, &c);

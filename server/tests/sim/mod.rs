@@ -39,7 +39,7 @@ use baton_server::driver::{Driver, WallClock};
 use baton_server::faults::Faults;
 use baton_server::kv::{Kv, MemKv};
 use baton_server::message::{ConnId, ConnTx, Input, PeerOut, PeerSink};
-use baton_server::syncer::{build_snapshot, Persist, SyncJob, Synced};
+use baton_server::syncer::{build_backup, build_snapshot, Persist, SyncJob, Synced};
 use bytes::Bytes;
 use raft::StateRole;
 use rand::rngs::StdRng;
@@ -859,12 +859,16 @@ impl Sim {
                 }
                 let job = m.disk.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
                 let mut built = None;
+                let mut backed = None;
                 if let Some(job) = job {
                     m.kv.write(job.batch, job.sync).expect("memory store writes");
                     if job.snapshot {
                         // The snapshot thread's view, taken before the next
                         // write; its answer comes some time later.
                         m.kv.with_view(&mut |view| built = Some(build_snapshot(view)));
+                    }
+                    if job.backup {
+                        m.kv.with_view(&mut |view| backed = Some(build_backup(view)));
                     }
                     let d = m.driver.as_mut().expect("checked above");
                     d.on_persisted(Synced { number: job.number, after: job.after });
@@ -875,6 +879,11 @@ impl Sim {
                 if let Some(b) = built {
                     let t = now + Duration::from_millis(self.rng.gen_range(1..=300));
                     let input = InputBox(Input::SnapshotBuilt(Box::new(b)));
+                    self.at(t, Ev::Deliver { to: id, life, from: None, input });
+                }
+                if let Some(b) = backed {
+                    let t = now + Duration::from_millis(self.rng.gen_range(1..=300));
+                    let input = InputBox(Input::BackupBuilt(Box::new(b)));
                     self.at(t, Ev::Deliver { to: id, life, from: None, input });
                 }
                 self.flush_member(id);
