@@ -40,7 +40,11 @@
 //!
 //! raft-rs is configured with `check_quorum`, `pre_vote`,
 //! `ReadOnlyOption::Safe` (ReadIndex confirms leadership with a heartbeat
-//! round), `max_size_per_msg` 1 MiB, `max_inflight_msgs` 256 and
+//! round), `max_size_per_msg` 1 MiB, `max_inflight_msgs` 32 (at most
+//! 32 MiB of appends in flight to one follower: with 256, a member started
+//! behind a million-node fill was sent 256 MiB at once, the leader's I/O
+//! thread fell behind on the other follower's answers and the leader
+//! stepped down in 3 of 3 runs; with 32 in 0 of 3, docs/scaling.md) and
 //! `batch_append`: the appends to one follower that a turn's proposals
 //! make are merged into one message before the Ready takes them (issue
 //! 26: 8.4 peer messages per write became 1.2, docs/perf/per-op.md).
@@ -321,7 +325,7 @@ fn raft_config(cfg: &Config, applied: u64) -> raft::Config {
         heartbeat_tick: cfg.heartbeat_ticks,
         applied,
         max_size_per_msg: 1024 * 1024,
-        max_inflight_msgs: 256,
+        max_inflight_msgs: 32,
         max_committed_size_per_ready: MAX_APPLY_BYTES_PER_READY,
         batch_append: true,
         check_quorum: true,
