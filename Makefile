@@ -104,11 +104,13 @@ compare: release rival-deps
 scale-smoke: build rival-deps
 	@CARGO="$(CARGO)" ./scripts/scale-smoke.sh
 
-# The full scale run (release build, ~12 min; docs/scaling.md has the last
+# The full scale run (release build, ~20 min; docs/scaling.md has the last
 # results): 10k-1M nodes, 1k-25k sessions, 10k-100k watches, 1k-10k
-# watchers, 1-1000 lock waiters, 1-512 clients, Baton and ZooKeeper.
+# watchers, 1-1000 lock waiters, 1-512 clients, on Baton, etcd (nodes,
+# sessions, locks and clients: it has no one-shot watches) and ZooKeeper.
 scale: release rival-deps
-	$(CARGO) run --release -q -p baton-bench -- scale --runs 2 --duration 3 --lock-window 3 --interval 5 \
+	$(CARGO) run --release -q -p baton-bench -- scale --targets baton,etcd,zookeeper \
+	  --runs 2 --duration 3 --lock-window 3 --interval 5 \
 	  --out bench/store/scale-$$(date +%s)
 
 # Each workload ~30 s under a random mix of every nemesis, the lock workload
