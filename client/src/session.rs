@@ -126,8 +126,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::tls::BoxStream;
 use baton_proto::{
-    request, response, server_frame, AttachReq, AuthReq, ClientFrame, CreateSessionReq, ErrorCode, KeepaliveReq,
-    RemoveWatchReq, Request, Response, ServerFrame, WatchSpec,
+    request, response, server_frame, AttachReq, AuthReq, CreateSessionReq, ErrorCode, KeepaliveReq, RemoveWatchReq,
+    Request, Response, ServerFrame, WatchSpec,
 };
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -292,7 +292,7 @@ pub(crate) async fn dial(endpoint: &str, timeout: Duration, tls: Option<&ClientT
 }
 
 fn encode(req: &Request) -> Bytes {
-    ClientFrame { request: Some(req.clone()) }.encode_to_vec().into()
+    baton_proto::client_frame_bytes(req)
 }
 
 /// Sends one request on a fresh connection and waits for its response.

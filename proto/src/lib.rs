@@ -40,6 +40,33 @@ pub fn codec(max_frame: usize) -> tokio_util::codec::LengthDelimitedCodec {
     tokio_util::codec::LengthDelimitedCodec::builder().length_field_length(4).max_frame_length(max_frame).new_codec()
 }
 
+/// `ClientFrame { request: Some(req.clone()) }` encoded, without the
+/// clone: a `ClientFrame` is its one field, so its bytes are the request's
+/// field 1 (key, length, the request).
+pub fn client_frame_bytes(req: &Request) -> bytes::Bytes {
+    let mut buf = Vec::with_capacity(prost::encoding::message::encoded_len(1, req));
+    prost::encoding::message::encode(1, req, &mut buf);
+    buf.into()
+}
+
+/// A `PeerFrame` holding a raft message of `raft_len` bytes that `write`
+/// appends: field `raft`'s key and length, then the message written
+/// straight after them (one buffer, not a message buffer copied into a
+/// frame's).
+pub fn peer_frame_raft_bytes(raft_len: usize, write: impl FnOnce(&mut Vec<u8>)) -> bytes::Bytes {
+    let key = u64::from(PEER_FRAME_RAFT_FIELD) << 3 | 2;
+    let mut buf = Vec::with_capacity(prost::encoding::encoded_len_varint(key) + 10 + raft_len);
+    prost::encoding::encode_varint(key, &mut buf);
+    prost::encoding::encode_varint(raft_len as u64, &mut buf);
+    let start = buf.len();
+    write(&mut buf);
+    debug_assert_eq!(buf.len() - start, raft_len, "the raft message's size changed while written");
+    buf.into()
+}
+
+/// Field number of `PeerFrame.raft` (proto/baton.proto).
+const PEER_FRAME_RAFT_FIELD: u32 = 2;
+
 /// Largest peer frame (a snapshot of the whole tree travels in one).
 pub const MAX_PEER_FRAME: usize = 1024 * 1024 * 1024;
 
@@ -120,6 +147,31 @@ pub fn parent_of(path: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
+
+    /// The clone-free encoders write the bytes prost's own would.
+    #[test]
+    fn frames_encoded_without_a_copy_are_the_same_bytes() {
+        let req = Request {
+            id: 7,
+            seq: 3,
+            first_watch_id: 9,
+            body: Some(request::Body::Create(CreateOp {
+                path: "/q/n-".into(),
+                data: bytes::Bytes::from(vec![5u8; 300]),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let plain = ClientFrame { request: Some(req.clone()) }.encode_to_vec();
+        assert_eq!(client_frame_bytes(&req)[..], plain[..]);
+        for len in [0usize, 1, 127, 128, 300, 70_000] {
+            let raft = vec![0xabu8; len];
+            let plain = PeerFrame { frame: Some(peer_frame::Frame::Raft(raft.clone().into())) }.encode_to_vec();
+            let direct = peer_frame_raft_bytes(len, |b| b.extend_from_slice(&raft));
+            assert_eq!(direct[..], plain[..], "raft message of {len} bytes");
+        }
+    }
 
     #[test]
     fn paths() {

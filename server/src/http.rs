@@ -56,7 +56,9 @@ pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     let b = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
         .set_buckets_for_metric(Matcher::Prefix("baton_ready_".into()), COUNT_BUCKETS)?;
-    Ok(b.install_recorder()?)
+    let handle = b.install_recorder()?;
+    crate::metrics::register_hot();
+    Ok(handle)
 }
 
 /// A verdict and its JSON body.

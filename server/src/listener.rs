@@ -33,16 +33,18 @@
 //! connection closes. Writes go out through the shared batch writer
 //! (batch.rs), at most [`MAX_BATCH`] frames per flush.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::time::Instant;
 
 use baton_proto::tls::BoxStream;
 use baton_proto::{request, response, server_frame, AuthReq, ClientFrame, Empty, ErrorCode, Response, ServerFrame};
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Semaphore;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::{debug, warn};
@@ -282,9 +284,9 @@ async fn handle(
     if input.send(Input::ConnOpened { conn, tx: tx.clone() }).is_err() {
         return;
     }
-    let inflight = Inflight::default();
+    let (noted, notes) = unbounded_channel();
     let slow = (cfg.slow_request_ms > 0).then(|| std::time::Duration::from_millis(cfg.slow_request_ms));
-    let writer = tokio::spawn(write_loop(wr, rx, slots.clone(), tx.gauge(), inflight.clone(), conn, slow));
+    let writer = tokio::spawn(write_loop(wr, rx, slots.clone(), tx.gauge(), notes, conn, slow));
     let mut frames = FramedRead::new(rd, baton_proto::codec(max_frame));
     let closed = tx.gauge().closed().clone();
     loop {
@@ -327,10 +329,11 @@ async fn handle(
             continue;
         }
         permit.forget(); // returned by the writer when the response goes out
-        inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.id, (crate::metrics::request_kind(req.body.as_ref()), std::time::Instant::now()));
+        let _ = noted.send(Noted {
+            id: req.id,
+            kind: crate::metrics::request_kind(req.body.as_ref()),
+            since: Instant::now(),
+        });
         if let Some(request::Body::Auth(a)) = &req.body {
             let resp = auth(&state, &tx, req.id, a, &crate::settings::current(&state, cfg).superusers).await;
             let _ = tx.send(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) });
@@ -354,18 +357,13 @@ async fn handle(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
 }
 
-/// A connection's requests without a response: their type and when read.
-type Inflight = Arc<std::sync::Mutex<std::collections::HashMap<u64, (&'static str, std::time::Instant)>>>;
-
-/// Counts, times and (when slow) logs one answered request.
-fn answered(inflight: &Inflight, r: &Response, conn: u64, slow: Option<std::time::Duration>) {
-    let Some((kind, since)) = inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&r.id) else { return };
-    let took = since.elapsed();
-    let code = (r.error != 0).then(|| ErrorCode::try_from(r.error).map_or("UNKNOWN", |c| c.as_str_name()));
-    crate::metrics::request(kind, code, took);
-    if slow.is_some_and(|s| took >= s) {
-        warn!(conn, id = r.id, kind, error = code.unwrap_or("OK"), took_ms = took.as_millis() as u64, "slow request");
-    }
+/// A request read: its id, type and when. The reader sends one to the
+/// writer before the request goes on, so the writer holds the note before
+/// the answer (a channel, not a map both tasks lock: issue 26, R2).
+struct Noted {
+    id: u64,
+    kind: &'static str,
+    since: Instant,
 }
 
 /// A client connection's side of the batch writer: counts bytes, frees a
@@ -373,9 +371,28 @@ fn answered(inflight: &Inflight, r: &Response, conn: u64, slow: Option<std::time
 struct ClientOutbox {
     slots: Arc<Semaphore>,
     gauge: Arc<QueueGauge>,
-    inflight: Inflight,
+    notes: UnboundedReceiver<Noted>,
+    /// Requests read and not yet answered: their type and when read.
+    inflight: HashMap<u64, (&'static str, Instant)>,
     conn: u64,
     slow: Option<std::time::Duration>,
+}
+
+impl ClientOutbox {
+    /// Counts, times and (when slow) logs one answered request.
+    fn answered(&mut self, r: &Response) {
+        while let Ok(n) = self.notes.try_recv() {
+            self.inflight.insert(n.id, (n.kind, n.since));
+        }
+        let Some((kind, since)) = self.inflight.remove(&r.id) else { return };
+        let took = since.elapsed();
+        let code = (r.error != 0).then(|| ErrorCode::try_from(r.error).map_or("UNKNOWN", |c| c.as_str_name()));
+        crate::metrics::request(kind, code, took);
+        if self.slow.is_some_and(|s| took >= s) {
+            let took_ms = took.as_millis() as u64;
+            warn!(conn = self.conn, id = r.id, kind, error = code.unwrap_or("OK"), took_ms, "slow request");
+        }
+    }
 }
 
 impl Outbox for ClientOutbox {
@@ -384,13 +401,13 @@ impl Outbox for ClientOutbox {
         if self.gauge.closed().is_cancelled() {
             return None; // over its queue limit: being closed
         }
-        self.gauge.written(f.encoded_len());
         let bytes = bytes::Bytes::from(f.encode_to_vec());
+        self.gauge.written(bytes.len()); // what `ConnTx::send` counted: its encoded length
         crate::metrics::client_bytes(0, bytes.len());
         if let Some(server_frame::Frame::Response(r)) = &f.frame {
             if r.id != 0 {
                 self.slots.add_permits(1);
-                answered(&self.inflight, r, self.conn, self.slow);
+                self.answered(r);
             }
         }
         Some(bytes)
@@ -402,12 +419,12 @@ async fn write_loop(
     mut rx: UnboundedReceiver<ServerFrame>,
     slots: Arc<Semaphore>,
     gauge: Arc<QueueGauge>,
-    inflight: Inflight,
+    notes: UnboundedReceiver<Noted>,
     conn: u64,
     slow: Option<std::time::Duration>,
 ) {
     let mut w = FramedWrite::new(wr, baton_proto::codec(usize::MAX));
-    let mut out = ClientOutbox { slots, gauge, inflight, conn, slow };
+    let mut out = ClientOutbox { slots, gauge, notes, inflight: HashMap::new(), conn, slow };
     while write_batch(&mut w, &mut rx, MAX_BATCH, &mut out).await == Batch::Written {
         if out.gauge.closed().is_cancelled() {
             return;

@@ -35,10 +35,11 @@
 //!   Hand-off latency is a client's figure (`baton bench lock-contended`):
 //!   a member cannot see when the next holder learns of its grant.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use baton_proto::StatusResp;
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, gauge, histogram, Counter, Histogram};
 
 /// Histogram buckets (seconds) for every `*_seconds` metric: 50 us to 10 s.
 pub const SECONDS_BUCKETS: &[f64] =
@@ -76,8 +77,16 @@ pub fn leader_changed() {
 }
 
 pub fn ready(entries: usize, committed: usize) {
-    histogram!("baton_ready_entries").record(entries as f64);
-    histogram!("baton_ready_committed").record(committed as f64);
+    match HOT.get() {
+        Some(h) => {
+            h.ready_entries.record(entries as f64);
+            h.ready_committed.record(committed as f64);
+        }
+        None => {
+            histogram!("baton_ready_entries").record(entries as f64);
+            histogram!("baton_ready_committed").record(committed as f64);
+        }
+    }
 }
 
 pub fn proposal_failed(reason: &'static str, n: usize) {
@@ -94,47 +103,174 @@ pub fn snapshot(kind: &'static str, took: Duration) {
 }
 
 pub fn fsync(took: Duration) {
-    histogram!("baton_fsync_seconds").record(took.as_secs_f64());
+    match HOT.get() {
+        Some(h) => h.fsync.record(took.as_secs_f64()),
+        None => histogram!("baton_fsync_seconds").record(took.as_secs_f64()),
+    }
 }
 
 /// One client request answered: its type, error code name (None: OK) and
 /// time from read to written.
 pub fn request(kind: &'static str, error: Option<&'static str>, took: Duration) {
-    counter!("baton_requests_total", "type" => kind).increment(1);
-    histogram!("baton_request_seconds", "type" => kind).record(took.as_secs_f64());
+    match HOT.get().and_then(|h| h.requests.iter().find(|(k, ..)| *k == kind)) {
+        Some((_, n, t)) => {
+            n.increment(1);
+            t.record(took.as_secs_f64());
+        }
+        None => {
+            counter!("baton_requests_total", "type" => kind).increment(1);
+            histogram!("baton_request_seconds", "type" => kind).record(took.as_secs_f64());
+        }
+    }
     if let Some(code) = error {
         counter!("baton_request_errors_total", "type" => kind, "code" => code).increment(1);
     }
 }
 
 pub fn client_bytes(received: usize, sent: usize) {
+    let h = HOT.get();
     if received > 0 {
-        counter!("baton_client_bytes_received_total").increment(received as u64);
+        match h {
+            Some(h) => h.client_in.increment(received as u64),
+            None => counter!("baton_client_bytes_received_total").increment(received as u64),
+        }
     }
     if sent > 0 {
-        counter!("baton_client_bytes_sent_total").increment(sent as u64);
+        match h {
+            Some(h) => h.client_out.increment(sent as u64),
+            None => counter!("baton_client_bytes_sent_total").increment(sent as u64),
+        }
     }
 }
 
 /// One message sent to a peer (one frame), by kind: a raft-rs message
 /// type, or a session-layer message (issue 26: messages per write).
 pub fn peer_message(kind: &'static str) {
-    counter!("baton_peer_messages_sent_total", "type" => kind).increment(1);
+    match HOT.get().and_then(|h| h.peer_messages.iter().find(|(k, _)| *k == kind)) {
+        Some((_, n)) => n.increment(1),
+        None => counter!("baton_peer_messages_sent_total", "type" => kind).increment(1),
+    }
 }
 
 /// One write of queued peer frames to a socket (several messages each when
 /// they queue up: batch.rs).
 pub fn peer_flush() {
-    counter!("baton_peer_flushes_total").increment(1);
+    match HOT.get() {
+        Some(h) => h.peer_flushes.increment(1),
+        None => counter!("baton_peer_flushes_total").increment(1),
+    }
 }
 
 pub fn peer_bytes(received: usize, sent: usize) {
+    let h = HOT.get();
     if received > 0 {
-        counter!("baton_peer_bytes_received_total").increment(received as u64);
+        match h {
+            Some(h) => h.peer_in.increment(received as u64),
+            None => counter!("baton_peer_bytes_received_total").increment(received as u64),
+        }
     }
     if sent > 0 {
-        counter!("baton_peer_bytes_sent_total").increment(sent as u64);
+        match h {
+            Some(h) => h.peer_out.increment(sent as u64),
+            None => counter!("baton_peer_bytes_sent_total").increment(sent as u64),
+        }
     }
+}
+
+/// The handles of the metrics recorded per request, per message or per
+/// Ready, registered once (issue 26, R2): through the macros each call
+/// looked its metric up in the recorder's registry, and one with a label
+/// built the label first. `register_hot` fills them right after the
+/// recorder is installed (http.rs); before that, and in a process without
+/// a recorder, the functions above go through the macros (no-ops).
+struct Hot {
+    fsync: Histogram,
+    ready_entries: Histogram,
+    ready_committed: Histogram,
+    client_in: Counter,
+    client_out: Counter,
+    peer_in: Counter,
+    peer_out: Counter,
+    peer_flushes: Counter,
+    requests: Vec<(&'static str, Counter, Histogram)>,
+    peer_messages: Vec<(&'static str, Counter)>,
+}
+
+static HOT: OnceLock<Hot> = OnceLock::new();
+
+/// Request types on the client port (every name `request_kind` gives).
+const REQUEST_KINDS: &[&str] = &[
+    "unknown",
+    "create_session",
+    "attach",
+    "keepalive",
+    "close_session",
+    "create",
+    "set",
+    "delete",
+    "multi",
+    "get",
+    "exists",
+    "children",
+    "add_watch",
+    "remove_watch",
+    "status",
+    "set_acl",
+    "get_acl",
+    "auth",
+    "add_user",
+    "reset_fence",
+    "set_settings",
+    "remove_user",
+    "list_users",
+    "whoami",
+    "members",
+    "member_change",
+    "snapshot",
+    "claim_session",
+];
+
+/// Peer message types (transport.rs, `message_kind`).
+const PEER_MESSAGE_KINDS: &[&str] = &[
+    "append",
+    "append_response",
+    "heartbeat",
+    "heartbeat_response",
+    "propose",
+    "read_index",
+    "read_index_response",
+    "vote",
+    "vote_response",
+    "snapshot",
+    "raft_other",
+    "touch",
+    "touch_ack",
+    "sync",
+    "sync_ack",
+];
+
+/// Registers the hot handles with the installed recorder (once per process).
+pub fn register_hot() {
+    let _ = HOT.get_or_init(|| Hot {
+        fsync: histogram!("baton_fsync_seconds"),
+        ready_entries: histogram!("baton_ready_entries"),
+        ready_committed: histogram!("baton_ready_committed"),
+        client_in: counter!("baton_client_bytes_received_total"),
+        client_out: counter!("baton_client_bytes_sent_total"),
+        peer_in: counter!("baton_peer_bytes_received_total"),
+        peer_out: counter!("baton_peer_bytes_sent_total"),
+        peer_flushes: counter!("baton_peer_flushes_total"),
+        requests: REQUEST_KINDS
+            .iter()
+            .map(|&k| {
+                (k, counter!("baton_requests_total", "type" => k), histogram!("baton_request_seconds", "type" => k))
+            })
+            .collect(),
+        peer_messages: PEER_MESSAGE_KINDS
+            .iter()
+            .map(|&k| (k, counter!("baton_peer_messages_sent_total", "type" => k)))
+            .collect(),
+    });
 }
 
 /// Lock grants among the changes of one applied entry (see the module

@@ -201,14 +201,21 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
     crate::metrics::peer_message(message_kind(&msg));
     let (frame, snap) = match msg {
         PeerOut::Raft(m) => {
+            // Written once, straight into the frame (issue 26, R2).
             let snap = m.get_msg_type() == MessageType::MsgSnapshot;
-            match m.write_to_bytes() {
-                Ok(b) => (peer_frame::Frame::Raft(b.into()), snap),
-                Err(e) => {
-                    warn!("cannot encode raft message: {e}");
-                    return None;
+            let len = m.compute_size() as usize;
+            let mut failed = None;
+            let bytes = baton_proto::peer_frame_raft_bytes(len, |buf| {
+                let mut out = protobuf::CodedOutputStream::vec(buf);
+                if let Err(e) = m.write_to_with_cached_sizes(&mut out).and_then(|()| out.flush()) {
+                    failed = Some(e);
                 }
+            });
+            if let Some(e) = failed {
+                warn!("cannot encode raft message: {e}");
+                return None;
             }
+            return Some((bytes, snap));
         }
         PeerOut::Touch { ids, batch } => (peer_frame::Frame::Touch(SessionTouch { session_ids: ids, batch }), false),
         PeerOut::TouchAck { batch, expired, expiring } => {

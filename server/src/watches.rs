@@ -246,6 +246,19 @@ impl Watches {
                 return Some(Fired { conn, watch_id: spec.watch_id, ty, path: spec.path.clone(), recursive: false });
             }
         }
+        self.register(conn, spec, kind, sm);
+        None
+    }
+
+    /// Registers a FIRST watch the caller already knows is not due (a
+    /// create that found its node's predecessor): `add` without scanning
+    /// the queue a second time.
+    pub fn add_first_not_due(&mut self, conn: ConnId, spec: &WatchSpec, sm: &StateMachine) {
+        debug_assert!(first_due(sm, &spec.path).is_none(), "a due FIRST watch registered as not due");
+        self.register(conn, spec, WatchKind::First, sm);
+    }
+
+    fn register(&mut self, conn: ConnId, spec: &WatchSpec, kind: WatchKind, sm: &StateMachine) {
         let existed = sm.stat_of(&spec.path).is_some();
         let since = sm.applied();
         let list = self.by_path.entry(spec.path.clone()).or_default();
@@ -255,7 +268,6 @@ impl Watches {
         let persistent = (spec.persistent && kind != WatchKind::First) || kind == WatchKind::Recursive;
         self.tally.added(&spec.path, kind);
         list.push(Watch { conn, id: spec.watch_id, kind, persistent, since, existed });
-        None
     }
 
     /// Watches held by every connection.

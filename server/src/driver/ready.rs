@@ -400,10 +400,9 @@ impl Driver {
             persistent: false,
             existed: true,
         };
-        // Not due: the node has a predecessor.
-        if self.watches.add(conn, &spec, sm).is_none() {
-            c.first_watch_set = true;
-        }
+        // Not due: the node exists and has a predecessor.
+        self.watches.add_first_not_due(conn, &spec, sm);
+        c.first_watch_set = true;
     }
 
     /// Fault `ack-before-commit`: answers this member's proposals as soon
