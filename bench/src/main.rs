@@ -258,6 +258,11 @@ struct ScaleArgs {
     /// by hand and profile its load.
     #[arg(long)]
     keep_data: bool,
+    /// A rival's failure to reach a size (etcd's members overloaded by
+    /// 25k sessions on 2 cores) is reported as its row, and the command
+    /// still succeeds; Baton's failures fail it either way.
+    #[arg(long)]
+    rivals_may_fail: bool,
     /// Output folder (default bench/store/scale-<ts>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -535,6 +540,7 @@ async fn scale(a: ScaleArgs) -> i32 {
             step_bound: Duration::from_secs(a.step_bound),
             shared_cluster: a.shared_cluster,
             keep_data: a.keep_data,
+            rivals_may_fail: a.rivals_may_fail,
             out,
         })
     })();

@@ -187,6 +187,10 @@ pub struct ScaleOpts {
     /// Keep the members' data dirs (to restart one on a copy and profile
     /// its load) instead of deleting them.
     pub keep_data: bool,
+    /// A rival that cannot reach a size on this machine is a result (its
+    /// row says why), not a failed run: only Baton's failures fail the
+    /// command (the full run; the smoke fails on any, an adapter broken).
+    pub rivals_may_fail: bool,
     pub out: PathBuf,
 }
 
@@ -244,7 +248,10 @@ pub async fn run(o: &ScaleOpts) -> anyhow::Result<Vec<Row>> {
         .filter(|r| r.figures.is_empty())
         .map(|r| format!("{} {}: {}", r.target.name(), r.dim.name(), r.notes.join("; ")))
         .collect();
-    if !failed.is_empty() {
+    let ours = all.iter().filter(|r| r.figures.is_empty() && matches!(r.target, Kind::Baton | Kind::BatonZk)).count();
+    if o.rivals_may_fail && ours == 0 && !failed.is_empty() {
+        eprintln!("a rival did not reach every size (its row in scale.md says why): {}", failed.join(" | "));
+    } else if !failed.is_empty() {
         anyhow::bail!("dimensions failed: {}", failed.join(" | "));
     }
     Ok(all)
