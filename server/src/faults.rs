@@ -61,10 +61,15 @@ pub struct Faults {
     /// cut off from its peers keeps its ZooKeeper clients connected
     /// (finding Z1).
     pub zk_speak_unvouched: bool,
+    /// Not a bug: the member behaves as one from before FIRST watches (a
+    /// rolling upgrade with clients first): a create's `first_watch_id`
+    /// is ignored and a FIRST watch is refused `BAD_REQUEST` as an unknown
+    /// kind, so a test can prove a new client's lock still works on it.
+    pub no_first_watch: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -81,6 +86,7 @@ pub const NAMES: [&str; 16] = [
     "zk-resume-without-claim",
     "reply-without-digest",
     "zk-speak-unvouched",
+    "no-first-watch",
 ];
 
 impl Faults {
@@ -105,6 +111,7 @@ impl Faults {
                 "zk-resume-without-claim" => f.zk_resume_without_claim = true,
                 "reply-without-digest" => f.reply_without_digest = true,
                 "zk-speak-unvouched" => f.zk_speak_unvouched = true,
+                "no-first-watch" => f.no_first_watch = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -143,4 +150,5 @@ impl Faults {
     query!(zk_resume_without_claim);
     query!(reply_without_digest);
     query!(zk_speak_unvouched);
+    query!(no_first_watch);
 }

@@ -225,6 +225,48 @@ fn child_pid(parent: u32) -> Option<i32> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// A member from before FIRST watches (a rolling upgrade, clients first;
+/// `batond-faulty --server-fault no-first-watch` behaves as one: it
+/// ignores a create's FIRST watch and refuses one set by a read
+/// `BAD_REQUEST`): the lock falls back to the classic recipe, and waiters
+/// still get the lock one at a time, in queue order, one wake-up each,
+/// with increasing tokens. Fails with the fallback removed (the refusal
+/// reaches `lock()`).
+#[tokio::test]
+async fn t23_a_lock_on_members_without_first_watches_waits_the_classic_way() {
+    let c = Cluster::start_zk_faulty(3, "no-first-watch", &[]).await;
+    let cls = clients(&c, 4).await;
+    let first = cls[0].lock("old").await.unwrap();
+    let order = Arc::new(Mutex::new(vec![(0usize, first.fencing_token())]));
+    let mut waiters = Vec::new();
+    for (i, cl) in cls.iter().enumerate().skip(1) {
+        let (cl, order) = (cl.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = tokio::time::timeout(SECS(20), cl.lock("old")).await.expect("no grant within 20 s").unwrap();
+            order.lock().unwrap().push((i, g.fencing_token()));
+            let w = g.wakeups();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            g.release().await.unwrap();
+            (i, w)
+        }));
+        let want = i + 1;
+        eventually(SECS(5), "waiter queued", || async {
+            (queue_len(&cls[0], "/_baton/locks/old").await == want).then_some(())
+        })
+        .await;
+    }
+    first.release().await.unwrap();
+    for w in waiters {
+        let (i, wakeups) = w.await.unwrap();
+        assert_eq!(wakeups, 1, "waiter {i} woke {wakeups} times");
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3], "not in queue order");
+    for w in order.windows(2) {
+        assert!(w[0].1 < w[1].1, "tokens went backwards: {order:?}");
+    }
+}
+
 #[tokio::test]
 async fn t30_a_killed_holder_is_replaced_within_its_session_timeout() {
     let c = Cluster::start(3, &[]).await;

@@ -48,7 +48,7 @@ impl Driver {
         // A create's FIRST watch (watches.rs, "The pushed grant") is set
         // when its entry applies here, not carried in the log.
         let first_watch = match &req.body {
-            Some(request::Body::Create(_)) => req.first_watch_id,
+            Some(request::Body::Create(_)) if !self.cfg.faults.no_first_watch() => req.first_watch_id,
             _ => 0,
         };
         let route = route::route(req, &facts, &sm, &self.cfg, &self.followed.current, leader_alive);
@@ -274,7 +274,7 @@ impl Driver {
             return Err((ErrorCode::Busy, "this session's expiry is proposed; retry".into()));
         }
         for spec in &a.watches {
-            check_spec(spec)?;
+            check_spec(spec, &self.cfg)?;
         }
         if !a.watches.is_empty() {
             self.watch_room(conn, a.watches.len())?;

@@ -250,7 +250,7 @@ fn read_route(req: Request, conn: &ConnFacts, sm: &StateMachine, cfg: &Config) -
             let Some(spec) = w.watch.clone() else {
                 return refusal(id, sm, ErrorCode::BadRequest, "add_watch without a watch".into());
             };
-            let allowed = check_spec(&spec)
+            let allowed = check_spec(&spec, cfg)
                 .and_then(|_| watch_room(conn, cfg))
                 .and_then(|_| sm.check_read(&spec.path, &(conn.caller)(), "watch"));
             match allowed {
@@ -259,7 +259,7 @@ fn read_route(req: Request, conn: &ConnFacts, sm: &StateMachine, cfg: &Config) -
             }
         }
         Some(B::Get(r)) | Some(B::Exists(r)) | Some(B::Children(r)) | Some(B::GetAcl(r)) => {
-            let checked = r.watch.as_ref().map(|w| check_spec(w).and_then(|_| watch_room(conn, cfg)));
+            let checked = r.watch.as_ref().map(|w| check_spec(w, cfg).and_then(|_| watch_room(conn, cfg)));
             if let Some(Err((code, msg))) = checked {
                 return refusal(id, sm, code, msg);
             }
@@ -317,11 +317,14 @@ fn write_route(req: Request, conn: &ConnFacts, sm: &StateMachine, cfg: &Config) 
 }
 
 /// Checks a watch registration: a valid path and a known kind.
-pub fn check_spec(spec: &WatchSpec) -> Result<(), (ErrorCode, String)> {
+pub fn check_spec(spec: &WatchSpec, cfg: &Config) -> Result<(), (ErrorCode, String)> {
     baton_proto::validate_path(&spec.path).map_err(|m| (ErrorCode::InvalidPath, m))?;
-    WatchKind::try_from(spec.kind)
-        .map(|_| ())
-        .map_err(|_| (ErrorCode::BadRequest, format!("unknown watch kind {} (newer protocol?)", spec.kind)))
+    let unknown = || (ErrorCode::BadRequest, format!("unknown watch kind {} (newer protocol?)", spec.kind));
+    match WatchKind::try_from(spec.kind) {
+        Ok(WatchKind::First) if cfg.faults.no_first_watch() => Err(unknown()),
+        Ok(_) => Ok(()),
+        Err(_) => Err(unknown()),
+    }
 }
 
 /// Checks a write before it is proposed (the state machine checks again).
