@@ -96,7 +96,7 @@ async fn t20_a_release_wakes_exactly_one_waiter() {
 /// another member), and nothing for a waiter leaving ahead of it.
 #[tokio::test]
 async fn t21_a_create_learns_its_place_and_the_grant_is_pushed() {
-    use baton_proto::{request, response, CreateOp, EventType, Request};
+    use baton_proto::{request, response, CreateOp, EventType, ExistsResp, ReadReq, Request};
     use baton_tests::raw::RawConn;
     let c = Cluster::start(3, &[]).await;
     let holder = c.client_with(ClientConfig::new(c.endpoints_from(1))).await;
@@ -123,10 +123,13 @@ async fn t21_a_create_learns_its_place_and_the_grant_is_pushed() {
     let Some(response::Body::Create(cr)) = r.body else { panic!("{r:?}") };
     let mid_name = mid.rsplit('/').next().unwrap();
     assert_eq!((cr.predecessor.as_str(), cr.first, cr.first_watch_set), (mid_name, false, true), "{cr:?}");
-    // The waiter in the middle leaves: no event.
+    // The waiter in the middle leaves: no event. A linearizable read
+    // through member 2 that no longer finds it: member 2 has applied the
+    // delete (and sent any event it fired, before this answer).
     middle.delete(&mid, None).await.unwrap();
-    let r = raw.call(Request { id: 3, body: Some(request::Body::Status(Default::default())), ..Default::default() });
-    assert_eq!(r.await.error, 0);
+    let gone = ReadReq { path: mid.clone(), ..Default::default() };
+    let r = raw.call(Request { id: 3, body: Some(request::Body::Exists(gone)), ..Default::default() }).await;
+    assert!(matches!(r.body, Some(response::Body::Exists(ExistsResp { stat: None }))), "{r:?}");
     assert!(raw.events.is_empty(), "a waiter leaving from the middle woke the next: {:?}", raw.events);
     // The holder releases through member 1; member 2 pushes the grant.
     let token = g.fencing_token();
