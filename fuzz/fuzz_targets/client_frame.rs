@@ -117,7 +117,7 @@ impl Conn {
         match &req.body {
             Some(B::Attach(a)) => {
                 let ok = self.state.read().map(|sm| sm.check_session(a.session_id, &a.secret).is_ok()).unwrap_or(false);
-                if ok && a.watches.iter().all(|w| check_spec(w).is_ok()) {
+                if ok && a.watches.iter().all(|w| check_spec(w, &self.cfg).is_ok()) {
                     self.session = Some(a.session_id);
                 }
             }
