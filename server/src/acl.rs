@@ -58,7 +58,7 @@
 //!   hash (`baton_proto::auth`), never the password; `auth` sends the
 //!   password (use TLS; the ZooKeeper port is plaintext, as ZooKeeper's
 //!   `digest` is without TLS), and the member verifies it off the
-//!   driver thread, in constant time, without holding the state lock while
+//!   driver (a blocking task), in constant time, without holding the state lock while
 //!   it hashes. Removing a user does not drop the identity from connections
 //!   that already authenticated. A `digest:` identity needs no user: it is
 //!   what the password hashes to, so anyone who knows a name and password

@@ -35,7 +35,6 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -53,7 +52,7 @@ use crate::accept::{self, Secured, HANDSHAKE_TIMEOUT};
 use crate::acl::Caller;
 use crate::batch::{write_batch, Batch, Outbox};
 use crate::config::Config;
-use crate::message::{ConnTx, Input, QueueGauge};
+use crate::message::{ConnTx, Input, InputTx, QueueGauge};
 use crate::shutdown::Signal;
 use crate::view::{capped, fast_read, SharedState};
 
@@ -68,7 +67,7 @@ pub const MAX_BATCH: usize = 256;
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
-    input: Sender<Input>,
+    input: InputTx,
     cfg: Config,
     state: SharedState,
     fast_reads: bool,
@@ -267,7 +266,7 @@ fn error_frame(code: ErrorCode, msg: String) -> ServerFrame {
 async fn handle(
     conn: u64,
     stream: BoxStream,
-    input: Sender<Input>,
+    input: InputTx,
     cfg: &Config,
     state: SharedState,
     fast_reads: bool,

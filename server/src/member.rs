@@ -22,7 +22,6 @@
 //!   for [`REMOVED_LINGER`] before `run` returns.
 
 use std::net::SocketAddr;
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +31,7 @@ use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::kv::{Kv, RocksKv};
-use crate::message::Input;
+use crate::message::{Input, InputRx, InputTx};
 use crate::node::Node;
 use crate::shutdown::Shutdown;
 use crate::transport::{PeerAuth, PeerTls};
@@ -70,7 +69,7 @@ pub struct Addrs {
 
 /// Asks a running member to stop (as SIGTERM does).
 #[derive(Clone)]
-pub struct Stopper(Sender<Input>);
+pub struct Stopper(InputTx);
 
 impl Stopper {
     pub fn stop(&self) {
@@ -83,8 +82,8 @@ impl Stopper {
 pub struct Member {
     rt: tokio::runtime::Runtime,
     node: Node,
-    input: Sender<Input>,
-    inputs: Receiver<Input>,
+    input: InputTx,
+    inputs: InputRx,
     shutdown: Shutdown,
     http_stop: Shutdown,
     board: Option<crate::http::Board>,
@@ -136,7 +135,7 @@ pub fn start(o: Options) -> anyhow::Result<Member> {
     warn_plaintext("client", addrs.client, o.client_tls.is_some());
     warn_plaintext("peer", addrs.peer, o.peer_tls.is_some());
 
-    let (input, inputs) = std::sync::mpsc::channel::<Input>();
+    let (input, inputs) = tokio::sync::mpsc::unbounded_channel::<Input>();
     let shutdown = Shutdown::new();
     let (transport, links, members) = crate::transport::transport(cfg.id);
     let kv: Arc<dyn Kv> = Arc::new(kv);
@@ -205,7 +204,10 @@ impl Member {
     pub fn run(self) -> anyhow::Result<()> {
         let Member { rt, node, input, inputs, shutdown, http_stop, board, .. } = self;
         drop(input);
-        let result = node.run(inputs);
+        // The driver is a task on the I/O runtime (node.rs says why).
+        let result = rt.block_on(async move {
+            tokio::spawn(node.run(inputs)).await.unwrap_or_else(|e| Err(anyhow::anyhow!("the driver task failed: {e}")))
+        });
         let removed = result.as_ref().is_err_and(|e| format!("{e:#}").contains(crate::node::REMOVED));
         if !rt.block_on(shutdown.finish(SHUTDOWN_GRACE)) {
             warn!("some connections were still open {SHUTDOWN_GRACE:?} after shutdown began");

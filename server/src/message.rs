@@ -11,7 +11,7 @@
 //! # Channels, their capacity, and what happens when full
 //! | Channel | Type | From | To |
 //! |---|---|---|---|
-//! | Driver input | `std::sync::mpsc`, unbounded, of [`Input`] | listener tasks, transport tasks, the signal task, the syncer (wake-ups) | the driver thread |
+//! | Driver input ([`InputTx`]) | tokio unbounded, of [`Input`] | listener tasks, transport tasks, the signal task, the syncer and snapshot threads (wake-ups) | the driver task (node.rs) |
 //! | Per client connection | tokio unbounded, of `ServerFrame`, bounded in bytes by [`ConnTx`] (`--max-queued-bytes`: past it the connection is closed) | the driver, and the listener's own answers (fast reads, `auth`, errors) | that connection's writer task |
 //! | Per peer | tokio unbounded, of [`PeerOut`] | the driver, through the transport's [`PeerSink`] | that peer's sender task |
 //!
@@ -30,6 +30,14 @@ use prost::Message as _;
 use raft::prelude::Message;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
+
+/// Where the driver's inputs are sent: a tokio channel, so the driver can
+/// be a task on the I/O runtime (node.rs) and a thread (the syncer) can
+/// still send to it without blocking.
+pub type InputTx = UnboundedSender<Input>;
+
+/// The driver's end of its input channel.
+pub type InputRx = UnboundedReceiver<Input>;
 
 /// A client connection's outbound queue (responses and watch events),
 /// bounded in bytes: a frame that would take the queue over its limit is

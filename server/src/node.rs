@@ -1,10 +1,11 @@
-//! The runtime around the driver: one OS thread runs the loop, with the
-//! wall clock, the input channel the listeners and the transport feed, and
-//! the syncer thread that does the fsyncs (raft-rs's async-ready mode).
-//! Neither thread is a tokio worker.
+//! The runtime around the driver: one task on the member's tokio runtime
+//! runs the loop, with the wall clock, the input channel the listeners and
+//! the transport feed, and the syncer thread that does the fsyncs
+//! (raft-rs's async-ready mode).
 //!
 //! One turn of the loop (the driver's docs say what each step does):
-//! 1. wait for input or the next tick; take what is queued (at most
+//! 1. yield once, so the I/O tasks on this worker run between turns; wait
+//!    for input or the next tick; take what is queued (at most
 //!    [`MAX_INPUTS_PER_TURN`]);
 //! 2. `handle` each input; a `Shutdown` fails pending writes and stops;
 //! 3. `on_persisted` for each write the syncer finished;
@@ -18,35 +19,49 @@
 //! argument; this file only reads the clock and moves messages.
 //!
 //! # A member's threads
-//! - **The driver thread**: the process's main thread. After
-//!   `member::start` (member.rs) has started the runtime and every task,
-//!   `Member::run` calls [`Node::run`], which returns
-//!   only at shutdown. The driver owns the raft-rs `RawNode`, the state
-//!   machine, the watch table, the session layer and every pending request.
-//!   The state machine is shared behind an `RwLock` (`SharedState`): only
-//!   the driver writes it, and the listener tasks read it to answer stale
-//!   reads without a watch (`view::fast_read`) without waiting for a
-//!   driver turn. The driver holds the write lock while it applies an entry
-//!   and queues the entry's events and reply, so a local read that sees the
-//!   entry is answered after them on the same connection.
+//! - **A tokio runtime with half the cores as workers** (1 to 8, or
+//!   `--io-threads`; main.rs `io_threads`). Its tasks:
+//!   - **the driver** ([`Node::run`], spawned by `Member::run`, member.rs),
+//!     which returns only at shutdown. It owns the raft-rs `RawNode`, the
+//!     state machine, the watch table, the session layer and every pending
+//!     request. The state machine is shared behind an `RwLock`
+//!     (`SharedState`): only the driver writes it, and the listener tasks
+//!     read it to answer stale reads without a watch (`view::fast_read`)
+//!     without waiting for a driver turn. The driver holds the write lock
+//!     while it applies an entry and queues the entry's events and reply,
+//!     so a local read that sees the entry is answered after them on the
+//!     same connection;
+//!   - all network I/O: the client accept loop (`listener::serve`) and, per
+//!     connection, a reader task (`listener::handle`) and a writer task
+//!     (`listener::write_loop`, over the shared `batch::write_batch`); the
+//!     peer accept loop (`transport::serve`) and one task per inbound peer
+//!     connection (`transport::admit`, then `transport::frames`); one
+//!     `transport::sender` task per other member (with a small reader that
+//!     logs the acceptor's refusal); the HTTP listener when `--http-addr`
+//!     is set (http.rs); and a task that turns SIGTERM or SIGINT into
+//!     `Input::Shutdown`.
 //! - **The syncer thread** (syncer.rs): every RocksDB write, in the order
 //!   the driver made it, several Readies per fsync (group commit). The
 //!   driver keeps stepping messages, committing, applying and answering
 //!   while an fsync runs (raft-rs's async-ready mode).
-//! - **A tokio runtime with half the cores as workers** (1 to 8, or
-//!   `--io-threads`; main.rs `io_threads`): all
-//!   network I/O. The client accept loop (`listener::serve`) and, per
-//!   connection, a reader task (`listener::handle`) and a writer task
-//!   (`listener::write_loop`, over the shared `batch::write_batch`); the peer accept loop (`transport::serve`)
-//!   and one task per inbound peer connection (`transport::admit`, then
-//!   `transport::frames`); one `transport::sender` task per other member
-//!   (with a small reader that logs the acceptor's refusal); the HTTP
-//!   listener when `--http-addr` is set (http.rs); and a task that turns
-//!   SIGTERM or SIGINT into `Input::Shutdown`.
+//! - **The snapshot thread** (syncer.rs): snapshots and backups, encoded
+//!   from a RocksDB view of a checkpoint the syncer wrote.
 //! - RocksDB's own background threads (flushes, compactions).
 //!
-//! The driver and the fsync run on threads of their own, so neither ever
-//! blocks a tokio worker. How the threads talk: message.rs.
+//! Why the driver is a task, not a thread of its own (issue 26, R3;
+//! docs/perf/per-op.md): every input the driver takes comes from an I/O
+//! task (a peer's frame, a client's request) and nearly every output goes
+//! to one (a peer's sender, a connection's writer). On a thread of its own
+//! each of those was a wake-up of another thread, and a contended lock's
+//! grant crosses the three members' drivers several times; as a task the
+//! I/O task's send makes the driver the next task on the same worker, and
+//! the driver's sends do the same for the writers. Only the fsync leaves
+//! the worker (the syncer thread), so the driver never blocks on the disk.
+//! The price: a long driver turn (a snapshot of a million nodes installed)
+//! holds up the I/O tasks on its worker (with one worker, all of them)
+//! until it ends; a turn over [`LONG_TURN`] is logged. The driver never
+//! blocks on anything but its input: it does no disk I/O and waits for no
+//! other thread, except for the syncer's last writes at shutdown.
 //!
 //! Shutdown: `Input::Shutdown` (or the input channel closing) makes the
 //! driver answer every pending write `TIMEOUT` (ambiguous: its entry may
@@ -57,7 +72,6 @@
 //! that reaches a listener after the driver stopped is answered
 //! `SHUTTING_DOWN` and its connection closed.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,7 +80,7 @@ use tracing::warn;
 use crate::config::Config;
 use crate::driver::{Driver, WallClock, MAX_INPUTS_PER_TURN};
 use crate::kv::Kv;
-use crate::message::{Input, PeerSink};
+use crate::message::{Input, InputRx, InputTx, PeerSink};
 use crate::syncer::{SyncReports, Syncer};
 use crate::view::SharedState;
 
@@ -89,7 +103,7 @@ pub struct Node {
 impl Node {
     /// Loads the member from `kv` and starts its syncer; `input` is the
     /// channel `run` will read (the syncer wakes it through it).
-    pub fn new(cfg: Config, kv: Arc<dyn Kv>, peers: Box<dyn PeerSink>, input: Sender<Input>) -> anyhow::Result<Self> {
+    pub fn new(cfg: Config, kv: Arc<dyn Kv>, peers: Box<dyn PeerSink>, input: InputTx) -> anyhow::Result<Self> {
         let now = Instant::now();
         let (syncer, reports) = Syncer::start(kv.clone(), input);
         let tick = Duration::from_millis(cfg.tick_ms);
@@ -110,19 +124,27 @@ impl Node {
 
     /// Runs until `Input::Shutdown`, the input channel closes, or this
     /// member applies its own removal (an error saying [`REMOVED`]).
-    pub fn run(mut self, rx: Receiver<Input>) -> anyhow::Result<()> {
+    pub async fn run(mut self, mut rx: InputRx) -> anyhow::Result<()> {
         let mut next_tick = Instant::now() + self.tick;
+        let sleep = tokio::time::sleep_until(next_tick.into());
+        tokio::pin!(sleep);
         loop {
+            // The I/O tasks on this worker run between two turns (a turn
+            // that always found input waiting would otherwise go on until
+            // tokio's budget ran out).
+            tokio::task::yield_now().await;
             // 1. Wait for input or the next tick, then take what is queued.
-            let wait = next_tick.saturating_duration_since(Instant::now());
             let mut inputs = Vec::new();
-            match rx.recv_timeout(wait) {
-                Ok(i) => inputs.push(i),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.driver.shutdown(Instant::now());
-                    return Ok(());
-                }
+            tokio::select! {
+                biased;
+                i = rx.recv() => match i {
+                    Some(i) => inputs.push(i),
+                    None => {
+                        self.driver.shutdown(Instant::now());
+                        return Ok(());
+                    }
+                },
+                () = &mut sleep => {}
             }
             while inputs.len() < MAX_INPUTS_PER_TURN {
                 match rx.try_recv() {
@@ -154,6 +176,7 @@ impl Node {
                 if next_tick < now {
                     next_tick = now + self.tick;
                 }
+                sleep.as_mut().reset(next_tick.into());
             }
             let ticked = Instant::now();
             // 5. Ready, reads, rounds.

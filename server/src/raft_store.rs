@@ -31,8 +31,9 @@
 //! - `snapshot()` answers `SnapshotTemporarilyUnavailable` when the stored
 //!   snapshot is older than raft-rs asks for, and when its configuration
 //!   does not hold the member it is for (one added since): then the driver
-//!   makes a new one at its applied index without dropping entries
-//!   (`snapshot_now`), and raft-rs asks again.
+//!   has a new one built at its applied index, from a checkpoint by the
+//!   snapshot thread as a compaction's is, and stores it without dropping
+//!   entries (`snapshot_now`); raft-rs asks again until it is there.
 //! - Installing one: [`RaftStore::apply_snapshot`] deletes the whole log,
 //!   sets the truncation point to the snapshot's index and term, raises the
 //!   hard state's term and commit to at least the snapshot's, and stores its

@@ -64,7 +64,7 @@ use raft::prelude::Message;
 use tracing::warn;
 
 use crate::kv::{Batch, Kv};
-use crate::message::Input;
+use crate::message::{Input, InputTx};
 
 /// One Ready's writes.
 pub struct SyncJob {
@@ -151,7 +151,7 @@ pub struct SyncReports {
 
 impl Syncer {
     /// Starts the thread; `wake` is told `Input::Persisted` after each write.
-    pub fn start(kv: Arc<dyn Kv>, wake: Sender<Input>) -> (Syncer, SyncReports) {
+    pub fn start(kv: Arc<dyn Kv>, wake: InputTx) -> (Syncer, SyncReports) {
         let keep = kv.clone();
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<SyncJob>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -217,11 +217,11 @@ struct SnapshotThread {
     /// backup); the thread answers once it holds the view.
     asks: Option<Sender<(Sender<()>, bool, bool)>>,
     /// To tell the driver when there is no thread to ask.
-    wake: Sender<Input>,
+    wake: InputTx,
 }
 
 impl SnapshotThread {
-    fn start(kv: Arc<dyn Kv>, wake: Sender<Input>) -> SnapshotThread {
+    fn start(kv: Arc<dyn Kv>, wake: InputTx) -> SnapshotThread {
         let (asks_tx, asks_rx) = std::sync::mpsc::channel::<(Sender<()>, bool, bool)>();
         let to_driver = wake.clone();
         let spawned = std::thread::Builder::new().name("baton-snapshot".into()).spawn(move || {
@@ -318,6 +318,7 @@ impl SyncReports {
 mod tests {
     use super::*;
     use crate::state::StateMachine;
+    use std::time::Instant;
 
     /// The state checkpointed at `index`, as a Ready's job would carry it.
     fn job(sm: &mut StateMachine, index: u64, snapshot: bool) -> SyncJob {
@@ -334,7 +335,7 @@ mod tests {
     fn a_snapshot_is_built_from_the_store_as_its_own_write_left_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let kv: Arc<dyn Kv> = Arc::new(crate::kv::RocksKv::open(dir.path()).expect("open"));
-        let (wake_tx, wake_rx) = std::sync::mpsc::channel();
+        let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel();
         let (mut syncer, _reports) = Syncer::start(kv, wake_tx);
         let mut sm = StateMachine::new();
         for round in 0..20u64 {
@@ -343,10 +344,12 @@ mod tests {
             let second = job(&mut sm, 2 * round + 2, false);
             syncer.submit(first);
             syncer.submit(second);
+            let deadline = Instant::now() + Duration::from_secs(10);
             let built = loop {
-                match wake_rx.recv_timeout(Duration::from_secs(10)) {
+                match wake_rx.try_recv() {
                     Ok(Input::SnapshotBuilt(b)) => break b.expect("built"),
                     Ok(_) => continue,
+                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
                     Err(e) => panic!("round {round}: no snapshot came: {e}"),
                 }
             };

@@ -23,7 +23,6 @@
 //! or whose `to` is not this member, is dropped and logged.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +42,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::batch::{write_batch, Batch, Outbox};
 use crate::cluster::{self, Verdict, HELLO_FRAME_LIMIT};
-use crate::message::{Input, PeerOut, PeerSink, Report};
+use crate::message::{Input, InputTx, PeerOut, PeerSink, Report};
 use crate::shutdown::Signal;
 use crate::view::SharedState;
 
@@ -154,7 +153,7 @@ pub fn transport(me: u64) -> (Transport, Links, Members) {
 
 /// Starts a sender task for every link the driver opens (call inside a
 /// tokio runtime).
-pub fn start_senders(mut links: Links, input: Sender<Input>, auth: PeerAuth, mut signal: Signal) {
+pub fn start_senders(mut links: Links, input: InputTx, auth: PeerAuth, mut signal: Signal) {
     tokio::spawn(async move {
         loop {
             let (id, addr, rx) = tokio::select! {
@@ -177,7 +176,7 @@ pub fn start_senders(mut links: Links, input: Sender<Input>, auth: PeerAuth, mut
 /// reports each snapshot sent once its batch is flushed (or failed).
 struct PeerOutbox<'a> {
     to: u64,
-    input: &'a Sender<Input>,
+    input: &'a InputTx,
     snaps: usize,
 }
 
@@ -280,7 +279,7 @@ async fn read_refusal(to: u64, rd: ReadHalf<BoxStream>) {
     }
 }
 
-async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input: Sender<Input>, auth: PeerAuth) {
+async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input: InputTx, auth: PeerAuth) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let Some(stream) = dial(to, &addr, &auth).await else {
@@ -339,7 +338,7 @@ async fn sender(to: u64, addr: String, mut rx: UnboundedReceiver<PeerOut>, input
 
 /// Accepts peer connections, admits them (cluster.rs) and feeds their
 /// messages to the driver.
-pub async fn serve(listener: TcpListener, input: Sender<Input>, auth: PeerAuth, signal: Signal) {
+pub async fn serve(listener: TcpListener, input: InputTx, auth: PeerAuth, signal: Signal) {
     let admitting = Arc::new(tokio::sync::Semaphore::new(MAX_ADMITTING));
     let full = |_stream, from| {
         warn!(%from, "{MAX_ADMITTING} peer connections are being admitted already; closing this one");
@@ -456,7 +455,7 @@ async fn send_refusal(wr: tokio::io::WriteHalf<BoxStream>, refusal: PeerRefused)
     let _ = tokio::time::timeout(Duration::from_secs(1), w.send(bytes::Bytes::from(frame.encode_to_vec()))).await;
 }
 
-async fn frames(r: &mut PeerReader, peer: u64, me: u64, input: &Sender<Input>) -> anyhow::Result<()> {
+async fn frames(r: &mut PeerReader, peer: u64, me: u64, input: &InputTx) -> anyhow::Result<()> {
     while let Some(frame) = r.next().await {
         let frame = frame?;
         crate::metrics::peer_bytes(frame.len(), 0);

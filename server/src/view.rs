@@ -62,8 +62,7 @@ pub fn local_read(
 }
 
 /// The listener's fast path: a local read without a watch, answered from
-/// the shared state without waiting for the driver thread (which may be in
-/// an fsync). Linearizable reads and anything with a watch go to the driver.
+/// the shared state without waiting for the driver's turn. Linearizable reads and anything with a watch go to the driver.
 pub fn fast_read(state: &SharedState, req: &Request, caller: &Caller) -> Option<Response> {
     use request::Body as B;
     let r = match &req.body {

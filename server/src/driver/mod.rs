@@ -203,6 +203,9 @@ pub struct Driver {
     /// has not come: the configuration it was asked at (ready.rs,
     /// "Snapshots off the driver").
     snapshot_building: Option<ConfState>,
+    /// The snapshot being built is for a member added since the stored one
+    /// (`snapshot_now`): stored without dropping any log entry.
+    snapshot_keeps_log: bool,
     /// A backup asked the snapshot thread for its bytes and they have not
     /// come: who asked (connection, request id).
     backup_building: Option<(ConnId, u64)>,
@@ -397,6 +400,7 @@ impl Driver {
             observers: Observers { board: None, expiries: None },
             backup: None,
             snapshot_building: None,
+            snapshot_keeps_log: false,
             backup_building: None,
             cfg,
         };

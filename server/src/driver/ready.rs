@@ -79,9 +79,11 @@
 //! for (the snapshot would carry the wrong one: the next Ready asks again).
 //! One is built at a time. The driver goes on ticking, applying and
 //! answering while it is built: at a million nodes that took ~2 s of the
-//! driver thread, with no heartbeat sent. The log still holds every entry
+//! driver, with no heartbeat sent. The log still holds every entry
 //! after the last checkpoint (A is one), so the rule above holds. The
-//! snapshot a new member needs (`snapshot_now`, rare) is still made here.
+//! snapshot a new member needs (`snapshot_now`: the stored one's
+//! configuration does not hold it) is built the same way from a checkpoint
+//! staged at the end of a turn, and stored without dropping log entries.
 //! A backup is built the same way, from a checkpoint staged when it is
 //! asked for (driver/requests.rs `take_backup`); a member builds one thing
 //! at a time, so no compaction starts while a backup is built.
@@ -428,19 +430,25 @@ impl Driver {
 
     /// A snapshot at the applied index without dropping log entries, for a
     /// member the stored snapshot's configuration does not hold (a member
-    /// added since it was made: raft-rs refuses to install it there).
+    /// added since it was made: raft-rs refuses to install it there). It is
+    /// built as a compaction's is, off the driver from a checkpoint staged
+    /// here (module doc); while another build (a compaction's, a backup's)
+    /// is under way raft-rs's next ask comes back here.
     pub(super) fn snapshot_now(&mut self) -> anyhow::Result<()> {
         let applied = self.sm().applied();
         if applied < self.raw.store().first().saturating_sub(1) {
             return Ok(());
         }
-        let t = std::time::Instant::now();
-        let data = self.sm().snapshot();
-        crate::metrics::snapshot("made", t.elapsed());
-        info!(applied, bytes = data.len(), "snapshot for a new member");
+        if self.snapshot_building.is_some() || self.backup_building.is_some() {
+            return Ok(());
+        }
         let mut batch = Batch::default();
-        self.raw.mut_store().compact(applied, data, 0, &mut batch)?;
-        self.io.persist.submit(SyncJob::plain(batch));
+        self.sm_mut().flush(&mut batch);
+        self.raw.mut_store().stage_commit(&mut batch)?;
+        self.snapshot_building = Some(self.raw.store().conf_state().clone());
+        self.snapshot_keeps_log = true;
+        info!(applied, "a snapshot for a new member is being built");
+        self.io.persist.submit(SyncJob { snapshot: true, ..SyncJob::plain(batch) });
         Ok(())
     }
 
@@ -456,6 +464,7 @@ impl Driver {
     /// the store moved past it meanwhile (a snapshot installed).
     pub(super) fn on_snapshot_built(&mut self, built: crate::syncer::Built) {
         let Some(conf) = self.snapshot_building.take() else { return };
+        let keeps_log = std::mem::take(&mut self.snapshot_keeps_log);
         let b = match built {
             Ok(b) => b,
             Err(e) => return warn!(error = %e, "a snapshot could not be built; the next Ready asks again"),
@@ -472,12 +481,13 @@ impl Driver {
             return debug!(index = b.index, "the configuration changed while a snapshot was built: dropped");
         }
         // Keep a tail of the log so a briefly lagging follower catches up
-        // from entries instead of a whole snapshot.
-        let keep = self.cfg.snapshot_entries / 4;
+        // from entries instead of a whole snapshot (all of it for a new
+        // member's snapshot: no compaction was due).
+        let compact_to = if keeps_log { 0 } else { b.index.saturating_sub(self.cfg.snapshot_entries / 4) };
         let bytes = b.data.len();
         let t = std::time::Instant::now();
         let mut batch = Batch::default();
-        if let Err(e) = self.raw.mut_store().compact(b.index, b.data, b.index.saturating_sub(keep), &mut batch) {
+        if let Err(e) = self.raw.mut_store().compact(b.index, b.data, compact_to, &mut batch) {
             return warn!(error = %e, "a built snapshot could not be stored");
         }
         self.io.persist.submit(SyncJob::plain(batch));
@@ -490,7 +500,8 @@ impl Driver {
             ms = b.took.as_millis() as u64,
             stage_ms = staged.as_millis() as u64,
             release_ms = (t.elapsed() - staged).as_millis() as u64,
-            "snapshot built; log compacted"
+            log_kept = keeps_log,
+            "snapshot built and stored"
         );
     }
 }

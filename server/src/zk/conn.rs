@@ -22,7 +22,6 @@ mod session;
 mod watches;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,7 +44,7 @@ use super::stats::{self, Stats};
 use super::vouch::{Answer, Vouch};
 use super::{words, ZkSettings, SEQ_GAP};
 use crate::config::Config;
-use crate::message::{ConnTx, Input};
+use crate::message::{ConnTx, Input, InputTx};
 use crate::shutdown::Signal;
 use crate::view::{read, SharedState};
 use baton_proto::ClaimSessionReq;
@@ -71,7 +70,7 @@ pub(super) struct Accepted {
 pub(super) async fn handle(
     mut stream: BoxStream,
     at: Accepted,
-    input: Sender<Input>,
+    input: InputTx,
     cfg: &Config,
     zk: &ZkSettings,
     stats: &Arc<Stats>,
@@ -216,7 +215,7 @@ struct Gateway {
     /// has its own (settings.rs), for the ACL checks made here
     /// (getAllChildrenNumber).
     flags: baton_proto::ClusterSettings,
-    input: Sender<Input>,
+    input: InputTx,
     state: SharedState,
     rx: UnboundedReceiver<baton_proto::ServerFrame>,
     w: Wr,

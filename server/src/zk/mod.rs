@@ -124,7 +124,6 @@ mod stats;
 pub mod vouch;
 mod words;
 
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -133,7 +132,7 @@ use tracing::{debug, warn};
 
 use crate::accept;
 use crate::config::Config;
-use crate::message::Input;
+use crate::message::InputTx;
 use crate::shutdown::Signal;
 use crate::view::SharedState;
 
@@ -173,7 +172,7 @@ impl ZkSettings {
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
-    input: Sender<Input>,
+    input: InputTx,
     cfg: Config,
     zk: ZkSettings,
     state: SharedState,

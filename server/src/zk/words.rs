@@ -18,7 +18,6 @@
 //! applied index) like `baton status`; if it does not answer in 2 s the
 //! word gets no answer.
 
-use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use baton_proto::tls::BoxStream;
@@ -28,7 +27,7 @@ use tokio::io::AsyncWriteExt;
 use super::stats::Stats;
 use super::ZkSettings;
 use crate::config::Config;
-use crate::message::{ConnTx, Input};
+use crate::message::{ConnTx, Input, InputTx};
 use crate::view::{read, SharedState};
 
 /// Every word this port knows.
@@ -42,7 +41,7 @@ fn version() -> String {
 pub(super) async fn answer(
     mut stream: BoxStream,
     word: &str,
-    input: &Sender<Input>,
+    input: &InputTx,
     cfg: &Config,
     zk: &ZkSettings,
     stats: &Stats,
@@ -62,13 +61,7 @@ pub(super) async fn answer(
     let _ = stream.shutdown().await;
 }
 
-async fn text_of(
-    word: &str,
-    input: &Sender<Input>,
-    cfg: &Config,
-    stats: &Stats,
-    state: &SharedState,
-) -> Option<String> {
+async fn text_of(word: &str, input: &InputTx, cfg: &Config, stats: &Stats, state: &SharedState) -> Option<String> {
     let (nodes, ephemerals, applied) = {
         let sm = read(state);
         (sm.node_count(), sm.ephemeral_count(), sm.applied())
@@ -129,7 +122,7 @@ async fn text_of(
 }
 
 /// The driver's status, through a connection of its own.
-async fn status(input: &Sender<Input>) -> Option<StatusResp> {
+async fn status(input: &InputTx) -> Option<StatusResp> {
     let conn = crate::accept::next_conn();
     let (tx, mut rx) = ConnTx::new(1 << 20);
     input.send(Input::ConnOpened { conn, tx }).ok()?;
