@@ -80,8 +80,9 @@ struct Timing {
     /// Heartbeat interval in ticks.
     #[arg(long, default_value_t = 2, env = "BATON_HEARTBEAT_TICKS")]
     heartbeat_ticks: usize,
-    /// Threads for client and peer connections (TLS, framing); the Raft
-    /// driver and the storage writer have their own thread each. Default:
+    /// Threads for client and peer connections (TLS, framing) and the Raft
+    /// driver (one task among them); the storage writer has a thread of its
+    /// own. Default:
     /// half the machine's cores, at least 1 and at most 8 (on 2 cores, 1:
     /// fewer threads switching on a small machine; docs/perf/README.md).
     #[arg(long, env = "BATON_IO_THREADS")]
