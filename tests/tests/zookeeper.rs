@@ -124,6 +124,9 @@ async fn t10_zookeeper_client_crate_operations_watches_and_multis() {
     let (_, q2) = a.create("/app/lock-", b"", &eph).await.expect("sequential");
     assert!(q2.into_i64() > q1.into_i64());
     assert_eq!(s1.ephemeral_owner, a.session_id().0);
+    // b's member may not have applied a's creates yet: ZooKeeper promises
+    // another session's writes only after a sync.
+    b.sync("/app").await.expect("sync");
     let mut kids = b.list_children("/app").await.expect("children");
     kids.sort();
     assert_eq!(kids, vec![format!("lock-{q1}"), format!("lock-{q2}")]);
