@@ -40,7 +40,8 @@
 //! - Follower: a keepalive is refused `NO_LEADER` if the member has not
 //!   heard from its leader within an election timeout, and
 //!   `SESSION_EXPIRED` if the session is gone here (driver/requests.rs
-//!   `on_keepalive`). Otherwise it waits for the next touch forward
+//!   `on_keepalive`), `BUSY` if its id is above what this member applied
+//!   (it was made by an entry not applied here yet, not expired). Otherwise it waits for the next touch forward
 //!   (`Touch`, by batch number; sent at the end of the turn when a
 //!   keepalive waits on it, else every 2 ticks) to be acknowledged
 //!   (`TouchAck`) for *that* batch by the current leader. It is given up
@@ -55,7 +56,10 @@
 //!   with the sender as leader. A round acked by a quorum (the leader counts
 //!   itself) answers its keepalives and acknowledges its forwards: `OK`;
 //!   `SESSION_EXPIRED` if the session is gone; `BUSY` if its expiry is
-//!   proposed, or while this leader has not applied its term's first entry.
+//!   proposed, while this leader has not applied its term's first entry,
+//!   or if the id is above the leader's applied index (a follower applied
+//!   the `NewSession` entry first: the leader applies an entry only once
+//!   its own fsync is done, and the quorum's may come sooner).
 //!   Rounds not acked are resent every 2 ticks and given up after two
 //!   election timeouts (their keepalives get `NO_LEADER`).
 //! - A new leader asks for reports in its rounds until a quorum has sent
@@ -483,6 +487,11 @@ impl Sessions {
         let caught_up = sm.applied() >= lead.term_start;
         let verdict = |sid: u64| -> ErrorCode {
             if !caught_up {
+                ErrorCode::Busy
+            } else if !sm.session_exists(sid) && sid > sm.applied() {
+                // A session id is the index of the entry that made it: a
+                // follower applied it before this leader did (the leader
+                // applies only once its own fsync is done). Not expired.
                 ErrorCode::Busy
             } else if !sm.session_exists(sid) {
                 ErrorCode::SessionExpired

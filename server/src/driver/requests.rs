@@ -122,6 +122,11 @@ impl Driver {
             // the majority side may be expiring it right now.
             return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
         }
+        if !exists && sid > self.sm().applied() {
+            // Made by an entry this member has not applied yet (a session
+            // id is that entry's index): not expired, only not here yet.
+            return self.reply_err(conn, id, ErrorCode::Busy, "this member has not yet applied the session; retry");
+        }
         if !exists {
             return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
         }
