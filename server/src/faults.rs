@@ -66,10 +66,16 @@ pub struct Faults {
     /// is ignored and a FIRST watch is refused `BAD_REQUEST` as an unknown
     /// kind, so a test can prove a new client's lock still works on it.
     pub no_first_watch: bool,
+    /// The leader answers a keepalive for a session it has not applied yet
+    /// (a follower applied the `NewSession` entry first) `SESSION_EXPIRED`,
+    /// as it did before 2026-12-06: a new client's first keepalive through
+    /// a fast follower ends its session (sessions.rs, "not yet applied is
+    /// not expired").
+    pub not_yet_applied_expired: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 18] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -87,6 +93,7 @@ pub const NAMES: [&str; 17] = [
     "reply-without-digest",
     "zk-speak-unvouched",
     "no-first-watch",
+    "not-yet-applied-expired",
 ];
 
 impl Faults {
@@ -112,6 +119,7 @@ impl Faults {
                 "reply-without-digest" => f.reply_without_digest = true,
                 "zk-speak-unvouched" => f.zk_speak_unvouched = true,
                 "no-first-watch" => f.no_first_watch = true,
+                "not-yet-applied-expired" => f.not_yet_applied_expired = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -151,4 +159,5 @@ impl Faults {
     query!(reply_without_digest);
     query!(zk_speak_unvouched);
     query!(no_first_watch);
+    query!(not_yet_applied_expired);
 }

@@ -37,11 +37,17 @@
 //!   ([`Sessions::touch`]); a keepalive is one such request, sent every
 //!   `T/3`. A session is created by a `NewSession` entry (its id is the
 //!   entry's index); applying it records it ([`Sessions::created`]).
+//! - Not yet applied is not expired: a member asked about a session it
+//!   does not hold answers `SESSION_EXPIRED` only if the session's id is at
+//!   or below its applied index (the session was made here and has ended);
+//!   an id above it names a session made by an entry not applied here yet
+//!   (another member applied it first, its fsync having come sooner), and
+//!   the answer is `BUSY`, retry. One function decides ([`not_live`]) for
+//!   a follower's keepalive, a leader's round and a write's route.
 //! - Follower: a keepalive is refused `NO_LEADER` if the member has not
 //!   heard from its leader within an election timeout, and
-//!   `SESSION_EXPIRED` if the session is gone here (driver/requests.rs
-//!   `on_keepalive`), `BUSY` if its id is above what this member applied
-//!   (it was made by an entry not applied here yet, not expired). Otherwise it waits for the next touch forward
+//!   `SESSION_EXPIRED` or `BUSY` as [`not_live`] says (driver/requests.rs
+//!   `on_keepalive`). Otherwise it waits for the next touch forward
 //!   (`Touch`, by batch number; sent at the end of the turn when a
 //!   keepalive waits on it, else every 2 ticks) to be acknowledged
 //!   (`TouchAck`) for *that* batch by the current leader. It is given up
@@ -55,11 +61,11 @@
 //!   records the ids and answers `SyncAck` only while it is in that term
 //!   with the sender as leader. A round acked by a quorum (the leader counts
 //!   itself) answers its keepalives and acknowledges its forwards: `OK`;
-//!   `SESSION_EXPIRED` if the session is gone; `BUSY` if its expiry is
-//!   proposed, while this leader has not applied its term's first entry,
-//!   or if the id is above the leader's applied index (a follower applied
-//!   the `NewSession` entry first: the leader applies an entry only once
-//!   its own fsync is done, and the quorum's may come sooner).
+//!   `SESSION_EXPIRED` or `BUSY` as [`not_live`] says (the leader applies
+//!   an entry only once its own fsync is done, and the quorum's may come
+//!   sooner, so a follower can serve a session the leader has not applied);
+//!   `BUSY` if its expiry is proposed or while this leader has not applied
+//!   its term's first entry.
 //!   Rounds not acked are resent every 2 ticks and given up after two
 //!   election timeouts (their keepalives get `NO_LEADER`).
 //! - A new leader asks for reports in its rounds until a quorum has sent
@@ -90,7 +96,7 @@ use baton_proto::{ErrorCode, SessionAge};
 
 use crate::effect::Effect;
 use crate::message::{ConnId, PeerOut, Report};
-use crate::state::StateMachine;
+use crate::state::{SessionState, StateMachine};
 
 /// Ticks between background rounds (touches of requests other than
 /// keepalives, which go at once).
@@ -152,6 +158,9 @@ pub struct Timing {
     pub no_grace: bool,
     /// Deliberate bug `no-deadline-rebuild`: keep the fresh deadlines.
     pub no_rebuild: bool,
+    /// Deliberate bug `not-yet-applied-expired`: the leader's round answers
+    /// `SESSION_EXPIRED` for a session it has not applied yet.
+    pub not_yet_applied_expired: bool,
 }
 
 /// The state of one member's session layer.
@@ -235,6 +244,25 @@ impl Round {
     fn urgent(&self) -> bool {
         !self.local.is_empty() || !self.forwards.is_empty() || self.want_report
     }
+}
+
+/// The answer for a session this member does not hold, or `None` if it
+/// holds it: `SESSION_EXPIRED` if it has ended here, `BUSY` if it was made
+/// by an entry this member has not applied yet (see the module doc).
+pub fn not_live(state: SessionState) -> Option<ErrorCode> {
+    match state {
+        SessionState::Live => None,
+        SessionState::Gone => Some(ErrorCode::SessionExpired),
+        SessionState::NotYetApplied => Some(ErrorCode::Busy),
+    }
+}
+
+/// [`not_live`] with the message a client sees.
+pub fn not_live_msg(sid: u64, state: SessionState) -> Option<(ErrorCode, String)> {
+    not_live(state).map(|code| match code {
+        ErrorCode::Busy => (code, format!("session {sid:#x} is not yet applied on this member; retry")),
+        _ => (code, format!("session {sid:#x} expired")),
+    })
 }
 
 fn timeout_of(sm: &StateMachine, sid: u64) -> Option<Duration> {
@@ -485,16 +513,19 @@ impl Sessions {
     fn complete(&mut self, r: Round, sm: &StateMachine) -> Vec<Effect> {
         let Some(lead) = self.lead.as_ref() else { return Vec::new() };
         let caught_up = sm.applied() >= lead.term_start;
+        let planted = self.timing.not_yet_applied_expired;
         let verdict = |sid: u64| -> ErrorCode {
+            let state = match sm.session_state(sid) {
+                SessionState::NotYetApplied if planted => SessionState::Gone,
+                s => s,
+            };
             if !caught_up {
                 ErrorCode::Busy
-            } else if !sm.session_exists(sid) && sid > sm.applied() {
-                // A session id is the index of the entry that made it: a
-                // follower applied it before this leader did (the leader
-                // applies only once its own fsync is done). Not expired.
-                ErrorCode::Busy
-            } else if !sm.session_exists(sid) {
-                ErrorCode::SessionExpired
+            } else if let Some(code) = not_live(state) {
+                // NotYetApplied: a follower applied the NewSession entry
+                // before this leader did (the leader applies only once its
+                // own fsync is done). Not expired.
+                code
             } else if lead.expiring.contains_key(&sid) {
                 ErrorCode::Busy
             } else {
@@ -749,6 +780,7 @@ mod tests {
             election: Duration::from_millis(500),
             no_grace: false,
             no_rebuild: false,
+            not_yet_applied_expired: false,
         }
     }
 
@@ -814,6 +846,37 @@ mod tests {
         assert!(answered(&s.on_sync_ack(2, 4, round, None, &voters, &sm, t0)).is_empty());
         let acts = s.on_sync_ack(3, 5, round, None, &voters, &sm, t0);
         assert_eq!(answered(&acts), vec![(100, ErrorCode::Ok)]);
+    }
+
+    /// Not yet applied is not expired: a leader asked to vouch for a
+    /// session above its applied index (a follower applied the NewSession
+    /// entry first) answers BUSY; one at or below it that it does not hold
+    /// is expired.
+    #[test]
+    fn a_session_not_yet_applied_is_busy_not_expired() {
+        let t0 = Instant::now();
+        let sm = with_sessions(&[1, 3]);
+        assert_eq!(sm.session_state(1), SessionState::Live);
+        assert_eq!(sm.session_state(2), SessionState::Gone);
+        assert_eq!(sm.session_state(4), SessionState::NotYetApplied);
+        let voters = Voters { incoming: vec![1, 2, 3], outgoing: vec![] };
+        let mut s = Sessions::new(1, timing(), t0);
+        s.become_leader(5, 0, t0);
+        s.keepalive(10, 100, 1, &sm, t0);
+        s.keepalive(11, 200, 2, &sm, t0);
+        s.keepalive(12, 300, 4, &sm, t0);
+        let acts = s.flush(0, &voters, &sm, t0);
+        let round = acts
+            .iter()
+            .find_map(|a| match a {
+                Effect::Send { out: PeerOut::Sync { round, term: 5, .. }, .. } => Some(*round),
+                _ => None,
+            })
+            .expect("a sync round");
+        let mut got = answered(&s.on_sync_ack(2, 5, round, None, &voters, &sm, t0));
+        got.sort();
+        assert_eq!(got, vec![(100, ErrorCode::Ok), (200, ErrorCode::SessionExpired), (300, ErrorCode::Busy)]);
+        assert_eq!(not_live_msg(4, SessionState::NotYetApplied).map(|(c, _)| c), Some(ErrorCode::Busy));
     }
 
     /// A voter acknowledges a sync only in the sender's term, following it,

@@ -1,5 +1,5 @@
 //! Deterministic tests of the session layer: findings S1-S7 and L1 of the
-//! "Sessions you can bet a lock on" review, each as a script on the
+//! "Sessions you can bet a lock on" review, and S8 (found in CI), each as a script on the
 //! simulator (`sim/mod.rs`: real drivers, a manual clock, a seeded
 //! network), most with a twin that plants the bug and proves the check
 //! catches it. Then a randomized run over many seeds.
@@ -291,6 +291,39 @@ fn t70_s7_read_index_contexts_differ_across_a_restart() {
 fn t71_s7_planted_context_counter_restarting_at_one_repeats_a_context() {
     let (before, after) = s7_contexts(faulty(|f| f.read_ctx_restarts = true));
     assert_eq!(before, after, "the planted S7 fault did not show");
+}
+
+// ---------------------------------------------------------------- S8
+
+/// A client creates its session through a follower while the leader's disk
+/// is slow (600 ms a write): the followers' acks commit the `NewSession`
+/// entry, the follower applies it and answers, and the client's first
+/// keepalives reach the leader before the leader has applied the session
+/// itself (found by tests/zookeeper_acl in CI: a ZooKeeper client's
+/// first connect failed with SESSION_EXPIRED). The leader must answer BUSY
+/// until it applies it, never SESSION_EXPIRED.
+fn s8_run(opts: Opts) -> Sim {
+    let (mut s, leader, follower) = cluster(8, opts);
+    s.opts.disk_delay_of.insert(leader, (600_000, 600_000));
+    let c = s.add_client("a", vec![follower]);
+    assert!(s.await_connected(c, ms(3000)), "client connects\n{}", s.report());
+    s.run_for(T * 3);
+    assert_eq!(s.leader(), Some(leader), "the slow leader kept leading\n{}", s.report());
+    s
+}
+
+#[test]
+fn t50_s8_a_session_the_leader_has_not_applied_yet_is_not_expired() {
+    let s = s8_run(Opts::default());
+    assert_clean(&s);
+    assert!(!s.clients[0].expired, "a live session answered SESSION_EXPIRED\n{}", s.report());
+    assert_eq!(s.client_state(0), "Connected", "{}", s.report());
+}
+
+#[test]
+fn t51_s8_planted_not_yet_applied_expired_ends_the_new_session() {
+    let s = s8_run(faulty(|f| f.not_yet_applied_expired = true));
+    assert!(s.clients[0].expired, "the planted fault did not show\n{}", s.report());
 }
 
 // ---------------------------------------------------------------- L2

@@ -371,6 +371,7 @@ impl Driver {
             election: cfg.election_timeout(),
             no_grace: cfg.faults.expire_without_grace(),
             no_rebuild: cfg.faults.no_deadline_rebuild(),
+            not_yet_applied_expired: cfg.faults.not_yet_applied_expired(),
         };
         let mut d = Driver {
             raw,

@@ -8,6 +8,7 @@
 //! membership changes (driver/members.rs) and backup chunks.
 
 use super::*;
+use crate::sessions::not_live_msg;
 
 impl Driver {
     /// Who is asking on `conn` (acl.rs).
@@ -122,13 +123,8 @@ impl Driver {
             // the majority side may be expiring it right now.
             return self.reply_err(conn, id, ErrorCode::NoLeader, "this member has no contact with a leader");
         }
-        if !exists && sid > self.sm().applied() {
-            // Made by an entry this member has not applied yet (a session
-            // id is that entry's index): not expired, only not here yet.
-            return self.reply_err(conn, id, ErrorCode::Busy, "this member has not yet applied the session; retry");
-        }
-        if !exists {
-            return self.reply_err(conn, id, ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
+        if let Some((code, msg)) = not_live_msg(sid, self.sm().session_state(sid)) {
+            return self.reply_err(conn, id, code, msg);
         }
         if self.sessions.is_expiring(sid) {
             return self.reply_err(conn, id, ErrorCode::Busy, "this session's expiry is proposed; retry");

@@ -61,6 +61,7 @@ use baton_proto::{
 
 use crate::acl::Caller;
 use crate::config::Config;
+use crate::sessions::not_live_msg;
 use crate::state::{error_response, StateMachine};
 
 /// What routing needs to know about the connection a request came on.
@@ -281,8 +282,8 @@ fn write_route(req: Request, conn: &ConnFacts, sm: &StateMachine, cfg: &Config) 
     let Some(sid) = conn.session else {
         return refuse(ErrorCode::BadRequest, "writes need a session: create or attach one first".into());
     };
-    if !sm.session_exists(sid) {
-        return refuse(ErrorCode::SessionExpired, format!("session {sid:#x} expired"));
+    if let Some((code, msg)) = not_live_msg(sid, sm.session_state(sid)) {
+        return refuse(code, msg);
     }
     if let Some((code, msg)) = precheck_write(&req, cfg.limits.max_multi_ops) {
         return refuse(code, msg);
@@ -424,7 +425,12 @@ mod tests {
         let (sm, cfg) = (with_session(), Config::defaults(1));
         let create = |path: &str| req(request::Body::Create(CreateOp { path: path.into(), ..Default::default() }));
         assert_eq!(refused(&run(create("/a"), None, &sm, &cfg, true, 0)), Some(ErrorCode::BadRequest));
-        assert_eq!(refused(&run(create("/a"), Some(5), &sm, &cfg, true, 0)), Some(ErrorCode::SessionExpired));
+        // Not yet applied here (id above the applied index 1) is not expired.
+        assert_eq!(refused(&run(create("/a"), Some(5), &sm, &cfg, true, 0)), Some(ErrorCode::Busy));
+        let ns = NewSession { timeout_ms: 1000, secret: bytes::Bytes::from_static(b"s") };
+        let mut later = with_session();
+        later.apply(7, &Command { body: Some(command::Body::NewSession(ns)), ..Default::default() });
+        assert_eq!(refused(&run(create("/a"), Some(5), &later, &cfg, true, 0)), Some(ErrorCode::SessionExpired));
         assert_eq!(refused(&run(create("no-slash"), Some(1), &sm, &cfg, true, 0)), Some(ErrorCode::InvalidPath));
         let zero_seq = Request { seq: 0, ..create("/a") };
         assert_eq!(refused(&run(zero_seq, Some(1), &sm, &cfg, true, 0)), Some(ErrorCode::BadRequest));

@@ -168,6 +168,17 @@ pub enum Change {
     ChildrenChanged(String),
 }
 
+/// What this member knows of a session id (`StateMachine::session_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Applied here and not yet expired or closed.
+    Live,
+    /// Applied here and since expired or closed: gone for good.
+    Gone,
+    /// Above this member's applied index: made by an entry not applied here yet.
+    NotYetApplied,
+}
+
 /// The outcome of applying one entry.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -316,6 +327,22 @@ impl StateMachine {
 
     pub fn session_exists(&self, id: u64) -> bool {
         self.sessions.contains_key(&id)
+    }
+
+    /// Whether session `id` is live here, gone, or not yet applied: a
+    /// session id is the index of the entry that made it, so an id above
+    /// this member's applied index names a session another member may
+    /// already serve (a follower can apply an entry before the leader,
+    /// whose own fsync came later). Such a session is not expired; the
+    /// caller answers `BUSY` (see the `sessions` module doc).
+    pub fn session_state(&self, id: u64) -> SessionState {
+        if self.sessions.contains_key(&id) {
+            SessionState::Live
+        } else if id > self.applied {
+            SessionState::NotYetApplied
+        } else {
+            SessionState::Gone
+        }
     }
 
     /// Checks a session's secret (constant-time enough for our purpose: the

@@ -59,6 +59,8 @@ pub struct Opts {
     pub net_delay_us: (u64, u64),
     /// Disk write (fsync) time, in microseconds.
     pub disk_delay_us: (u64, u64),
+    /// Members whose disk writes take this range instead (a slow disk).
+    pub disk_delay_of: BTreeMap<u64, (u64, u64)>,
     /// Inputs a member takes per turn at most (the runtime's
     /// `MAX_INPUTS_PER_TURN`); a resumed member works through its queue in
     /// turns of this size, ticking after each.
@@ -79,6 +81,7 @@ impl Default for Opts {
             session_ms: 1000,
             net_delay_us: (100, 2_000),
             disk_delay_us: (200, 3_000),
+            disk_delay_of: BTreeMap::new(),
             max_inputs_per_turn: baton_server::driver::MAX_INPUTS_PER_TURN,
             aligned_ticks: false,
             faults: Faults::default(),
@@ -748,7 +751,7 @@ impl Sim {
         let has_disk = !m.disk.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
         if has_disk && !m.disk_busy && !m.paused {
             let life = m.life;
-            let (lo, hi) = self.opts.disk_delay_us;
+            let (lo, hi) = self.opts.disk_delay_of.get(&id).copied().unwrap_or(self.opts.disk_delay_us);
             let t = self.now + Duration::from_micros(self.rng.gen_range(lo..=hi));
             self.members.get_mut(&id).expect("member exists").disk_busy = true;
             self.at(t, Ev::DiskDone(id, life));
