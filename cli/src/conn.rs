@@ -186,14 +186,12 @@ impl Conn {
     /// endpoint and why it did not, after at most `--dial-timeout`.
     pub async fn reach(&self) -> anyhow::Result<()> {
         let dial = self.dial_timeout;
-        let mut probes: FuturesUnordered<_> =
-            self.endpoints
-                .iter()
-                .enumerate()
-                .map(|(i, e)| async move {
-                    (i, tokio::time::timeout(dial, tokio::net::TcpStream::connect(e.as_str())).await)
-                })
-                .collect();
+        let mut probes: FuturesUnordered<_> = self
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| async move { (i, tokio::time::timeout(dial, baton_proto::net::connect(e.as_str())).await) })
+            .collect();
         let mut tried = Vec::new();
         while let Some((i, r)) = probes.next().await {
             let why = match r {

@@ -133,7 +133,6 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use tokio::io::{ReadHalf, WriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tracing::debug;
@@ -275,7 +274,7 @@ struct Actor {
 /// TCP, then TLS when configured, within `timeout`.
 pub(crate) async fn dial(endpoint: &str, timeout: Duration, tls: Option<&ClientTls>) -> std::io::Result<BoxStream> {
     let go = async {
-        let s = TcpStream::connect(endpoint).await?;
+        let s = baton_proto::net::connect(endpoint).await?;
         let _ = s.set_nodelay(true);
         match tls {
             None => Ok(Box::new(s) as BoxStream),

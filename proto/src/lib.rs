@@ -32,6 +32,7 @@ pub fn health(s: &StatusResp) -> Result<(), String> {
 pub mod acl;
 pub mod auth;
 pub mod jute;
+pub mod net;
 pub mod tls;
 
 /// The framing used on both ports: a 4-byte big-endian length, then the

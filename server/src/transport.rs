@@ -10,7 +10,10 @@
 //! the one exception is the acceptor's `PeerRefused` frame, which the
 //! dialer reads and logs. While a peer is down, its queue is drained and
 //! dropped (Raft retransmits) and the driver is told the peer is
-//! unreachable; reconnects back off from 50 ms to 1 s.
+//! unreachable; reconnects back off from 50 ms to 1 s. A dial that
+//! connected to itself (a peer's port in the ephemeral range, nothing
+//! listening yet) is dropped at once and logged (`baton_proto::net`), so
+//! the dialer never holds the port its peer needs to bind.
 //!
 //! Admission (the rule is in `cluster.rs`), after the accept loop every
 //! port shares (accept.rs): the TLS handshake (mutual, when
@@ -236,8 +239,12 @@ fn encode(msg: PeerOut) -> Option<(bytes::Bytes, bool)> {
 /// certificate.
 async fn dial(to: u64, addr: &str, auth: &PeerAuth) -> Option<BoxStream> {
     // A name is resolved on every dial: a member that moved is found again.
-    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, baton_proto::net::connect(addr)).await {
         Ok(Ok(s)) => s,
+        Ok(Err(e)) if baton_proto::net::is_self_connect(&e) => {
+            warn!(to, %addr, "peer dial: {e}");
+            return None;
+        }
         _ => return None,
     };
     let _ = tcp.set_nodelay(true);
