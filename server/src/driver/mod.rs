@@ -48,11 +48,16 @@
 //! `batch_append`: the appends to one follower that a turn's proposals
 //! make are merged into one message before the Ready takes them (issue
 //! 26: 8.4 peer messages per write became 1.2, docs/perf/per-op.md).
-//! `max_committed_size_per_ready` is 4 MiB ([`MAX_APPLY_BYTES_PER_READY`]):
+//! `max_committed_size_per_ready` is 1 MiB ([`MAX_APPLY_BYTES_PER_READY`]):
 //! a member catching up on a million creates applied them all in one
 //! Ready, which stalled its ticks for 6 s and made one 152 MB state batch;
-//! in 4 MiB pieces the ticks go on between them and the batches are small
-//! enough for RocksDB to flush as it goes (docs/scaling.md).
+//! in pieces the ticks go on between them and the batches are small
+//! enough for RocksDB to flush as it goes. At 4 MiB a follower applying a
+//! million-node fill (multis of 100 creates) still had 6-10 turns of
+//! 200-330 ms and one of 544-665 ms per run, longer than the 500 ms election
+//! timeout; at 1 MiB none over 450 ms, with the fill's time within the
+//! runs' spread (docs/scaling.md, 2026-12-06). One Ready still applies at
+//! least one entry, up to a 4 MiB client frame.
 //!
 //! Election timeouts: raft-rs draws them from `thread_rng`, which cannot be
 //! seeded. The driver configures raft-rs with a fixed timeout of
@@ -314,7 +319,7 @@ fn load(cfg: &Config, kv: &dyn Kv) -> anyhow::Result<(RaftStore, StateMachine)> 
 }
 
 /// The most committed entry bytes one Ready applies (module doc).
-pub const MAX_APPLY_BYTES_PER_READY: u64 = 4 << 20;
+pub const MAX_APPLY_BYTES_PER_READY: u64 = 1 << 20;
 
 /// raft-rs's configuration (the module doc says why each).
 fn raft_config(cfg: &Config, applied: u64) -> raft::Config {
