@@ -125,9 +125,11 @@ use crate::kv::{prefix_end, Batch, Kv, KvError, KvView};
 mod codec;
 mod persist;
 mod reap;
+mod shards;
 mod txn;
 
 use codec::*;
+use shards::Sharded;
 use txn::Txn;
 pub use txn::{FENCE_GUARDS, MAX_FENCES};
 
@@ -234,8 +236,9 @@ enum Undo {
 pub struct StateMachine {
     /// Boxed: a map entry is a path and a pointer, so the table a million
     /// nodes need is small to grow and rehash (a load spent 40% of its
-    /// time zeroing pages for a table of 176-byte entries).
-    nodes: HashMap<String, Box<Node>>,
+    /// time zeroing pages for a table of 176-byte entries); sharded, so
+    /// no insert rehashes the whole of it (shards.rs).
+    nodes: Sharded<Box<Node>>,
     /// parent path -> child names, sorted. Derived from `nodes`, not
     /// persisted; kept apart so that saving a node for undo stays O(1).
     kids: HashMap<String, BTreeSet<String>>,
@@ -273,7 +276,7 @@ impl StateMachine {
     /// An empty tree: just `/`.
     pub fn new() -> Self {
         let mut sm = StateMachine {
-            nodes: HashMap::new(),
+            nodes: Sharded::default(),
             kids: HashMap::new(),
             reapable: BTreeSet::new(),
             sessions: BTreeMap::new(),

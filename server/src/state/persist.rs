@@ -53,7 +53,7 @@ impl StateMachine {
                     s.ephemerals.insert(path.clone());
                 }
             }
-            if let Some(parent) = parent_of(path).filter(|p| self.nodes.contains_key(*p)) {
+            if let Some(parent) = parent_of(path).filter(|p| self.nodes.contains_key(p)) {
                 children.entry(parent).or_default().push(base_name(path));
             }
         }
