@@ -259,10 +259,12 @@ pub fn not_live(state: SessionState) -> Option<ErrorCode> {
 
 /// [`not_live`] with the message a client sees.
 pub fn not_live_msg(sid: u64, state: SessionState) -> Option<(ErrorCode, String)> {
-    not_live(state).map(|code| match code {
-        ErrorCode::Busy => (code, format!("session {sid:#x} is not yet applied on this member; retry")),
-        _ => (code, format!("session {sid:#x} expired")),
-    })
+    let msg = match state {
+        SessionState::Live => return None,
+        SessionState::Gone => format!("session {sid:#x} expired"),
+        SessionState::NotYetApplied => format!("session {sid:#x} is not yet applied on this member; retry"),
+    };
+    not_live(state).map(|code| (code, msg))
 }
 
 fn timeout_of(sm: &StateMachine, sid: u64) -> Option<Duration> {
@@ -794,6 +796,16 @@ mod tests {
         sm
     }
 
+    /// The round of the `Sync` these effects send in `term`.
+    fn sync_round(acts: &[Effect], term: u64) -> u64 {
+        acts.iter()
+            .find_map(|a| match a {
+                Effect::Send { out: PeerOut::Sync { round, term: t, .. }, .. } if *t == term => Some(*round),
+                _ => None,
+            })
+            .expect("a sync round")
+    }
+
     fn answered(acts: &[Effect]) -> Vec<(u64, ErrorCode)> {
         acts.iter().filter_map(Effect::answered).collect()
     }
@@ -835,13 +847,7 @@ mod tests {
         s.keepalive(10, 100, 1, &sm, t0);
         let acts = s.flush(0, &voters, &sm, t0);
         assert!(answered(&acts).is_empty(), "not before a quorum: {acts:?}");
-        let round = acts
-            .iter()
-            .find_map(|a| match a {
-                Effect::Send { out: PeerOut::Sync { round, term: 5, .. }, .. } => Some(*round),
-                _ => None,
-            })
-            .expect("a sync round");
+        let round = sync_round(&acts, 5);
         // An ack from an older term does not count.
         assert!(answered(&s.on_sync_ack(2, 4, round, None, &voters, &sm, t0)).is_empty());
         let acts = s.on_sync_ack(3, 5, round, None, &voters, &sm, t0);
@@ -866,13 +872,7 @@ mod tests {
         s.keepalive(11, 200, 2, &sm, t0);
         s.keepalive(12, 300, 4, &sm, t0);
         let acts = s.flush(0, &voters, &sm, t0);
-        let round = acts
-            .iter()
-            .find_map(|a| match a {
-                Effect::Send { out: PeerOut::Sync { round, term: 5, .. }, .. } => Some(*round),
-                _ => None,
-            })
-            .expect("a sync round");
+        let round = sync_round(&acts, 5);
         let mut got = answered(&s.on_sync_ack(2, 5, round, None, &voters, &sm, t0));
         got.sort();
         assert_eq!(got, vec![(100, ErrorCode::Ok), (200, ErrorCode::SessionExpired), (300, ErrorCode::Busy)]);

@@ -44,7 +44,7 @@ impl StateMachine {
         self.kids.clear();
         self.reapable.clear();
         let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
-        for (path, n) in &self.nodes {
+        for (path, n) in self.nodes.iter() {
             if n.stat.container || n.stat.ttl_ms > 0 {
                 self.reapable.insert(path.clone());
             }

@@ -40,10 +40,6 @@ impl<V> Sharded<V> {
         self.shards.iter().map(HashMap::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.shards.iter().all(HashMap::is_empty)
-    }
-
     pub fn get(&self, key: &str) -> Option<&V> {
         self.shards[shard_of(key)].get(key)
     }
@@ -86,18 +82,6 @@ impl<V, Q: AsRef<str> + ?Sized> std::ops::Index<&Q> for Sharded<V> {
     type Output = V;
     fn index(&self, key: &Q) -> &V {
         self.get(key.as_ref()).expect("no entry for this key in the node map")
-    }
-}
-
-impl<'a, V> IntoIterator for &'a Sharded<V> {
-    type Item = (&'a String, &'a V);
-    type IntoIter = std::iter::FlatMap<
-        std::slice::Iter<'a, HashMap<String, V>>,
-        std::collections::hash_map::Iter<'a, String, V>,
-        fn(&'a HashMap<String, V>) -> std::collections::hash_map::Iter<'a, String, V>,
-    >;
-    fn into_iter(self) -> Self::IntoIter {
-        self.shards.iter().flat_map(HashMap::iter as fn(&'a HashMap<String, V>) -> _)
     }
 }
 
