@@ -87,13 +87,24 @@ async fn counter(c: &Cluster, path: &str) -> Option<u64> {
     String::from_utf8_lossy(&data).split(' ').next()?.parse().ok()
 }
 
-/// Waits until `path`'s counter reaches [`KILL_AT`] (bounded; fails early
-/// if a client process exits first), kills `leader` with SIGKILL and
-/// creates `flag`.
-async fn kill_leader_midway(c: &mut Cluster, procs: &mut Procs, path: &str, leader: u64, flag: &Path, out: &[&Output]) {
+/// Waits until `path`'s counter reaches [`KILL_AT`] and every `ready`
+/// output has printed its line (bounded; fails early if a client process
+/// exits first), kills `leader` with SIGKILL and creates `flag`. A client
+/// that must see the kill (its watches and listeners set first) names its
+/// ready line: without it the kill could come before them.
+async fn kill_leader_midway(
+    c: &mut Cluster,
+    procs: &mut Procs,
+    path: &str,
+    leader: u64,
+    flag: &Path,
+    out: &[&Output],
+    ready: &[(&Output, &str)],
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if counter(c, path).await.is_some_and(|v| v >= KILL_AT) {
+        if ready.iter().all(|(o, line)| o.text().contains(line)) && counter(c, path).await.is_some_and(|v| v >= KILL_AT)
+        {
             break;
         }
         for p in &mut procs.0 {
@@ -102,7 +113,10 @@ async fn kill_leader_midway(c: &mut Cluster, procs: &mut Procs, path: &str, lead
                 panic!("a client exited ({st}) before the kill:\n{}", text.join("\n---\n"));
             }
         }
-        assert!(Instant::now() < deadline, "the counter {path} never reached {KILL_AT} within 60 s");
+        assert!(
+            Instant::now() < deadline,
+            "the counter {path} never reached {KILL_AT} (or a client was not ready) within 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     c.kill(leader);
@@ -200,7 +214,7 @@ async fn t50_kazoo_recipes_through_a_leader_kill() {
         .expect("python runs the kazoo script");
     let mut procs = Procs(vec![child]);
     let out = Output::capture(&mut procs.0[0], "kazoo");
-    kill_leader_midway(&mut c, &mut procs, "/kazoo/fenced", leader, &flag, &[&out]).await;
+    kill_leader_midway(&mut c, &mut procs, "/kazoo/fenced", leader, &flag, &[&out], &[]).await;
     let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(100)));
     let text = out.text();
     assert_eq!(codes, vec![Some(0)], "the kazoo script failed (or hung past 100 s):\n{text}");
@@ -270,7 +284,10 @@ async fn t60_curator_recipes_through_a_leader_kill() {
     outs.push(Output::capture(&mut p, "curator-main"));
     procs.0.push(p);
     let refs: Vec<&Output> = outs.iter().collect();
-    kill_leader_midway(&mut c, &mut procs, "/curator/fenced", leader, &flag, &refs).await;
+    // The cache's client listens for its connection states from this line
+    // on: the kill must come after it.
+    let ready = [(&outs[4], "latch+cache: ready before the kill")];
+    kill_leader_midway(&mut c, &mut procs, "/curator/fenced", leader, &flag, &refs, &ready).await;
     let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(100)));
     let texts: Vec<String> = outs.iter().map(Output::text).collect();
     assert_eq!(codes, vec![Some(0); 5], "a Curator process failed (or hung past 100 s):\n{}", texts.join("\n---\n"));
