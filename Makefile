@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps rival-deps zk-clients-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
+.PHONY: deps rival-deps zk-clients-deps store-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -17,6 +17,11 @@ rival-deps:
 # /var/cache) for tests/tests/zookeeper_clients.rs (no-ops when present).
 zk-clients-deps:
 	@./scripts/zk-clients-deps.sh
+
+# PostgreSQL and Redis (Debian), the stores a lock protects, for the
+# fence tests (fence/tests/, tests/tests/fence.rs); no-ops when installed.
+store-deps:
+	@./scripts/store-deps.sh
 
 build: deps
 	$(CARGO) build --workspace --bins
@@ -42,7 +47,7 @@ advisories:
 
 # The whole suite, stage by stage (scripts/test-all.sh): lint, the advisory
 # check, the build, the docs, the rivals (etcd, ZooKeeper) and ZooKeeper
-# clients, the workspace's tests (unit, golden, real 3-member clusters,
+# clients, the stores a lock protects (PostgreSQL, Redis), the workspace's tests (unit, golden, real 3-member clusters,
 # the harness's fault-catching tests, the rivals' lock safety test, Curator's and kazoo's
 # recipes), the simulator, 20 s of each fuzz target, a short Jepsen run of
 # every workload, a short compare and a short scale. Ends with the time each

@@ -7,7 +7,8 @@
 #
 # The stages: lint, the advisory check, the build, the docs' commands and
 # paths, README's examples, the rivals (etcd, ZooKeeper) and the ZooKeeper
-# clients (Curator, kazoo), the workspace's tests (unit, golden, real
+# clients (Curator, kazoo), the stores a lock protects (PostgreSQL, Redis:
+# the fence tests), the workspace's tests (unit, golden, real
 # 3-member clusters, the harness's fault-catching tests, the benchmark's
 # adapters to the rivals and their lock-safety tests), the simulator with its planted-bug twins, 20 s of each fuzz
 # target, a short Jepsen run of every workload, a short compare and a short
@@ -68,6 +69,7 @@ stage check-docs $MAKE --no-print-directory check-docs
 stage check-readme $MAKE --no-print-directory check-readme
 stage rival-deps $MAKE --no-print-directory rival-deps
 stage zk-clients-deps $MAKE --no-print-directory zk-clients-deps
+stage store-deps $MAKE --no-print-directory store-deps
 stage workspace workspace
 stage sim $MAKE --no-print-directory sim
 stage fuzz-smoke $MAKE --no-print-directory fuzz-smoke FUZZ_SECS=20

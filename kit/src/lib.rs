@@ -12,6 +12,8 @@
 //! - [`proxy`]: a fault-injecting TCP proxy, for links the harness cuts.
 //! - [`cluster`]: members on free ports, links direct or through proxies,
 //!   restarted on other ports when a port was taken meanwhile.
+//! - [`stores`]: the stores a lock protects (a private PostgreSQL, a
+//!   Redis), for the fence tests and the lock comparison.
 //!
 //! Invariants: everything listens and connects on 127.0.0.1 only; every
 //! wait is bounded; a process the kit started is killed when its owner is
@@ -28,6 +30,7 @@ pub mod member;
 pub mod ports;
 pub mod proxy;
 pub mod status;
+pub mod stores;
 
 pub use bins::{locate, Bin};
 pub use cluster::{Cluster, ClusterSpec, Links, Member, Tls};
