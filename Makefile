@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: deps rival-deps zk-clients-deps store-deps build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
+.PHONY: deps rival-deps zk-clients-deps store-deps locks-smoke locks build release demo test check lint advisories fuzz-smoke sim jepsen-faults-long jepsen-smoke compare-smoke compare scale-smoke scale bench fsync-probe clean
 
 deps:
 	@./scripts/install-deps.sh
@@ -50,7 +50,8 @@ advisories:
 # clients, the stores a lock protects (PostgreSQL, Redis), the workspace's tests (unit, golden, real 3-member clusters,
 # the harness's fault-catching tests, the rivals' lock safety test, Curator's and kazoo's
 # recipes), the simulator, 20 s of each fuzz target, a short Jepsen run of
-# every workload, a short compare and a short scale. Ends with the time each
+# every workload, a short compare, a short run of every lock kind and a
+# short scale. Ends with the time each
 # stage took and the slowest test binaries. What CI runs.
 test:
 	@MAKE="$(MAKE)" CARGO="$(CARGO)" ./scripts/test-all.sh
@@ -101,6 +102,19 @@ compare-smoke: build rival-deps
 # docs/comparison.md has the last results.
 compare: release rival-deps
 	$(CARGO) run --release -q -p baton-bench -- compare --out bench/store/compare-$$(date +%s)
+
+# Every lock kind of the seeds' comparison for 3 s, without a fault and
+# with paused holders (debug build, ~1.5 min): fails unless the run is
+# valid and its report complete.
+locks-smoke: build store-deps
+	@CARGO="$(CARGO)" ./scripts/locks-smoke.sh
+
+# The seeds' comparison (release build; 6 lock kinds x 16 and 64 workers x
+# no fault and paused holders, 30 s each, ~15 min): docs/locks-compared.md
+# has the last results.
+locks: release store-deps
+	$(CARGO) run --release -q -p baton-bench -- locks --workers 16,64 --faults none,pause --time-limit 30 \
+	  --out bench/store/locks-$$(date +%s)
 
 # Every scale dimension at small sizes on Baton and ZooKeeper, and etcd's
 # (nodes, sessions, locks, clients; ~40 s), one cluster each (debug build,

@@ -245,6 +245,7 @@ static_check() {
 NOT_OURS=(
   compare.md   # written by `baton-bench compare` into its --out dir
   scale.md     # written by `baton-bench scale` into its --out dir
+  locks.md     # written by `baton-bench locks` into its --out dir
   zkCli.sh     # ZooKeeper's CLI (Debian's zookeeper package)
   bill.sh      # the example script of docs/recipes.md
   server.rs    # mini-redis's, cited by server/src/shutdown.rs

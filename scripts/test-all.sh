@@ -11,8 +11,8 @@
 # the fence tests), the workspace's tests (unit, golden, real
 # 3-member clusters, the harness's fault-catching tests, the benchmark's
 # adapters to the rivals and their lock-safety tests), the simulator with its planted-bug twins, 20 s of each fuzz
-# target, a short Jepsen run of every workload, a short compare and a short
-# scale. `make check` is the fast tier for the edit loop.
+# target, a short Jepsen run of every workload, a short compare, a short
+# run of every lock kind (locks-smoke) and a short scale. `make check` is the fast tier for the edit loop.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAKE="${MAKE:-make}"
@@ -75,6 +75,7 @@ stage sim $MAKE --no-print-directory sim
 stage fuzz-smoke $MAKE --no-print-directory fuzz-smoke FUZZ_SECS=20
 stage jepsen-smoke $MAKE --no-print-directory jepsen-smoke
 stage compare-smoke $MAKE --no-print-directory compare-smoke
+stage locks-smoke $MAKE --no-print-directory locks-smoke
 stage scale-smoke $MAKE --no-print-directory scale-smoke
 table
 rm -rf "$LOG"

@@ -29,6 +29,10 @@
 //! - [`zk_port_register`]: linearizability of reads and writes through
 //!   Baton's ZooKeeper port under member faults (`baton-bench
 //!   zk-register`).
+//! - [`locks`]: `baton-bench locks`, the seeds' comparison: one stock
+//!   count in PostgreSQL decremented under every lock kind the seeds name
+//!   (PostgreSQL's, Redis's, Baton's with and without a fence), under a
+//!   paused holder (locks.json, locks.md; docs/locks-compared.md).
 //! - [`scale`]: `baton-bench scale`, how far one cluster goes, one
 //!   dimension (nodes, sessions, watches, fan-out, lock queue, clients) at
 //!   a time (scale.json, scale.md, scale-<dim>.png).
@@ -37,6 +41,7 @@
 pub mod bench;
 pub mod compare;
 pub mod cost;
+pub mod locks;
 pub mod rival_lock;
 pub mod scale;
 pub mod targets;

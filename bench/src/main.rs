@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use baton_bench::bench::{BenchWorkload, Summary};
 use baton_bench::compare::{self, CompareOpts};
+use baton_bench::locks::{self, Fault, LockKind, LocksOpts, WorkerOpts};
 use baton_bench::rival_lock::{self, RivalLockOpts};
 use baton_bench::scale::{self, Dim, ScaleOpts};
 use baton_bench::targets::{self, Kind};
@@ -55,6 +56,15 @@ enum Cmd {
     /// Linearizability of reads and writes through Baton's ZooKeeper port
     /// under member faults (the harness's register checker).
     ZkRegister(ZkRegisterArgs),
+    /// The seeds' comparison: a stock count in PostgreSQL decremented
+    /// under each lock kind (PostgreSQL's, Redis's, Baton's with and
+    /// without a fence), with and without paused holders: locks.json,
+    /// locks.md (docs/locks-compared.md).
+    Locks(LocksArgs),
+    /// (Used by locks.) One worker: decrement under one lock kind until
+    /// --secs pass, a line per decrement.
+    #[command(hide = true)]
+    LocksWorker(LocksWorkerArgs),
     /// (Used by the failover workload.) Hold a lock until killed.
     #[command(hide = true)]
     Hold(HoldArgs),
@@ -92,6 +102,44 @@ struct LockSafetyArgs {
     target: Kind,
     #[command(flatten)]
     run: FaultRunArgs,
+}
+
+#[derive(Args)]
+struct LocksArgs {
+    /// Lock kinds (comma-separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    kinds: Vec<LockKind>,
+    /// Worker processes per run (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    workers: Vec<usize>,
+    /// Faults (comma-separated): none, pause.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "none")]
+    faults: Vec<Fault>,
+    /// Seconds of each run.
+    #[arg(long, default_value_t = 20)]
+    time_limit: u64,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run folder (default bench/store/<timestamp>-locks-<seed>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct LocksWorkerArgs {
+    #[arg(long, value_enum)]
+    kind: LockKind,
+    #[arg(long)]
+    id: usize,
+    #[arg(long)]
+    pg: String,
+    #[arg(long)]
+    redis: String,
+    /// Baton's endpoints, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    baton: Vec<String>,
+    #[arg(long)]
+    secs: f64,
 }
 
 #[derive(Args)]
@@ -307,6 +355,8 @@ fn main() {
             Cmd::Scale(a) => scale(a).await,
             Cmd::LockSafety(a) => lock_safety(a).await,
             Cmd::ZkRegister(a) => zk_register(a).await,
+            Cmd::Locks(a) => locks(a).await,
+            Cmd::LocksWorker(a) => locks_worker(a).await,
             Cmd::Hold(a) => hold(a).await,
             Cmd::ScaleSessions(a) => scale_sessions(a).await,
         }
@@ -334,6 +384,39 @@ async fn lock_safety(a: LockSafetyArgs) -> i32 {
     };
     let r = interruptible(rival_lock::run(o)).await;
     verdict(PROG, r.map(|(v, _)| v), &out)
+}
+
+/// `locks`: the seeds' comparison ([`locks`](baton_bench::locks)). Exit
+/// code: `cli::verdict`.
+async fn locks(a: LocksArgs) -> i32 {
+    let seed = a.seed.unwrap_or_else(rand::random);
+    let out = a.out.unwrap_or_else(|| locks::default_out(seed));
+    let o = LocksOpts {
+        kinds: if a.kinds.is_empty() { LockKind::ALL.to_vec() } else { a.kinds },
+        workers: a.workers,
+        faults: a.faults,
+        time_limit: Duration::from_secs(a.time_limit),
+        seed,
+        out: out.clone(),
+    };
+    if let Err(e) = locks::check_opts(&o) {
+        eprintln!("{PROG}: {e}");
+        return 2;
+    }
+    let r = interruptible(locks::run(o)).await;
+    verdict(PROG, r.map(|(v, _)| v), &out)
+}
+
+/// `locks-worker`: one of `locks`' workers; exit 1 on a set-up error.
+async fn locks_worker(a: LocksWorkerArgs) -> i32 {
+    let o = WorkerOpts { kind: a.kind, id: a.id, pg: a.pg, redis: a.redis, baton: a.baton, secs: a.secs };
+    match locks::worker(o).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{PROG} locks-worker: {e:#}");
+            1
+        }
+    }
 }
 
 /// `zk-register`: linearizability of reads and writes through Baton's

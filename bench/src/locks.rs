@@ -1,0 +1,810 @@
+//! `baton-bench locks`: the seeds' comparison, measured (seed 003's job,
+//! seed 002's debate). One job for every lock kind: N worker processes
+//! each loop "take the lock, read a stock count from PostgreSQL, [pause
+//! point], write it back minus one, release", against real servers this
+//! run starts itself (a private PostgreSQL and Redis from the kit's
+//! stores, a 3-member Baton cluster).
+//!
+//! # The lock kinds (each by the book)
+//! - `pg-for-update`: `SELECT n ... FOR UPDATE` in a transaction, the
+//!   update, commit (the row lock is the lock).
+//! - `pg-optimistic`: read `n` and a version column, `UPDATE ... WHERE
+//!   version = v`; zero rows: read again (up to 1,000 tries).
+//! - `pg-advisory`: `pg_advisory_lock(k)` on the worker's session,
+//!   autocommit read and write, `pg_advisory_unlock(k)`.
+//! - `redis-spin`: `SET lock <random> NX PX <lease>` retried every 5-25 ms,
+//!   released by a script that deletes the key only if it still holds the
+//!   worker's value (the classic single-Redis lock).
+//! - `baton`: Baton's lock recipe (`Client::lock`, session timeout =
+//!   the lease), no fence.
+//! - `baton-fenced`: the same, and the write is a transaction fenced with
+//!   the grant's token (`baton_fence::postgres`).
+//!
+//! Not yet here (issue 27 lists them): MariaDB `GET_LOCK`, Redis pub/sub
+//! with a watchdog, Redlock, etcd's and ZooKeeper's locks, Baton through
+//! the ZooKeeper port with a fence; the kill -9 of the lock service and the
+//! cut link faults.
+//!
+//! # Faults
+//! - `none`.
+//! - `pause`: every 3 s the run asks one worker (SIGUSR1) to pause; at its
+//!   next pause point (holding the lock, after its read, before its write)
+//!   the worker stops itself (SIGSTOP: every thread, its keepalives and
+//!   lease renewals too, as a GC pause or a stopped VM would), and the run
+//!   sends SIGCONT after twice the lease. A worker that does not reach a
+//!   pause point within 10 s is left alone.
+//!
+//! # The checker
+//! Every acknowledged write set the stock to the value it read minus one.
+//! Decrements lost: the acknowledged writes less the decrements the final
+//! stock shows (`start - final`), or the acknowledged writes that wrote a
+//! value another acknowledged write also wrote, whichever is larger.
+//! Writes with no answer (a commit whose reply was lost) may or may not
+//! have applied and are counted apart. The verdict: valid if no fenced kind
+//! lost a decrement, and (with no fault) no kind did, and every kind
+//! acknowledged at least one.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use baton_checker::Validity;
+use baton_client::{Client, ClientConfig, SessionState};
+use baton_fence::postgres::tokio_postgres::{self, NoTls};
+use baton_fence::postgres::PgFence;
+use baton_fence::redis::redis;
+use baton_kit::stores::{Postgres, Redis};
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::targets::baton::BatonTarget;
+use crate::targets::Target;
+
+/// The stock each run starts from.
+const START: i64 = 1_000_000;
+/// Lease of the leased locks (Redis PX, Baton's session timeout).
+pub const LEASE: Duration = Duration::from_secs(2);
+/// Between two pause requests.
+const PAUSE_EVERY: Duration = Duration::from_secs(3);
+/// How long a worker may take to reach its pause point.
+const PAUSE_REACH: Duration = Duration::from_secs(10);
+/// How long one lock acquisition may wait before the op fails.
+const ACQUIRE_LIMIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockKind {
+    PgForUpdate,
+    PgOptimistic,
+    PgAdvisory,
+    RedisSpin,
+    Baton,
+    BatonFenced,
+}
+
+impl LockKind {
+    pub const ALL: [LockKind; 6] = [
+        LockKind::PgForUpdate,
+        LockKind::PgOptimistic,
+        LockKind::PgAdvisory,
+        LockKind::RedisSpin,
+        LockKind::Baton,
+        LockKind::BatonFenced,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::PgForUpdate => "pg-for-update",
+            LockKind::PgOptimistic => "pg-optimistic",
+            LockKind::PgAdvisory => "pg-advisory",
+            LockKind::RedisSpin => "redis-spin",
+            LockKind::Baton => "baton",
+            LockKind::BatonFenced => "baton-fenced",
+        }
+    }
+
+    /// What the seeds (003, 002) say of it, for the report.
+    pub fn predicted(self, fault: Fault) -> &'static str {
+        match (self, fault) {
+            (_, Fault::None) => "no loss",
+            (LockKind::PgForUpdate | LockKind::PgAdvisory, Fault::Pause) => {
+                "no loss: the database holds the lock for the paused session (others wait)"
+            }
+            (LockKind::PgOptimistic, Fault::Pause) => "no loss: the version check refuses the late write",
+            (LockKind::RedisSpin, Fault::Pause) => "loses updates: the lease expires under the paused holder",
+            (LockKind::Baton, Fault::Pause) => "loses updates: the session expires under the paused holder",
+            (LockKind::BatonFenced, Fault::Pause) => "no loss: the database refuses the stale token",
+        }
+    }
+
+    /// A fenced kind must never lose a decrement.
+    pub fn fenced(self) -> bool {
+        matches!(self, LockKind::BatonFenced)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    None,
+    Pause,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::Pause => "pause",
+        }
+    }
+}
+
+pub struct LocksOpts {
+    pub kinds: Vec<LockKind>,
+    pub workers: Vec<usize>,
+    pub faults: Vec<Fault>,
+    pub time_limit: Duration,
+    pub seed: u64,
+    pub out: PathBuf,
+}
+
+/// One kind's run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KindResult {
+    pub kind: LockKind,
+    pub workers: usize,
+    pub fault: Fault,
+    pub secs: f64,
+    pub acked: u64,
+    /// Refused by a fence or a version check: definitely not applied.
+    pub refused: u64,
+    /// No answer to the write: may have applied.
+    pub unknown: u64,
+    /// The lock was not acquired, or a read failed: nothing written.
+    pub failed: u64,
+    /// The decrements the final stock shows.
+    pub consumed: u64,
+    pub lost: u64,
+    pub pauses: u64,
+    pub ops_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Runs every kind × workers × fault; writes locks.json and locks.md.
+pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
+    std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
+    let pg = tokio::task::spawn_blocking(Postgres::start).await??;
+    let redis_srv = tokio::task::spawn_blocking(|| Redis::start(false)).await??;
+    let baton = BatonTarget::start(&o.out.join("baton"), false).await?;
+    let endpoints = baton.endpoints();
+    let (mut db, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls).await?;
+    tokio::spawn(conn);
+    PgFence::new().install(&mut db).await?;
+    let env = WorkerEnv { pg: pg.conn_str(), redis: redis_srv.url(), baton: endpoints.join(",") };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed);
+    let mut results = Vec::new();
+    for &fault in &o.faults {
+        for &workers in &o.workers {
+            for &kind in &o.kinds {
+                reset(&db, &redis_srv).await?;
+                let r = run_kind(kind, workers, fault, o.time_limit, &env, &db, &mut rng).await?;
+                eprintln!(
+                    "locks: {:<14} {:>3} workers, fault {:<5}: {} acked, {} lost, {} refused, {} unknown, {} failed, {:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms, {} pauses",
+                    kind.name(), workers, fault.name(), r.acked, r.lost, r.refused, r.unknown, r.failed, r.ops_per_sec, r.p50_ms, r.p99_ms, r.pauses
+                );
+                results.push(r);
+            }
+        }
+    }
+    baton.stop();
+    let validity = judge(&results);
+    write_report(&o, &results, validity)?;
+    Ok((validity, results))
+}
+
+/// Valid: no fenced kind lost a decrement; with no fault, no kind did; every
+/// kind acknowledged at least one.
+pub fn judge(results: &[KindResult]) -> Validity {
+    let bad = results.iter().any(|r| r.acked == 0 || (r.lost > 0 && (r.kind.fenced() || r.fault == Fault::None)));
+    if bad {
+        Validity::Invalid
+    } else {
+        Validity::Valid
+    }
+}
+
+struct WorkerEnv {
+    pg: String,
+    redis: String,
+    baton: String,
+}
+
+async fn reset(db: &tokio_postgres::Client, redis_srv: &Redis) -> anyhow::Result<()> {
+    db.batch_execute(&format!(
+        "DROP TABLE IF EXISTS stock; CREATE TABLE stock (item text PRIMARY KEY, n bigint NOT NULL, version bigint NOT NULL);\
+         INSERT INTO stock VALUES ('widget', {START}, 0); DELETE FROM baton_fence;"
+    ))
+    .await?;
+    let client = redis::Client::open(redis_srv.url())?;
+    let mut c = client.get_multiplexed_async_connection().await?;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
+    Ok(())
+}
+
+/// One worker's output line: `a <µs> <value>` acked, `r <µs>` refused,
+/// `u <µs>` unknown, `f <reason>` failed, `p` paused (before stopping).
+async fn run_kind(
+    kind: LockKind,
+    workers: usize,
+    fault: Fault,
+    time_limit: Duration,
+    env: &WorkerEnv,
+    db: &tokio_postgres::Client,
+    rng: &mut rand::rngs::StdRng,
+) -> anyhow::Result<KindResult> {
+    let exe = std::env::current_exe().context("this binary's path")?;
+    let mut children = Vec::new();
+    // A worker that has printed a line has its SIGUSR1 handler (the
+    // default action would end it): only those are asked to pause.
+    let ready: Arc<Vec<AtomicBool>> = Arc::new((0..workers).map(|_| AtomicBool::new(false)).collect());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, String)>();
+    for id in 0..workers {
+        let mut child = tokio::process::Command::new(&exe)
+            .args(["locks-worker", "--kind", kind.name(), "--id", &id.to_string()])
+            .args(["--pg", &env.pg, "--redis", &env.redis, "--baton", &env.baton])
+            .args(["--secs", &time_limit.as_secs_f64().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting a locks worker")?;
+        let out = child.stdout.take().context("worker stdout")?;
+        let (tx, ready) = (tx.clone(), ready.clone());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(out).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                ready[id].store(true, Ordering::SeqCst);
+                if tx.send((id, l)).is_err() {
+                    break;
+                }
+            }
+        });
+        children.push(child);
+    }
+    drop(tx);
+    let pids: Vec<i32> = children.iter().filter_map(|c| c.id()).filter_map(|p| i32::try_from(p).ok()).collect();
+    let started = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let pauser = (fault == Fault::Pause).then(|| {
+        let (pids, ready, done, seed) = (pids.clone(), ready.clone(), done.clone(), rng.gen::<u64>());
+        tokio::spawn(async move { pause_loop(pids, ready, done, seed).await })
+    });
+
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).context("histogram")?;
+    let (mut acked, mut refused, mut unknown, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let mut values: HashMap<i64, u64> = HashMap::new();
+    let limit = time_limit + Duration::from_secs(60);
+    while let Ok(Some((_, line))) = tokio::time::timeout_at((started + limit).into(), rx.recv()).await {
+        let mut f = line.split(' ');
+        let tag = f.next().unwrap_or("");
+        let us = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match tag {
+            "a" => {
+                acked += 1;
+                let _ = hist.record(us.max(1));
+                if let Some(v) = f.next().and_then(|v| v.parse::<i64>().ok()) {
+                    *values.entry(v).or_default() += 1;
+                }
+            }
+            "r" => refused += 1,
+            "u" => unknown += 1,
+            "f" => failed += 1,
+            _ => {}
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let pauses = match pauser {
+        Some(p) => p.await.unwrap_or(0),
+        None => 0,
+    };
+    for mut c in children {
+        // A paused worker is continued by the pauser before it returns; a
+        // worker past the limit is killed.
+        let _ = tokio::time::timeout(Duration::from_secs(5), c.wait()).await;
+        let _ = c.kill().await;
+    }
+    let secs = time_limit.as_secs_f64();
+    let n: i64 = db.query_one("SELECT n FROM stock WHERE item = 'widget'", &[]).await?.get(0);
+    let consumed = u64::try_from(START - n).unwrap_or(0);
+    let duplicated: u64 = values.values().map(|c| c - 1).sum();
+    let lost = acked.saturating_sub(consumed).max(duplicated);
+    Ok(KindResult {
+        kind,
+        workers,
+        fault,
+        secs,
+        acked,
+        refused,
+        unknown,
+        failed,
+        consumed,
+        lost,
+        pauses,
+        ops_per_sec: acked as f64 / secs,
+        p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
+    })
+}
+
+/// Every [`PAUSE_EVERY`], asks a random worker to pause at its pause
+/// point, waits (bounded) until it has stopped, continues it after twice
+/// the lease. The pauses done.
+async fn pause_loop(pids: Vec<i32>, ready: Arc<Vec<AtomicBool>>, done: Arc<AtomicBool>, seed: u64) -> u64 {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut pauses = 0;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    while !done.load(Ordering::SeqCst) {
+        let live: Vec<i32> =
+            pids.iter().zip(ready.iter()).filter(|(_, r)| r.load(Ordering::SeqCst)).map(|(p, _)| *p).collect();
+        if live.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let pid = live[rng.gen_range(0..live.len())];
+        // SAFETY: kill(2) on a worker this run started (kill_on_drop reaps it).
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+        let deadline = Instant::now() + PAUSE_REACH;
+        let mut stopped = false;
+        while Instant::now() < deadline && !done.load(Ordering::SeqCst) {
+            if proc_state(pid) == Some('T') {
+                stopped = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if stopped {
+            pauses += 1;
+            tokio::time::sleep(LEASE * 2).await;
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        tokio::time::sleep(PAUSE_EVERY).await;
+    }
+    pauses
+}
+
+/// A process's state letter from /proc/PID/stat (`T`: stopped).
+fn proc_state(pid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(") ")?.1.chars().next()
+}
+
+fn write_report(o: &LocksOpts, results: &[KindResult], validity: Validity) -> anyhow::Result<()> {
+    let j = json!({
+        "valid": validity.as_str(),
+        "seed": o.seed,
+        "secs": o.time_limit.as_secs_f64(),
+        "lease_ms": LEASE.as_millis() as u64,
+        "start_stock": START,
+        "results": results,
+    });
+    std::fs::write(o.out.join("locks.json"), serde_json::to_vec_pretty(&j)?)?;
+    let mut md = String::from(
+        "| lock | workers | fault | acked | lost | refused | unknown | failed | ops/s | p50 ms | p99 ms | pauses | the seeds predicted |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in results {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {} | {} |\n",
+            r.kind.name(),
+            r.workers,
+            r.fault.name(),
+            r.acked,
+            r.lost,
+            r.refused,
+            r.unknown,
+            r.failed,
+            r.ops_per_sec,
+            r.p50_ms,
+            r.p99_ms,
+            r.pauses,
+            r.kind.predicted(r.fault)
+        ));
+    }
+    md.push_str(&format!(
+        "\nvalid: {} (no fenced kind lost a decrement; with no fault, none did; every kind acknowledged some)\n",
+        validity.as_str()
+    ));
+    std::fs::write(o.out.join("locks.md"), md)?;
+    draw(&o.out.join("locks.png"), results)
+}
+
+/// locks.png: one panel per fault and worker count, a bar per lock kind:
+/// the decrements it lost as a share of those it acknowledged, labelled
+/// with the count.
+fn draw(path: &Path, results: &[KindResult]) -> anyhow::Result<()> {
+    use baton_jepsen::plot::{font, perr, render_png};
+    use plotters::prelude::*;
+    let mut panels: Vec<(Fault, usize)> = Vec::new();
+    for r in results {
+        if !panels.contains(&(r.fault, r.workers)) {
+            panels.push((r.fault, r.workers));
+        }
+    }
+    let height = 80 + 260 * panels.len() as u32;
+    render_png(path, (1100, height), |root| {
+        let (title, rest) = root.split_vertically(50);
+        title
+            .draw(&Text::new("Stock decrements lost, by lock kind (share of those acknowledged)", (20, 15), font(20)))
+            .map_err(perr)?;
+        for (area, (fault, workers)) in rest.split_evenly((panels.len(), 1)).iter().zip(&panels) {
+            let rows: Vec<&KindResult> =
+                results.iter().filter(|r| r.fault == *fault && r.workers == *workers).collect();
+            let mut chart = ChartBuilder::on(area)
+                .caption(format!("fault: {}, {} workers", fault.name(), workers), font(16))
+                .margin(10)
+                .x_label_area_size(30)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0f64..rows.len() as f64, 0f64..100f64)
+                .map_err(perr)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(0)
+                .y_desc("lost %")
+                .label_style(font(12))
+                .draw()
+                .map_err(perr)?;
+            for (i, r) in rows.iter().enumerate() {
+                let share = if r.acked == 0 { 0.0 } else { (100.0 * r.lost as f64 / r.acked as f64).min(100.0) };
+                let x = i as f64;
+                let colour = if r.lost > 0 { RED.mix(0.7) } else { GREEN.mix(0.7) };
+                chart
+                    .draw_series([Rectangle::new([(x + 0.15, 0.0), (x + 0.85, share)], colour.filled())])
+                    .map_err(perr)?;
+                chart
+                    .draw_series([
+                        Text::new(r.kind.name().to_string(), (x + 0.15, 97.0), font(13)),
+                        Text::new(format!("{} of {}", r.lost, r.acked), (x + 0.15, share.max(4.0) + 6.0), font(12)),
+                    ])
+                    .map_err(perr)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+// ---- the worker process ----
+
+pub struct WorkerOpts {
+    pub kind: LockKind,
+    pub id: usize,
+    pub pg: String,
+    pub redis: String,
+    pub baton: Vec<String>,
+    pub secs: f64,
+}
+
+/// What one decrement came to.
+enum Outcome {
+    Acked(i64),
+    Refused,
+    Unknown,
+    Failed(String),
+}
+
+struct Worker {
+    kind: LockKind,
+    db: tokio_postgres::Client,
+    redis: Option<redis::aio::MultiplexedConnection>,
+    /// Baton's endpoints; the client is made again after its session
+    /// expired (a pause past the lease does that).
+    baton_eps: Vec<String>,
+    baton: Option<Client>,
+    pause: Arc<AtomicBool>,
+    me: String,
+}
+
+/// The worker: loops until `secs` pass, one line per decrement on stdout.
+pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
+    let pause = Arc::new(AtomicBool::new(false));
+    let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
+    let p = pause.clone();
+    tokio::spawn(async move {
+        while sig.recv().await.is_some() {
+            p.store(true, Ordering::SeqCst);
+        }
+    });
+    let (db, conn) = tokio_postgres::connect(&o.pg, NoTls).await.context("worker: postgres")?;
+    tokio::spawn(conn);
+    let redis = match o.kind {
+        LockKind::RedisSpin => Some(
+            redis::Client::open(o.redis.as_str())?.get_multiplexed_async_connection().await.context("worker: redis")?,
+        ),
+        _ => None,
+    };
+    let mut w = Worker {
+        kind: o.kind,
+        db,
+        redis,
+        baton_eps: o.baton.clone(),
+        baton: None,
+        pause,
+        me: format!("w{}-{}", o.id, rand::random::<u32>()),
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(o.secs);
+    let mut out = std::io::stdout().lock();
+    use std::io::Write as _;
+    while Instant::now() < deadline {
+        let t0 = Instant::now();
+        let outcome = w.decrement().await;
+        let us = t0.elapsed().as_micros();
+        let line = match outcome {
+            Outcome::Acked(v) => format!("a {us} {v}"),
+            Outcome::Refused => format!("r {us}"),
+            Outcome::Unknown => format!("u {us}"),
+            Outcome::Failed(why) => {
+                eprintln!("locks worker {} ({}): {why}", o.id, o.kind.name());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                format!("f {us}")
+            }
+        };
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+    if let Some(c) = w.baton.take() {
+        let _ = c.close().await;
+    }
+    Ok(())
+}
+
+/// Holding the lock, after the read: stops this process if a pause was
+/// asked for (the run continues it).
+fn pause_point(pause: &AtomicBool) {
+    if pause.swap(false, Ordering::SeqCst) {
+        // SAFETY: raise(3) stops this process until SIGCONT.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+}
+
+impl Worker {
+    async fn read(&self) -> Result<i64, String> {
+        self.db
+            .query_one("SELECT n FROM stock WHERE item = 'widget'", &[])
+            .await
+            .map(|r| r.get(0))
+            .map_err(|e| format!("read: {e}"))
+    }
+
+    /// An autocommit write: no answer means it may have applied.
+    async fn write(&self, v: i64) -> Outcome {
+        match self.db.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&v]).await {
+            Ok(_) => Outcome::Acked(v),
+            Err(_) => Outcome::Unknown,
+        }
+    }
+
+    async fn decrement(&mut self) -> Outcome {
+        match self.kind {
+            LockKind::PgForUpdate => self.pg_for_update().await.unwrap_or_else(Outcome::Failed),
+            LockKind::PgOptimistic => self.pg_optimistic().await.unwrap_or_else(Outcome::Failed),
+            LockKind::PgAdvisory => self.pg_advisory().await.unwrap_or_else(Outcome::Failed),
+            LockKind::RedisSpin => self.redis_spin().await.unwrap_or_else(Outcome::Failed),
+            LockKind::Baton | LockKind::BatonFenced => self.baton().await.unwrap_or_else(Outcome::Failed),
+        }
+    }
+
+    async fn pg_for_update(&mut self) -> Result<Outcome, String> {
+        let tx = self.db.transaction().await.map_err(|e| format!("begin: {e}"))?;
+        let n: i64 = tx
+            .query_one("SELECT n FROM stock WHERE item = 'widget' FOR UPDATE", &[])
+            .await
+            .map_err(|e| format!("select for update: {e}"))?
+            .get(0);
+        pause_point(&self.pause);
+        tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)])
+            .await
+            .map_err(|e| format!("update: {e}"))?;
+        Ok(match tx.commit().await {
+            Ok(()) => Outcome::Acked(n - 1),
+            Err(_) => Outcome::Unknown,
+        })
+    }
+
+    async fn pg_optimistic(&mut self) -> Result<Outcome, String> {
+        for _ in 0..1000 {
+            let row = self
+                .db
+                .query_one("SELECT n, version FROM stock WHERE item = 'widget'", &[])
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            let (n, version): (i64, i64) = (row.get(0), row.get(1));
+            pause_point(&self.pause);
+            match self
+                .db
+                .execute(
+                    "UPDATE stock SET n = $1, version = version + 1 WHERE item = 'widget' AND version = $2",
+                    &[&(n - 1), &version],
+                )
+                .await
+            {
+                Ok(1) => return Ok(Outcome::Acked(n - 1)),
+                Ok(_) => continue, // someone else wrote first: read again
+                Err(_) => return Ok(Outcome::Unknown),
+            }
+        }
+        Ok(Outcome::Refused)
+    }
+
+    async fn pg_advisory(&mut self) -> Result<Outcome, String> {
+        self.db.execute("SELECT pg_advisory_lock(4242)", &[]).await.map_err(|e| format!("advisory lock: {e}"))?;
+        let r = async {
+            let n = self.read().await?;
+            pause_point(&self.pause);
+            Ok(self.write(n - 1).await)
+        }
+        .await;
+        let _ = self.db.execute("SELECT pg_advisory_unlock(4242)", &[]).await;
+        r
+    }
+
+    async fn redis_spin(&mut self) -> Result<Outcome, String> {
+        let conn = self.redis.as_mut().ok_or("no redis connection")?;
+        let px = LEASE.as_millis() as u64;
+        let until = Instant::now() + ACQUIRE_LIMIT;
+        loop {
+            let got: Option<String> = redis::cmd("SET")
+                .arg("lock:stock")
+                .arg(&self.me)
+                .arg("NX")
+                .arg("PX")
+                .arg(px)
+                .query_async(conn)
+                .await
+                .map_err(|e| format!("SET NX: {e}"))?;
+            if got.is_some() {
+                break;
+            }
+            if Instant::now() > until {
+                return Err(format!("no redis lock within {ACQUIRE_LIMIT:?}"));
+            }
+            let wait = rand::thread_rng().gen_range(5..25);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        let n = self.read().await;
+        let r = match n {
+            Ok(n) => {
+                pause_point(&self.pause);
+                Ok(self.write(n - 1).await)
+            }
+            Err(e) => Err(e),
+        };
+        let release = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
+        );
+        if let Some(conn) = self.redis.as_mut() {
+            let _: Result<i64, _> = release.key("lock:stock").arg(&self.me).invoke_async(conn).await;
+        }
+        r
+    }
+
+    async fn baton(&mut self) -> Result<Outcome, String> {
+        if self.baton.as_ref().is_some_and(|c| *c.state().borrow() == SessionState::Expired) {
+            if let Some(old) = self.baton.take() {
+                let _ = old.close().await;
+            }
+        }
+        if self.baton.is_none() {
+            let cfg = ClientConfig::new(self.baton_eps.clone()).session_timeout(LEASE);
+            self.baton = Some(Client::connect_with(cfg).await.map_err(|e| format!("connect: {e}"))?);
+        }
+        let client = self.baton.as_ref().ok_or("no baton client")?;
+        let guard = tokio::time::timeout(ACQUIRE_LIMIT, client.lock("stock"))
+            .await
+            .map_err(|_| format!("no baton lock within {ACQUIRE_LIMIT:?}"))?
+            .map_err(|e| format!("lock: {e}"))?;
+        let token = guard.fencing_token();
+        let r = async {
+            let n = self.read().await?;
+            pause_point(&self.pause);
+            if self.kind != LockKind::BatonFenced {
+                return Ok(self.write(n - 1).await);
+            }
+            let tx = self.db.transaction().await.map_err(|e| format!("begin: {e}"))?;
+            match PgFence::new().fenced(&tx, "stock/widget", token).await {
+                Ok(()) => {}
+                Err(e) if e.is_stale() => return Ok(Outcome::Refused),
+                Err(e) => return Err(format!("fence: {e}")),
+            }
+            tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)])
+                .await
+                .map_err(|e| format!("update: {e}"))?;
+            Ok(match tx.commit().await {
+                Ok(()) => Outcome::Acked(n - 1),
+                Err(_) => Outcome::Unknown,
+            })
+        }
+        .await;
+        let _ = guard.release().await;
+        r
+    }
+}
+
+/// The run folder's default name.
+pub fn default_out(seed: u64) -> PathBuf {
+    Path::new("bench/store").join(format!("{}-locks-{seed}", baton_jepsen::cli::stamp()))
+}
+
+/// Refuses an empty selection.
+pub fn check_opts(o: &LocksOpts) -> anyhow::Result<()> {
+    if o.kinds.is_empty() || o.workers.is_empty() || o.faults.is_empty() || o.workers.contains(&0) {
+        bail!("locks: give at least one kind, one fault and a worker count above 0");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(kind: LockKind, fault: Fault, acked: u64, lost: u64) -> KindResult {
+        KindResult {
+            kind,
+            workers: 4,
+            fault,
+            secs: 1.0,
+            acked,
+            refused: 0,
+            unknown: 0,
+            failed: 0,
+            consumed: acked - lost,
+            lost,
+            pauses: 0,
+            ops_per_sec: acked as f64,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+        }
+    }
+
+    #[test]
+    fn the_verdict_holds_fenced_kinds_to_no_loss_and_every_kind_to_none_without_faults() {
+        let paused_redis_loses = [result(LockKind::RedisSpin, Fault::Pause, 100, 40)];
+        assert_eq!(judge(&paused_redis_loses), Validity::Valid, "what the seeds predict is not a failure");
+        for bad in [
+            result(LockKind::BatonFenced, Fault::Pause, 100, 1),
+            result(LockKind::RedisSpin, Fault::None, 100, 1),
+            result(LockKind::PgForUpdate, Fault::None, 0, 0),
+        ] {
+            assert_eq!(judge(std::slice::from_ref(&bad)), Validity::Invalid, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_picture_is_drawn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("locks.png");
+        let rows: Vec<KindResult> = LockKind::ALL
+            .iter()
+            .flat_map(|&k| {
+                [result(k, Fault::None, 50, 0), result(k, Fault::Pause, 50, if k.fenced() { 0 } else { 10 })]
+            })
+            .collect();
+        draw(&path, &rows).expect("draw");
+        assert!(std::fs::metadata(&path).expect("png").len() > 1000);
+    }
+
+    #[test]
+    fn a_process_state_is_read_from_proc() {
+        let me = i32::try_from(std::process::id()).expect("pid");
+        assert!(matches!(proc_state(me), Some('R' | 'S')), "{:?}", proc_state(me));
+        assert_eq!(proc_state(i32::MAX), None);
+    }
+}
