@@ -12,6 +12,6 @@ $CARGO run -q -p baton-bench -- locks --workers 3 --time-limit 3 --faults none,p
   --out "$out" 2>&1 | grep -v WARN | tail -n 20
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "locks smoke failed; see $out"; exit 1; }
 rows=$(grep -c '"kind"' "$out/locks.json")
-[ "$rows" -eq 12 ] || { echo "locks smoke: $rows rows in locks.json, expected 12 (6 kinds, 2 faults)"; exit 1; }
+[ "$rows" -eq 16 ] || { echo "locks smoke: $rows rows in locks.json, expected 16 (8 kinds, 2 faults)"; exit 1; }
 test -s "$out/locks.png" && test -s "$out/locks.md" || { echo "locks smoke: no locks.png or locks.md in $out"; exit 1; }
 rm -rf "$out"

@@ -15,6 +15,15 @@
 //! - `redis-spin`: `SET lock <random> NX PX <lease>` retried every 5-25 ms,
 //!   released by a script that deletes the key only if it still holds the
 //!   worker's value (the classic single-Redis lock).
+//! - `redis-watchdog`: Redisson's lock: `SET NX PX`, a waiter sleeps on a
+//!   pub/sub channel (or the key's remaining TTL) instead of spinning, and a
+//!   watchdog renews the lease every third of it while the holder runs;
+//!   the release deletes its own value and publishes. (Redisson's default
+//!   lease is 30 s; here 2 s like the others, so a 4 s pause outlives it.)
+//! - `redlock`: Redlock over 5 independent Redis servers: `SET NX PX` on
+//!   each in turn (50 ms timeout each), held if a majority said yes within
+//!   the lease less the time taken and a drift allowance (1% + 2 ms);
+//!   otherwise (and on release) delete its value everywhere.
 //! - `baton`: Baton's lock recipe (`Client::lock`, session timeout =
 //!   the lease), no fence.
 //! - `baton-fenced`: the same, and the write is a transaction fenced with
@@ -76,6 +85,19 @@ const PAUSE_EVERY: Duration = Duration::from_secs(3);
 const PAUSE_REACH: Duration = Duration::from_secs(10);
 /// How long one lock acquisition may wait before the op fails.
 const ACQUIRE_LIMIT: Duration = Duration::from_secs(30);
+/// Redlock's independent servers.
+const REDLOCK_SERVERS: usize = 5;
+/// Redlock's timeout for one server's `SET`.
+const REDLOCK_STEP: Duration = Duration::from_millis(50);
+/// The lock key of the Redis kinds, and the channel a release publishes on.
+const REDIS_KEY: &str = "lock:stock";
+const REDIS_CHANNEL: &str = "lock:stock:released";
+/// Deletes the key only if it holds the caller's value; publishes if it did.
+const REDIS_RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]); \
+    redis.call('PUBLISH', KEYS[2], 'free'); return 1 else return 0 end";
+/// Extends the key's lease only if it holds the caller's value.
+const REDIS_RENEW: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -84,16 +106,20 @@ pub enum LockKind {
     PgOptimistic,
     PgAdvisory,
     RedisSpin,
+    RedisWatchdog,
+    Redlock,
     Baton,
     BatonFenced,
 }
 
 impl LockKind {
-    pub const ALL: [LockKind; 6] = [
+    pub const ALL: [LockKind; 8] = [
         LockKind::PgForUpdate,
         LockKind::PgOptimistic,
         LockKind::PgAdvisory,
         LockKind::RedisSpin,
+        LockKind::RedisWatchdog,
+        LockKind::Redlock,
         LockKind::Baton,
         LockKind::BatonFenced,
     ];
@@ -104,6 +130,8 @@ impl LockKind {
             LockKind::PgOptimistic => "pg-optimistic",
             LockKind::PgAdvisory => "pg-advisory",
             LockKind::RedisSpin => "redis-spin",
+            LockKind::RedisWatchdog => "redis-watchdog",
+            LockKind::Redlock => "redlock",
             LockKind::Baton => "baton",
             LockKind::BatonFenced => "baton-fenced",
         }
@@ -118,6 +146,12 @@ impl LockKind {
             }
             (LockKind::PgOptimistic, Fault::Pause) => "no loss: the version check refuses the late write",
             (LockKind::RedisSpin, Fault::Pause) => "loses updates: the lease expires under the paused holder",
+            (LockKind::RedisWatchdog, Fault::Pause) => {
+                "loses updates: the watchdog is paused with its holder, the lease expires"
+            }
+            (LockKind::Redlock, Fault::Pause) => {
+                "loses updates (Kleppmann): a majority of leases expires under the paused holder"
+            }
             (LockKind::Baton, Fault::Pause) => "loses updates: the session expires under the paused holder",
             (LockKind::BatonFenced, Fault::Pause) => "no loss: the database refuses the stale token",
         }
@@ -182,18 +216,29 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
     std::fs::create_dir_all(&o.out).with_context(|| format!("creating {}", o.out.display()))?;
     let pg = tokio::task::spawn_blocking(Postgres::start).await??;
     let redis_srv = tokio::task::spawn_blocking(|| Redis::start(false)).await??;
+    let mut redlock_srvs = Vec::new();
+    if o.kinds.contains(&LockKind::Redlock) {
+        for _ in 0..REDLOCK_SERVERS {
+            redlock_srvs.push(tokio::task::spawn_blocking(|| Redis::start(false)).await??);
+        }
+    }
     let baton = BatonTarget::start(&o.out.join("baton"), false).await?;
     let endpoints = baton.endpoints();
     let (mut db, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls).await?;
     tokio::spawn(conn);
     PgFence::new().install(&mut db).await?;
-    let env = WorkerEnv { pg: pg.conn_str(), redis: redis_srv.url(), baton: endpoints.join(",") };
+    let env = WorkerEnv {
+        pg: pg.conn_str(),
+        redis: redis_srv.url(),
+        redlock: redlock_srvs.iter().map(Redis::url).collect::<Vec<_>>().join(","),
+        baton: endpoints.join(","),
+    };
     let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed);
     let mut results = Vec::new();
     for &fault in &o.faults {
         for &workers in &o.workers {
             for &kind in &o.kinds {
-                reset(&db, &redis_srv).await?;
+                reset(&db, std::iter::once(&redis_srv).chain(&redlock_srvs)).await?;
                 let r = run_kind(kind, workers, fault, o.time_limit, &env, &db, &mut rng).await?;
                 eprintln!(
                     "locks: {:<14} {:>3} workers, fault {:<5}: {} acked, {} lost, {} refused, {} unknown, {} failed, {:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms, {} pauses",
@@ -223,18 +268,21 @@ pub fn judge(results: &[KindResult]) -> Validity {
 struct WorkerEnv {
     pg: String,
     redis: String,
+    /// Redlock's servers, comma-separated (empty unless it runs).
+    redlock: String,
     baton: String,
 }
 
-async fn reset(db: &tokio_postgres::Client, redis_srv: &Redis) -> anyhow::Result<()> {
+async fn reset(db: &tokio_postgres::Client, redis_srvs: impl Iterator<Item = &Redis>) -> anyhow::Result<()> {
     db.batch_execute(&format!(
         "DROP TABLE IF EXISTS stock; CREATE TABLE stock (item text PRIMARY KEY, n bigint NOT NULL, version bigint NOT NULL);\
          INSERT INTO stock VALUES ('widget', {START}, 0); DELETE FROM baton_fence;"
     ))
     .await?;
-    let client = redis::Client::open(redis_srv.url())?;
-    let mut c = client.get_multiplexed_async_connection().await?;
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
+    for srv in redis_srvs {
+        let mut c = redis::Client::open(srv.url())?.get_multiplexed_async_connection().await?;
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
+    }
     Ok(())
 }
 
@@ -258,7 +306,7 @@ async fn run_kind(
     for id in 0..workers {
         let mut child = tokio::process::Command::new(&exe)
             .args(["locks-worker", "--kind", kind.name(), "--id", &id.to_string()])
-            .args(["--pg", &env.pg, "--redis", &env.redis, "--baton", &env.baton])
+            .args(["--pg", &env.pg, "--redis", &env.redis, "--redlock", &env.redlock, "--baton", &env.baton])
             .args(["--secs", &time_limit.as_secs_f64().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -489,6 +537,8 @@ pub struct WorkerOpts {
     pub id: usize,
     pub pg: String,
     pub redis: String,
+    /// Redlock's servers.
+    pub redlock: Vec<String>,
     pub baton: Vec<String>,
     pub secs: f64,
 }
@@ -505,6 +555,10 @@ struct Worker {
     kind: LockKind,
     db: tokio_postgres::Client,
     redis: Option<redis::aio::MultiplexedConnection>,
+    /// `redis-watchdog`: the release channel's messages.
+    released: Option<std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>>>,
+    /// `redlock`: one connection per server.
+    redlock: Vec<redis::aio::MultiplexedConnection>,
     /// Baton's endpoints; the client is made again after its session
     /// expired (a pause past the lease does that).
     baton_eps: Vec<String>,
@@ -526,15 +580,33 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
     let (db, conn) = tokio_postgres::connect(&o.pg, NoTls).await.context("worker: postgres")?;
     tokio::spawn(conn);
     let redis = match o.kind {
-        LockKind::RedisSpin => Some(
+        LockKind::RedisSpin | LockKind::RedisWatchdog => Some(
             redis::Client::open(o.redis.as_str())?.get_multiplexed_async_connection().await.context("worker: redis")?,
         ),
         _ => None,
     };
+    let released = match o.kind {
+        LockKind::RedisWatchdog => {
+            let mut ps = redis::Client::open(o.redis.as_str())?.get_async_pubsub().await.context("worker: pubsub")?;
+            ps.subscribe(REDIS_CHANNEL).await.context("worker: subscribe")?;
+            let s: std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>> = Box::pin(ps.into_on_message());
+            Some(s)
+        }
+        _ => None,
+    };
+    let mut redlock = Vec::new();
+    if o.kind == LockKind::Redlock {
+        for url in &o.redlock {
+            let c = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await;
+            redlock.push(c.with_context(|| format!("worker: redlock server {url}"))?);
+        }
+    }
     let mut w = Worker {
         kind: o.kind,
         db,
         redis,
+        released,
+        redlock,
         baton_eps: o.baton.clone(),
         baton: None,
         pause,
@@ -598,8 +670,108 @@ impl Worker {
             LockKind::PgOptimistic => self.pg_optimistic().await.unwrap_or_else(Outcome::Failed),
             LockKind::PgAdvisory => self.pg_advisory().await.unwrap_or_else(Outcome::Failed),
             LockKind::RedisSpin => self.redis_spin().await.unwrap_or_else(Outcome::Failed),
+            LockKind::RedisWatchdog => self.redis_watchdog().await.unwrap_or_else(Outcome::Failed),
+            LockKind::Redlock => self.redlock().await.unwrap_or_else(Outcome::Failed),
             LockKind::Baton | LockKind::BatonFenced => self.baton().await.unwrap_or_else(Outcome::Failed),
         }
+    }
+
+    /// Holding a lock outside the database: read, pause point, write.
+    async fn read_pause_write(&self) -> Result<Outcome, String> {
+        let n = self.read().await?;
+        pause_point(&self.pause);
+        Ok(self.write(n - 1).await)
+    }
+
+    /// `SET key me NX PX lease` on `conn`: true if taken.
+    async fn set_nx(conn: &mut redis::aio::MultiplexedConnection, me: &str) -> Result<bool, String> {
+        let got: Option<String> = redis::cmd("SET")
+            .arg(REDIS_KEY)
+            .arg(me)
+            .arg("NX")
+            .arg("PX")
+            .arg(LEASE.as_millis() as u64)
+            .query_async(conn)
+            .await
+            .map_err(|e| format!("SET NX: {e}"))?;
+        Ok(got.is_some())
+    }
+
+    async fn redis_release(conn: &mut redis::aio::MultiplexedConnection, me: &str) {
+        let _: Result<i64, _> =
+            redis::Script::new(REDIS_RELEASE).key(REDIS_KEY).key(REDIS_CHANNEL).arg(me).invoke_async(conn).await;
+    }
+
+    async fn redis_watchdog(&mut self) -> Result<Outcome, String> {
+        let mut conn = self.redis.clone().ok_or("no redis connection")?;
+        let until = Instant::now() + ACQUIRE_LIMIT;
+        while !Self::set_nx(&mut conn, &self.me).await? {
+            if Instant::now() > until {
+                return Err(format!("no redis lock within {ACQUIRE_LIMIT:?}"));
+            }
+            // Sleep until a release is published or the holder's lease
+            // would have run out.
+            let ttl: i64 =
+                redis::cmd("PTTL").arg(REDIS_KEY).query_async(&mut conn).await.map_err(|e| format!("PTTL: {e}"))?;
+            let wait = Duration::from_millis(ttl.clamp(1, LEASE.as_millis() as i64) as u64);
+            if let Some(msgs) = self.released.as_mut() {
+                use futures::StreamExt as _;
+                let _ = tokio::time::timeout(wait, msgs.next()).await;
+            }
+        }
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (mut dog_conn, me) = (conn.clone(), self.me.clone());
+        let dog = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(LEASE / 3) => {
+                        let _: Result<i64, _> = redis::Script::new(REDIS_RENEW)
+                            .key(REDIS_KEY)
+                            .arg(&me)
+                            .arg(LEASE.as_millis() as u64)
+                            .invoke_async(&mut dog_conn)
+                            .await;
+                    }
+                    _ = &mut stopped => break,
+                }
+            }
+        });
+        let r = self.read_pause_write().await;
+        let _ = stop.send(());
+        let _ = dog.await;
+        Self::redis_release(&mut conn, &self.me).await;
+        r
+    }
+
+    async fn redlock(&mut self) -> Result<Outcome, String> {
+        let until = Instant::now() + ACQUIRE_LIMIT;
+        let majority = self.redlock.len() / 2 + 1;
+        let drift = LEASE / 100 + Duration::from_millis(2);
+        loop {
+            let t0 = Instant::now();
+            let mut got = 0;
+            for c in &mut self.redlock {
+                if let Ok(Ok(true)) = tokio::time::timeout(REDLOCK_STEP, Self::set_nx(c, &self.me)).await {
+                    got += 1;
+                }
+            }
+            if got >= majority && t0.elapsed() + drift < LEASE {
+                break;
+            }
+            for c in &mut self.redlock {
+                let _ = tokio::time::timeout(REDLOCK_STEP, Self::redis_release(c, &self.me)).await;
+            }
+            if Instant::now() > until {
+                return Err(format!("no redlock within {ACQUIRE_LIMIT:?}"));
+            }
+            let wait = rand::thread_rng().gen_range(5..25);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        let r = self.read_pause_write().await;
+        for c in &mut self.redlock {
+            let _ = tokio::time::timeout(REDLOCK_STEP, Self::redis_release(c, &self.me)).await;
+        }
+        r
     }
 
     async fn pg_for_update(&mut self) -> Result<Outcome, String> {
@@ -646,53 +818,23 @@ impl Worker {
 
     async fn pg_advisory(&mut self) -> Result<Outcome, String> {
         self.db.execute("SELECT pg_advisory_lock(4242)", &[]).await.map_err(|e| format!("advisory lock: {e}"))?;
-        let r = async {
-            let n = self.read().await?;
-            pause_point(&self.pause);
-            Ok(self.write(n - 1).await)
-        }
-        .await;
+        let r = self.read_pause_write().await;
         let _ = self.db.execute("SELECT pg_advisory_unlock(4242)", &[]).await;
         r
     }
 
     async fn redis_spin(&mut self) -> Result<Outcome, String> {
-        let conn = self.redis.as_mut().ok_or("no redis connection")?;
-        let px = LEASE.as_millis() as u64;
+        let mut conn = self.redis.clone().ok_or("no redis connection")?;
         let until = Instant::now() + ACQUIRE_LIMIT;
-        loop {
-            let got: Option<String> = redis::cmd("SET")
-                .arg("lock:stock")
-                .arg(&self.me)
-                .arg("NX")
-                .arg("PX")
-                .arg(px)
-                .query_async(conn)
-                .await
-                .map_err(|e| format!("SET NX: {e}"))?;
-            if got.is_some() {
-                break;
-            }
+        while !Self::set_nx(&mut conn, &self.me).await? {
             if Instant::now() > until {
                 return Err(format!("no redis lock within {ACQUIRE_LIMIT:?}"));
             }
             let wait = rand::thread_rng().gen_range(5..25);
             tokio::time::sleep(Duration::from_millis(wait)).await;
         }
-        let n = self.read().await;
-        let r = match n {
-            Ok(n) => {
-                pause_point(&self.pause);
-                Ok(self.write(n - 1).await)
-            }
-            Err(e) => Err(e),
-        };
-        let release = redis::Script::new(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
-        );
-        if let Some(conn) = self.redis.as_mut() {
-            let _: Result<i64, _> = release.key("lock:stock").arg(&self.me).invoke_async(conn).await;
-        }
+        let r = self.read_pause_write().await;
+        Self::redis_release(&mut conn, &self.me).await;
         r
     }
 
@@ -713,11 +855,11 @@ impl Worker {
             .map_err(|e| format!("lock: {e}"))?;
         let token = guard.fencing_token();
         let r = async {
+            if self.kind != LockKind::BatonFenced {
+                return self.read_pause_write().await;
+            }
             let n = self.read().await?;
             pause_point(&self.pause);
-            if self.kind != LockKind::BatonFenced {
-                return Ok(self.write(n - 1).await);
-            }
             let tx = self.db.transaction().await.map_err(|e| format!("begin: {e}"))?;
             match PgFence::new().fenced(&tx, "stock/widget", token).await {
                 Ok(()) => {}

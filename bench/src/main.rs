@@ -57,8 +57,8 @@ enum Cmd {
     /// under member faults (the harness's register checker).
     ZkRegister(ZkRegisterArgs),
     /// The seeds' comparison: a stock count in PostgreSQL decremented
-    /// under each lock kind (PostgreSQL's, Redis's, Baton's with and
-    /// without a fence), with and without paused holders: locks.json,
+    /// under each lock kind (PostgreSQL's, Redis's, Redlock, Baton's with
+    /// and without a fence), with and without paused holders: locks.json,
     /// locks.md (docs/locks-compared.md).
     Locks(LocksArgs),
     /// (Used by locks.) One worker: decrement under one lock kind until
@@ -135,6 +135,9 @@ struct LocksWorkerArgs {
     pg: String,
     #[arg(long)]
     redis: String,
+    /// Redlock's servers, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    redlock: Vec<String>,
     /// Baton's endpoints, comma-separated.
     #[arg(long, value_delimiter = ',')]
     baton: Vec<String>,
@@ -409,7 +412,15 @@ async fn locks(a: LocksArgs) -> i32 {
 
 /// `locks-worker`: one of `locks`' workers; exit 1 on a set-up error.
 async fn locks_worker(a: LocksWorkerArgs) -> i32 {
-    let o = WorkerOpts { kind: a.kind, id: a.id, pg: a.pg, redis: a.redis, baton: a.baton, secs: a.secs };
+    let o = WorkerOpts {
+        kind: a.kind,
+        id: a.id,
+        pg: a.pg,
+        redis: a.redis,
+        redlock: a.redlock.into_iter().filter(|u| !u.is_empty()).collect(),
+        baton: a.baton,
+        secs: a.secs,
+    };
     match locks::worker(o).await {
         Ok(()) => 0,
         Err(e) => {
