@@ -31,8 +31,8 @@
 //!   zk-register`).
 //! - [`locks`]: `baton-bench locks`, the seeds' comparison: one stock
 //!   count in PostgreSQL decremented under every lock kind the seeds name
-//!   (PostgreSQL's, Redis's, Baton's with and without a fence), under a
-//!   paused holder (locks.json, locks.md; docs/locks-compared.md).
+//!   (PostgreSQL's, Redis's, Redlock, etcd's, ZooKeeper's, Baton's with and
+//!   without a fence), under a paused holder (locks.json, locks.md; docs/locks-compared.md).
 //! - [`scale`]: `baton-bench scale`, how far one cluster goes, one
 //!   dimension (nodes, sessions, watches, fan-out, lock queue, clients) at
 //!   a time (scale.json, scale.md, scale-<dim>.png).

@@ -24,15 +24,20 @@
 //!   each in turn (50 ms timeout each), held if a majority said yes within
 //!   the lease less the time taken and a drift allowance (1% + 2 ms);
 //!   otherwise (and on release) delete its value everywhere.
+//! - `etcd`: etcd 3.4's Lock RPC under a lease (TTL = the lease, kept
+//!   alive by the client), unlocked after the write.
+//! - `zookeeper`: ZooKeeper 3.8's lock recipe (an ephemeral sequential node,
+//!   a watch on the predecessor), session timeout = the lease (its tickTime
+//!   is 1,000 ms here so that a 2 s session is allowed).
+//! - `baton-zk-fenced`: the same recipe through Baton's ZooKeeper port, the
+//!   write fenced in PostgreSQL with the lock node's czxid (Baton's token).
 //! - `baton`: Baton's lock recipe (`Client::lock`, session timeout =
 //!   the lease), no fence.
 //! - `baton-fenced`: the same, and the write is a transaction fenced with
 //!   the grant's token (`baton_fence::postgres`).
 //!
-//! Not yet here (issue 27 lists them): MariaDB `GET_LOCK`, Redis pub/sub
-//! with a watchdog, Redlock, etcd's and ZooKeeper's locks, Baton through
-//! the ZooKeeper port with a fence; the kill -9 of the lock service and the
-//! cut link faults.
+//! Not yet here (issue 27 lists them): MariaDB `GET_LOCK`; the kill -9 of
+//! the lock service's primary and the cut link faults.
 //!
 //! # Faults
 //! - `none`.
@@ -73,7 +78,9 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::targets::baton::BatonTarget;
-use crate::targets::Target;
+use crate::targets::etcd::{EtcdClient, EtcdTarget};
+use crate::targets::zookeeper::{ZkClient, ZkTarget};
+use crate::targets::{OpError, Target, TargetClient};
 
 /// The stock each run starts from.
 const START: i64 = 1_000_000;
@@ -108,18 +115,24 @@ pub enum LockKind {
     RedisSpin,
     RedisWatchdog,
     Redlock,
+    Etcd,
+    Zookeeper,
+    BatonZkFenced,
     Baton,
     BatonFenced,
 }
 
 impl LockKind {
-    pub const ALL: [LockKind; 8] = [
+    pub const ALL: [LockKind; 11] = [
         LockKind::PgForUpdate,
         LockKind::PgOptimistic,
         LockKind::PgAdvisory,
         LockKind::RedisSpin,
         LockKind::RedisWatchdog,
         LockKind::Redlock,
+        LockKind::Etcd,
+        LockKind::Zookeeper,
+        LockKind::BatonZkFenced,
         LockKind::Baton,
         LockKind::BatonFenced,
     ];
@@ -132,6 +145,9 @@ impl LockKind {
             LockKind::RedisSpin => "redis-spin",
             LockKind::RedisWatchdog => "redis-watchdog",
             LockKind::Redlock => "redlock",
+            LockKind::Etcd => "etcd",
+            LockKind::Zookeeper => "zookeeper",
+            LockKind::BatonZkFenced => "baton-zk-fenced",
             LockKind::Baton => "baton",
             LockKind::BatonFenced => "baton-fenced",
         }
@@ -152,14 +168,19 @@ impl LockKind {
             (LockKind::Redlock, Fault::Pause) => {
                 "loses updates (Kleppmann): a majority of leases expires under the paused holder"
             }
-            (LockKind::Baton, Fault::Pause) => "loses updates: the session expires under the paused holder",
-            (LockKind::BatonFenced, Fault::Pause) => "no loss: the database refuses the stale token",
+            (LockKind::Etcd, Fault::Pause) => "loses updates: the lease expires under the paused holder",
+            (LockKind::Zookeeper | LockKind::Baton, Fault::Pause) => {
+                "loses updates: the session expires under the paused holder"
+            }
+            (LockKind::BatonFenced | LockKind::BatonZkFenced, Fault::Pause) => {
+                "no loss: the database refuses the stale token"
+            }
         }
     }
 
     /// A fenced kind must never lose a decrement.
     pub fn fenced(self) -> bool {
-        matches!(self, LockKind::BatonFenced)
+        matches!(self, LockKind::BatonFenced | LockKind::BatonZkFenced)
     }
 }
 
@@ -222,8 +243,21 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
             redlock_srvs.push(tokio::task::spawn_blocking(|| Redis::start(false)).await??);
         }
     }
-    let baton = BatonTarget::start(&o.out.join("baton"), false).await?;
+    let baton = BatonTarget::start_with(&o.out.join("baton"), false, true).await?;
     let endpoints = baton.endpoints();
+    let etcd = match o.kinds.contains(&LockKind::Etcd) {
+        true => Some(EtcdTarget::start(&o.out.join("etcd")).await?),
+        false => None,
+    };
+    let zk = match o.kinds.contains(&LockKind::Zookeeper) {
+        true => {
+            // ZooKeeper allows sessions of 2 to 20 ticks: 1,000 ms ticks let
+            // its clients have the 2 s the others have (zookeeper.sh reads it).
+            std::env::set_var("ZK_TICK_MS", "1000");
+            Some(ZkTarget::start(&o.out.join("zookeeper")).await?)
+        }
+        false => None,
+    };
     let (mut db, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls).await?;
     tokio::spawn(conn);
     PgFence::new().install(&mut db).await?;
@@ -232,6 +266,9 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
         redis: redis_srv.url(),
         redlock: redlock_srvs.iter().map(Redis::url).collect::<Vec<_>>().join(","),
         baton: endpoints.join(","),
+        baton_zk: baton.zk_endpoints().join(","),
+        etcd: etcd.as_ref().map(|t| t.endpoints().join(",")).unwrap_or_default(),
+        zookeeper: zk.as_ref().map(|t| t.endpoints().join(",")).unwrap_or_default(),
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed);
     let mut results = Vec::new();
@@ -249,6 +286,12 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
         }
     }
     baton.stop();
+    if let Some(t) = etcd {
+        t.stop();
+    }
+    if let Some(t) = zk {
+        t.stop();
+    }
     let validity = judge(&results);
     write_report(&o, &results, validity)?;
     Ok((validity, results))
@@ -271,6 +314,9 @@ struct WorkerEnv {
     /// Redlock's servers, comma-separated (empty unless it runs).
     redlock: String,
     baton: String,
+    baton_zk: String,
+    etcd: String,
+    zookeeper: String,
 }
 
 async fn reset(db: &tokio_postgres::Client, redis_srvs: impl Iterator<Item = &Redis>) -> anyhow::Result<()> {
@@ -284,6 +330,17 @@ async fn reset(db: &tokio_postgres::Client, redis_srvs: impl Iterator<Item = &Re
         let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
     }
     Ok(())
+}
+
+/// The endpoints of the service a rival kind's workers use ("" for the
+/// others).
+fn rival_eps(kind: LockKind, env: &WorkerEnv) -> &str {
+    match kind {
+        LockKind::Etcd => &env.etcd,
+        LockKind::Zookeeper => &env.zookeeper,
+        LockKind::BatonZkFenced => &env.baton_zk,
+        _ => "",
+    }
 }
 
 /// One worker's output line: `a <µs> <value>` acked, `r <µs>` refused,
@@ -307,6 +364,7 @@ async fn run_kind(
         let mut child = tokio::process::Command::new(&exe)
             .args(["locks-worker", "--kind", kind.name(), "--id", &id.to_string()])
             .args(["--pg", &env.pg, "--redis", &env.redis, "--redlock", &env.redlock, "--baton", &env.baton])
+            .args(["--rival", rival_eps(kind, env)])
             .args(["--secs", &time_limit.as_secs_f64().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -540,7 +598,25 @@ pub struct WorkerOpts {
     /// Redlock's servers.
     pub redlock: Vec<String>,
     pub baton: Vec<String>,
+    /// etcd's, ZooKeeper's or Baton's ZooKeeper port's endpoints, for the
+    /// rival kinds.
+    pub rival: Vec<String>,
     pub secs: f64,
+}
+
+/// A rival's client.
+enum Rival {
+    Etcd(EtcdClient),
+    Zk(ZkClient),
+}
+
+impl Rival {
+    async fn close(self) {
+        match self {
+            Rival::Etcd(c) => c.close().await,
+            Rival::Zk(c) => c.close().await,
+        }
+    }
 }
 
 /// What one decrement came to.
@@ -563,6 +639,10 @@ struct Worker {
     /// expired (a pause past the lease does that).
     baton_eps: Vec<String>,
     baton: Option<Client>,
+    rival_eps: Vec<String>,
+    /// Made again after its session or lease was lost.
+    rival: Option<Rival>,
+    id: usize,
     pause: Arc<AtomicBool>,
     me: String,
 }
@@ -609,6 +689,9 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
         redlock,
         baton_eps: o.baton.clone(),
         baton: None,
+        rival_eps: o.rival.clone(),
+        rival: None,
+        id: o.id,
         pause,
         me: format!("w{}-{}", o.id, rand::random::<u32>()),
     };
@@ -673,6 +756,9 @@ impl Worker {
             LockKind::RedisWatchdog => self.redis_watchdog().await.unwrap_or_else(Outcome::Failed),
             LockKind::Redlock => self.redlock().await.unwrap_or_else(Outcome::Failed),
             LockKind::Baton | LockKind::BatonFenced => self.baton().await.unwrap_or_else(Outcome::Failed),
+            LockKind::Etcd | LockKind::Zookeeper | LockKind::BatonZkFenced => {
+                self.rival().await.unwrap_or_else(Outcome::Failed)
+            }
         }
     }
 
@@ -838,6 +924,83 @@ impl Worker {
         r
     }
 
+    /// Read, pause point, and the write in a transaction fenced with
+    /// `token` (baton_fence::postgres): Refused if a newer token wrote.
+    async fn read_pause_fenced_write(&mut self, token: u64) -> Result<Outcome, String> {
+        let n = self.read().await?;
+        pause_point(&self.pause);
+        let tx = self.db.transaction().await.map_err(|e| format!("begin: {e}"))?;
+        match PgFence::new().fenced(&tx, "stock/widget", token).await {
+            Ok(()) => {}
+            Err(e) if e.is_stale() => return Ok(Outcome::Refused),
+            Err(e) => return Err(format!("fence: {e}")),
+        }
+        tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)])
+            .await
+            .map_err(|e| format!("update: {e}"))?;
+        Ok(match tx.commit().await {
+            Ok(()) => Outcome::Acked(n - 1),
+            Err(_) => Outcome::Unknown,
+        })
+    }
+
+    /// etcd's lock, ZooKeeper's recipe (on ZooKeeper or Baton's port).
+    async fn rival(&mut self) -> Result<Outcome, String> {
+        let rival = match self.rival.take() {
+            Some(r) => r,
+            None => {
+                let (eps, member) = (self.rival_eps.clone(), self.id);
+                let made = match self.kind {
+                    LockKind::Etcd => EtcdClient::connect_to(eps, member, LEASE).await.map(Rival::Etcd),
+                    _ => ZkClient::connect_to(eps, member, LEASE).await.map(Rival::Zk),
+                };
+                made.map_err(|e| format!("connect: {e:#}"))?
+            }
+        };
+        let r = match &rival {
+            Rival::Etcd(c) => self.with_rival(c).await,
+            Rival::Zk(c) => self.with_rival(c).await,
+        };
+        match r {
+            Err((why, true)) => {
+                rival.close().await;
+                Err(why)
+            }
+            Err((why, false)) => {
+                self.rival = Some(rival);
+                Err(why)
+            }
+            Ok(o) => {
+                self.rival = Some(rival);
+                Ok(o)
+            }
+        }
+    }
+
+    /// One decrement under `c`'s lock; the error says whether the client's
+    /// session (lease) is gone.
+    async fn with_rival<C: TargetClient>(&mut self, c: &C) -> Result<Outcome, (String, bool)> {
+        let lost = |e: &OpError| e.is_session_lost();
+        let held = match tokio::time::timeout(ACQUIRE_LIMIT, c.lock("stock")).await {
+            Err(_) => return Err((format!("no lock within {ACQUIRE_LIMIT:?}"), false)),
+            Ok(Err(e)) => return Err((format!("lock: {e}"), lost(&e))),
+            Ok(Ok(h)) => h,
+        };
+        let r = if self.kind == LockKind::BatonZkFenced {
+            match c.token(&held).await {
+                Ok(token) => self.read_pause_fenced_write(token).await,
+                Err(e) => Err(format!("token: {e}")),
+            }
+        } else {
+            self.read_pause_write().await
+        };
+        let gone = match c.unlock(held).await {
+            Err(e) => lost(&e),
+            Ok(()) => false,
+        };
+        r.map_err(|why| (why, gone))
+    }
+
     async fn baton(&mut self) -> Result<Outcome, String> {
         if self.baton.as_ref().is_some_and(|c| *c.state().borrow() == SessionState::Expired) {
             if let Some(old) = self.baton.take() {
@@ -858,21 +1021,7 @@ impl Worker {
             if self.kind != LockKind::BatonFenced {
                 return self.read_pause_write().await;
             }
-            let n = self.read().await?;
-            pause_point(&self.pause);
-            let tx = self.db.transaction().await.map_err(|e| format!("begin: {e}"))?;
-            match PgFence::new().fenced(&tx, "stock/widget", token).await {
-                Ok(()) => {}
-                Err(e) if e.is_stale() => return Ok(Outcome::Refused),
-                Err(e) => return Err(format!("fence: {e}")),
-            }
-            tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)])
-                .await
-                .map_err(|e| format!("update: {e}"))?;
-            Ok(match tx.commit().await {
-                Ok(()) => Outcome::Acked(n - 1),
-                Err(_) => Outcome::Unknown,
-            })
+            self.read_pause_fenced_write(token).await
         }
         .await;
         let _ = guard.release().await;

@@ -141,6 +141,9 @@ struct LocksWorkerArgs {
     /// Baton's endpoints, comma-separated.
     #[arg(long, value_delimiter = ',')]
     baton: Vec<String>,
+    /// The rival kinds' service endpoints, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    rival: Vec<String>,
     #[arg(long)]
     secs: f64,
 }
@@ -419,6 +422,7 @@ async fn locks_worker(a: LocksWorkerArgs) -> i32 {
         redis: a.redis,
         redlock: a.redlock.into_iter().filter(|u| !u.is_empty()).collect(),
         baton: a.baton,
+        rival: a.rival.into_iter().filter(|u| !u.is_empty()).collect(),
         secs: a.secs,
     };
     match locks::worker(o).await {
