@@ -103,17 +103,17 @@ compare-smoke: build rival-deps
 compare: release rival-deps
 	$(CARGO) run --release -q -p baton-bench -- compare --out bench/store/compare-$$(date +%s)
 
-# Every lock kind of the seeds' comparison for 3 s, without a fault and
-# with paused holders (debug build, ~3 min): fails unless the run is
-# valid and its report complete.
+# Every lock kind of the seeds' comparison for 3 s, without a fault, with
+# paused holders and with the lock service's primary killed (debug build,
+# ~5 min): fails unless the run is valid and its report complete.
 locks-smoke: build store-deps rival-deps
 	@CARGO="$(CARGO)" ./scripts/locks-smoke.sh
 
 # The seeds' comparison (release build; 11 lock kinds x 16 and 64 workers x
-# no fault and paused holders, 20 s each, ~20 min): docs/locks-compared.md
-# has the last results.
+# no fault, paused holders and a killed lock service, 20 s each, ~30 min):
+# docs/locks-compared.md has the last results.
 locks: release store-deps rival-deps
-	$(CARGO) run --release -q -p baton-bench -- locks --workers 16,64 --faults none,pause --time-limit 20 \
+	$(CARGO) run --release -q -p baton-bench -- locks --workers 16,64 --faults none,pause,kill --time-limit 20 \
 	  --out bench/store/locks-$$(date +%s)
 
 # Every scale dimension at small sizes on Baton and ZooKeeper, and etcd's

@@ -47,6 +47,14 @@
 //!   lease renewals too, as a GC pause or a stopped VM would), and the run
 //!   sends SIGCONT after twice the lease. A worker that does not reach a
 //!   pause point within 10 s is left alone.
+//! - `kill`: the lock service's primary is killed -9 every few seconds:
+//!   Redis (no replication, no persistence: the lock key is lost) and
+//!   restarted on its port 200 ms later, as a supervisor would; one of
+//!   Redlock's 5 servers, likewise;
+//!   the leader of Baton's cluster (restarted 2 s later), of etcd's and of
+//!   ZooKeeper's (once per run: their scripts start whole clusters only, so
+//!   the cluster is started afresh after the run). The PostgreSQL kinds are
+//!   not run under it: their lock service is the database the job writes to.
 //!
 //! # The checker
 //! Every acknowledged write set the stock to the value it read minus one.
@@ -157,6 +165,13 @@ impl LockKind {
     pub fn predicted(self, fault: Fault) -> &'static str {
         match (self, fault) {
             (_, Fault::None) => "no loss",
+            (LockKind::RedisSpin | LockKind::RedisWatchdog, Fault::Kill) => {
+                "may lose updates: a restarted Redis without persistence forgets the lock of a holder still working"
+            }
+            (LockKind::Redlock, Fault::Kill) => {
+                "may lose updates: a restarted server without persistence forgets its vote (antirez: delay restarts)"
+            }
+            (_, Fault::Kill) => "no loss: the quorum keeps the lock through its leader's death",
             (LockKind::PgForUpdate | LockKind::PgAdvisory, Fault::Pause) => {
                 "no loss: the database holds the lock for the paused session (others wait)"
             }
@@ -178,6 +193,12 @@ impl LockKind {
         }
     }
 
+    /// Whether `fault` applies to this kind (a kill of its lock service
+    /// would kill the PostgreSQL kinds' database).
+    pub fn runs_under(self, fault: Fault) -> bool {
+        fault != Fault::Kill || !matches!(self, LockKind::PgForUpdate | LockKind::PgOptimistic | LockKind::PgAdvisory)
+    }
+
     /// A fenced kind must never lose a decrement.
     pub fn fenced(self) -> bool {
         matches!(self, LockKind::BatonFenced | LockKind::BatonZkFenced)
@@ -189,6 +210,7 @@ impl LockKind {
 pub enum Fault {
     None,
     Pause,
+    Kill,
 }
 
 impl Fault {
@@ -196,6 +218,7 @@ impl Fault {
         match self {
             Fault::None => "none",
             Fault::Pause => "pause",
+            Fault::Kill => "kill",
         }
     }
 }
@@ -226,7 +249,8 @@ pub struct KindResult {
     /// The decrements the final stock shows.
     pub consumed: u64,
     pub lost: u64,
-    pub pauses: u64,
+    /// Pauses or kills done.
+    pub injected: u64,
     pub ops_per_sec: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -245,23 +269,22 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
     }
     let baton = BatonTarget::start_with(&o.out.join("baton"), false, true).await?;
     let endpoints = baton.endpoints();
-    let etcd = match o.kinds.contains(&LockKind::Etcd) {
-        true => Some(EtcdTarget::start(&o.out.join("etcd")).await?),
+    // ZooKeeper allows sessions of 2 to 20 ticks: 1,000 ms ticks let its
+    // clients have the 2 s the others have (zookeeper.sh reads it).
+    std::env::set_var("ZK_TICK_MS", "1000");
+    let mut starts = 0;
+    let mut etcd = match o.kinds.contains(&LockKind::Etcd) {
+        true => Some(EtcdTarget::start(&o.out.join("etcd-0")).await?),
         false => None,
     };
-    let zk = match o.kinds.contains(&LockKind::Zookeeper) {
-        true => {
-            // ZooKeeper allows sessions of 2 to 20 ticks: 1,000 ms ticks let
-            // its clients have the 2 s the others have (zookeeper.sh reads it).
-            std::env::set_var("ZK_TICK_MS", "1000");
-            Some(ZkTarget::start(&o.out.join("zookeeper")).await?)
-        }
+    let mut zk = match o.kinds.contains(&LockKind::Zookeeper) {
+        true => Some(ZkTarget::start(&o.out.join("zookeeper-0")).await?),
         false => None,
     };
     let (mut db, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls).await?;
     tokio::spawn(conn);
     PgFence::new().install(&mut db).await?;
-    let env = WorkerEnv {
+    let mut env = WorkerEnv {
         pg: pg.conn_str(),
         redis: redis_srv.url(),
         redlock: redlock_srvs.iter().map(Redis::url).collect::<Vec<_>>().join(","),
@@ -274,12 +297,41 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
     let mut results = Vec::new();
     for &fault in &o.faults {
         for &workers in &o.workers {
-            for &kind in &o.kinds {
+            for &kind in o.kinds.iter().filter(|k| k.runs_under(fault)) {
                 reset(&db, std::iter::once(&redis_srv).chain(&redlock_srvs)).await?;
-                let r = run_kind(kind, workers, fault, o.time_limit, &env, &db, &mut rng).await?;
+                let service = match kind {
+                    _ if fault != Fault::Kill => Service::None,
+                    LockKind::RedisSpin | LockKind::RedisWatchdog => Service::Redis(std::slice::from_ref(&redis_srv)),
+                    LockKind::Redlock => Service::Redis(&redlock_srvs),
+                    LockKind::Etcd => etcd.as_ref().map_or(Service::None, Service::Etcd),
+                    LockKind::Zookeeper => zk.as_ref().map_or(Service::None, Service::Zk),
+                    _ => Service::Baton(&baton),
+                };
+                let cell = Cell { kind, workers, fault, time_limit: o.time_limit };
+                let r = run_kind(cell, &env, &db, service, &mut rng).await?;
+                // etcd's and ZooKeeper's scripts cannot restart a member: a
+                // cluster that lost one is started afresh.
+                if fault == Fault::Kill && matches!(kind, LockKind::Etcd | LockKind::Zookeeper) {
+                    starts += 1;
+                    if kind == LockKind::Etcd {
+                        if let Some(t) = etcd.take() {
+                            t.stop();
+                        }
+                        let t = EtcdTarget::start(&o.out.join(format!("etcd-{starts}"))).await?;
+                        env.etcd = t.endpoints().join(",");
+                        etcd = Some(t);
+                    } else {
+                        if let Some(t) = zk.take() {
+                            t.stop();
+                        }
+                        let t = ZkTarget::start(&o.out.join(format!("zookeeper-{starts}"))).await?;
+                        env.zookeeper = t.endpoints().join(",");
+                        zk = Some(t);
+                    }
+                }
                 eprintln!(
-                    "locks: {:<14} {:>3} workers, fault {:<5}: {} acked, {} lost, {} refused, {} unknown, {} failed, {:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms, {} pauses",
-                    kind.name(), workers, fault.name(), r.acked, r.lost, r.refused, r.unknown, r.failed, r.ops_per_sec, r.p50_ms, r.p99_ms, r.pauses
+                    "locks: {:<14} {:>3} workers, fault {:<5}: {} acked, {} lost, {} refused, {} unknown, {} failed, {:.0} ops/s, p50 {:.1} ms, p99 {:.1} ms, {} faults",
+                    kind.name(), workers, fault.name(), r.acked, r.lost, r.refused, r.unknown, r.failed, r.ops_per_sec, r.p50_ms, r.p99_ms, r.injected
                 );
                 results.push(r);
             }
@@ -345,15 +397,22 @@ fn rival_eps(kind: LockKind, env: &WorkerEnv) -> &str {
 
 /// One worker's output line: `a <µs> <value>` acked, `r <µs>` refused,
 /// `u <µs>` unknown, `f <reason>` failed, `p` paused (before stopping).
-async fn run_kind(
+/// One run's settings.
+struct Cell {
     kind: LockKind,
     workers: usize,
     fault: Fault,
     time_limit: Duration,
+}
+
+async fn run_kind(
+    cell: Cell,
     env: &WorkerEnv,
     db: &tokio_postgres::Client,
+    service: Service<'_>,
     rng: &mut rand::rngs::StdRng,
 ) -> anyhow::Result<KindResult> {
+    let Cell { kind, workers, fault, time_limit } = cell;
     let exe = std::env::current_exe().context("this binary's path")?;
     let mut children = Vec::new();
     // A worker that has printed a line has its SIGUSR1 handler (the
@@ -394,29 +453,33 @@ async fn run_kind(
         tokio::spawn(async move { pause_loop(pids, ready, done, seed).await })
     });
 
+    let killer = kill_loop(service, &done, rng.gen::<u64>());
     let mut hist = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).context("histogram")?;
     let (mut acked, mut refused, mut unknown, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let mut values: HashMap<i64, u64> = HashMap::new();
     let limit = time_limit + Duration::from_secs(60);
-    while let Ok(Some((_, line))) = tokio::time::timeout_at((started + limit).into(), rx.recv()).await {
-        let mut f = line.split(' ');
-        let tag = f.next().unwrap_or("");
-        let us = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        match tag {
-            "a" => {
-                acked += 1;
-                let _ = hist.record(us.max(1));
-                if let Some(v) = f.next().and_then(|v| v.parse::<i64>().ok()) {
-                    *values.entry(v).or_default() += 1;
+    let reader = async {
+        while let Ok(Some((_, line))) = tokio::time::timeout_at((started + limit).into(), rx.recv()).await {
+            let mut f = line.split(' ');
+            let tag = f.next().unwrap_or("");
+            let us = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            match tag {
+                "a" => {
+                    acked += 1;
+                    let _ = hist.record(us.max(1));
+                    if let Some(v) = f.next().and_then(|v| v.parse::<i64>().ok()) {
+                        *values.entry(v).or_default() += 1;
+                    }
                 }
+                "r" => refused += 1,
+                "u" => unknown += 1,
+                "f" => failed += 1,
+                _ => {}
             }
-            "r" => refused += 1,
-            "u" => unknown += 1,
-            "f" => failed += 1,
-            _ => {}
         }
-    }
-    done.store(true, Ordering::SeqCst);
+        done.store(true, Ordering::SeqCst);
+    };
+    let ((), kills) = tokio::join!(reader, killer);
     let pauses = match pauser {
         Some(p) => p.await.unwrap_or(0),
         None => 0,
@@ -443,7 +506,7 @@ async fn run_kind(
         failed,
         consumed,
         lost,
-        pauses,
+        injected: pauses + kills,
         ops_per_sec: acked as f64 / secs,
         p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
         p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
@@ -487,6 +550,70 @@ async fn pause_loop(pids: Vec<i32>, ready: Arc<Vec<AtomicBool>>, done: Arc<Atomi
     pauses
 }
 
+/// A kind's lock service, for the kill fault.
+enum Service<'a> {
+    /// Not killed (no kill fault, or a PostgreSQL kind).
+    None,
+    /// Redis servers: one of them is killed and restarted each time.
+    Redis(&'a [Redis]),
+    Baton(&'a BatonTarget),
+    Etcd(&'a EtcdTarget),
+    Zk(&'a ZkTarget),
+}
+
+/// How long a killed Baton member stays down.
+const KILL_DOWN: Duration = Duration::from_secs(2);
+/// How long a killed Redis stays down: a supervisor restarts it at once.
+const REDIS_DOWN: Duration = Duration::from_millis(200);
+/// Between a restart and the next kill.
+const KILL_EVERY: Duration = Duration::from_secs(4);
+
+/// Kills the service's primary every [`KILL_EVERY`] (after 2 s), restarts
+/// it after [`KILL_DOWN`] where it can (module doc); the kills done.
+async fn kill_loop(service: Service<'_>, done: &AtomicBool, seed: u64) -> u64 {
+    if matches!(service, Service::None) {
+        return 0;
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut kills = 0;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while !done.load(Ordering::SeqCst) {
+        match &service {
+            Service::None => return 0,
+            Service::Redis(srvs) => {
+                let srv = &srvs[rng.gen_range(0..srvs.len())];
+                srv.kill();
+                kills += 1;
+                tokio::time::sleep(REDIS_DOWN).await;
+                if let Err(e) = tokio::task::block_in_place(|| srv.restart()) {
+                    eprintln!("locks: restarting redis on {}: {e:#}", srv.port());
+                }
+            }
+            Service::Baton(t) => kills += kill_leader(*t, true).await,
+            Service::Etcd(t) => return kills + kill_leader(*t, false).await,
+            Service::Zk(t) => return kills + kill_leader(*t, false).await,
+        }
+        tokio::time::sleep(KILL_EVERY).await;
+    }
+    kills
+}
+
+/// kill -9 `t`'s leader; started again after [`KILL_DOWN`] if `restart`.
+/// 1 if a leader was found and killed.
+async fn kill_leader<T: Target>(t: &T, restart: bool) -> u64 {
+    let Ok(leader) = t.leader().await else { return 0 };
+    if t.kill(leader).is_err() {
+        return 0;
+    }
+    if restart {
+        tokio::time::sleep(KILL_DOWN).await;
+        if let Err(e) = t.restart(leader) {
+            eprintln!("locks: restarting member {leader}: {e:#}");
+        }
+    }
+    1
+}
+
 /// A process's state letter from /proc/PID/stat (`T`: stopped).
 fn proc_state(pid: i32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -504,7 +631,7 @@ fn write_report(o: &LocksOpts, results: &[KindResult], validity: Validity) -> an
     });
     std::fs::write(o.out.join("locks.json"), serde_json::to_vec_pretty(&j)?)?;
     let mut md = String::from(
-        "| lock | workers | fault | acked | lost | refused | unknown | failed | ops/s | p50 ms | p99 ms | pauses | the seeds predicted |\n\
+        "| lock | workers | fault | acked | lost | refused | unknown | failed | ops/s | p50 ms | p99 ms | faults | the seeds predicted |\n\
          |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in results {
@@ -521,7 +648,7 @@ fn write_report(o: &LocksOpts, results: &[KindResult], validity: Validity) -> an
             r.ops_per_sec,
             r.p50_ms,
             r.p99_ms,
-            r.pauses,
+            r.injected,
             r.kind.predicted(r.fault)
         ));
     }
@@ -604,6 +731,28 @@ pub struct WorkerOpts {
     pub secs: f64,
 }
 
+/// How long one Redis command may take: a connection to a killed server
+/// can otherwise wait for its reconnection indefinitely.
+const REDIS_OP_LIMIT: Duration = Duration::from_secs(1);
+
+/// `f`, bounded by [`REDIS_OP_LIMIT`]; its error as text.
+async fn within<T>(what: &str, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
+    match tokio::time::timeout(REDIS_OP_LIMIT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {REDIS_OP_LIMIT:?}")),
+    }
+}
+
+/// The release channel's messages, on a connection of their own.
+type Released = std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>>;
+
+async fn subscribe(url: &str) -> Result<Released, redis::RedisError> {
+    let mut ps = redis::Client::open(url)?.get_async_pubsub().await?;
+    ps.subscribe(REDIS_CHANNEL).await?;
+    Ok(Box::pin(ps.into_on_message()))
+}
+
 /// A rival's client.
 enum Rival {
     Etcd(EtcdClient),
@@ -630,11 +779,12 @@ enum Outcome {
 struct Worker {
     kind: LockKind,
     db: tokio_postgres::Client,
-    redis: Option<redis::aio::MultiplexedConnection>,
+    redis: Option<redis::aio::ConnectionManager>,
     /// `redis-watchdog`: the release channel's messages.
-    released: Option<std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>>>,
+    released: Option<Released>,
+    redis_url: String,
     /// `redlock`: one connection per server.
-    redlock: Vec<redis::aio::MultiplexedConnection>,
+    redlock: Vec<redis::aio::ConnectionManager>,
     /// Baton's endpoints; the client is made again after its session
     /// expired (a pause past the lease does that).
     baton_eps: Vec<String>,
@@ -660,24 +810,19 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
     let (db, conn) = tokio_postgres::connect(&o.pg, NoTls).await.context("worker: postgres")?;
     tokio::spawn(conn);
     let redis = match o.kind {
-        LockKind::RedisSpin | LockKind::RedisWatchdog => Some(
-            redis::Client::open(o.redis.as_str())?.get_multiplexed_async_connection().await.context("worker: redis")?,
-        ),
+        LockKind::RedisSpin | LockKind::RedisWatchdog => {
+            Some(redis::Client::open(o.redis.as_str())?.get_connection_manager().await.context("worker: redis")?)
+        }
         _ => None,
     };
     let released = match o.kind {
-        LockKind::RedisWatchdog => {
-            let mut ps = redis::Client::open(o.redis.as_str())?.get_async_pubsub().await.context("worker: pubsub")?;
-            ps.subscribe(REDIS_CHANNEL).await.context("worker: subscribe")?;
-            let s: std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>> = Box::pin(ps.into_on_message());
-            Some(s)
-        }
+        LockKind::RedisWatchdog => Some(subscribe(&o.redis).await.context("worker: subscribe")?),
         _ => None,
     };
     let mut redlock = Vec::new();
     if o.kind == LockKind::Redlock {
         for url in &o.redlock {
-            let c = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await;
+            let c = redis::Client::open(url.as_str())?.get_connection_manager().await;
             redlock.push(c.with_context(|| format!("worker: redlock server {url}"))?);
         }
     }
@@ -686,6 +831,7 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
         db,
         redis,
         released,
+        redis_url: o.redis.clone(),
         redlock,
         baton_eps: o.baton.clone(),
         baton: None,
@@ -770,22 +916,18 @@ impl Worker {
     }
 
     /// `SET key me NX PX lease` on `conn`: true if taken.
-    async fn set_nx(conn: &mut redis::aio::MultiplexedConnection, me: &str) -> Result<bool, String> {
-        let got: Option<String> = redis::cmd("SET")
-            .arg(REDIS_KEY)
-            .arg(me)
-            .arg("NX")
-            .arg("PX")
-            .arg(LEASE.as_millis() as u64)
-            .query_async(conn)
-            .await
-            .map_err(|e| format!("SET NX: {e}"))?;
+    async fn set_nx(conn: &mut redis::aio::ConnectionManager, me: &str) -> Result<bool, String> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(REDIS_KEY).arg(me).arg("NX").arg("PX").arg(LEASE.as_millis() as u64);
+        let got: Option<String> = within("SET NX", cmd.query_async(conn)).await?;
         Ok(got.is_some())
     }
 
-    async fn redis_release(conn: &mut redis::aio::MultiplexedConnection, me: &str) {
-        let _: Result<i64, _> =
-            redis::Script::new(REDIS_RELEASE).key(REDIS_KEY).key(REDIS_CHANNEL).arg(me).invoke_async(conn).await;
+    async fn redis_release(conn: &mut redis::aio::ConnectionManager, me: &str) {
+        let script = redis::Script::new(REDIS_RELEASE);
+        let mut inv = script.key(REDIS_KEY);
+        inv.key(REDIS_CHANNEL).arg(me);
+        let _: Result<i64, _> = within("release", inv.invoke_async(conn)).await;
     }
 
     async fn redis_watchdog(&mut self) -> Result<Outcome, String> {
@@ -797,12 +939,20 @@ impl Worker {
             }
             // Sleep until a release is published or the holder's lease
             // would have run out.
-            let ttl: i64 =
-                redis::cmd("PTTL").arg(REDIS_KEY).query_async(&mut conn).await.map_err(|e| format!("PTTL: {e}"))?;
+            let ttl: i64 = within("PTTL", redis::cmd("PTTL").arg(REDIS_KEY).query_async(&mut conn)).await?;
             let wait = Duration::from_millis(ttl.clamp(1, LEASE.as_millis() as i64) as u64);
-            if let Some(msgs) = self.released.as_mut() {
-                use futures::StreamExt as _;
-                let _ = tokio::time::timeout(wait, msgs.next()).await;
+            if self.released.is_none() {
+                self.released = within("SUBSCRIBE", subscribe(&self.redis_url)).await.ok();
+            }
+            match self.released.as_mut() {
+                Some(msgs) => {
+                    use futures::StreamExt as _;
+                    // The stream ends when Redis went away: subscribe again.
+                    if let Ok(None) = tokio::time::timeout(wait, msgs.next()).await {
+                        self.released = None;
+                    }
+                }
+                None => tokio::time::sleep(wait).await,
             }
         }
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -811,12 +961,10 @@ impl Worker {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(LEASE / 3) => {
-                        let _: Result<i64, _> = redis::Script::new(REDIS_RENEW)
-                            .key(REDIS_KEY)
-                            .arg(&me)
-                            .arg(LEASE.as_millis() as u64)
-                            .invoke_async(&mut dog_conn)
-                            .await;
+                        let script = redis::Script::new(REDIS_RENEW);
+                        let mut inv = script.key(REDIS_KEY);
+                        inv.arg(&me).arg(LEASE.as_millis() as u64);
+                        let _: Result<i64, _> = within("renew", inv.invoke_async(&mut dog_conn)).await;
                     }
                     _ = &mut stopped => break,
                 }
@@ -1058,7 +1206,7 @@ mod tests {
             failed: 0,
             consumed: acked - lost,
             lost,
-            pauses: 0,
+            injected: 0,
             ops_per_sec: acked as f64,
             p50_ms: 1.0,
             p99_ms: 2.0,

@@ -112,7 +112,7 @@ struct LocksArgs {
     /// Worker processes per run (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "16")]
     workers: Vec<usize>,
-    /// Faults (comma-separated): none, pause.
+    /// Faults (comma-separated): none, pause, kill.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "none")]
     faults: Vec<Fault>,
     /// Seconds of each run.

@@ -8,6 +8,10 @@
 //! user and `initdb` and `postgres` run as that user. Authentication is
 //! `trust` for user `baton` over TCP on 127.0.0.1 only; fsync stays on.
 //!
+//! A Redis can be killed -9 and started again on its port
+//! ([`Redis::kill`], [`Redis::restart`]), for the lock comparison's kill
+//! fault.
+//!
 //! Invariants: every wait is bounded (start-up: 30 s); the store listens on
 //! 127.0.0.1 only; dropping the handle stops the server (an immediate
 //! shutdown: SIGQUIT, then SIGKILL after 5 s) and removes its directory.
@@ -201,9 +205,11 @@ fn chown(path: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
 
 /// A private Redis server on 127.0.0.1, no persistence unless asked.
 pub struct Redis {
-    proc: Owned,
+    proc: std::sync::Mutex<Owned>,
     port: u16,
     dir: tempfile::TempDir,
+    bin: &'static str,
+    args: Vec<String>,
 }
 
 impl Redis {
@@ -237,24 +243,24 @@ impl Redis {
             .into_iter()
             .find(|b| Path::new(b).is_file())
             .context("no redis-server: run `make store-deps`")?;
-        let child = Command::new(bin)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting redis-server")?;
-        let mut proc = Owned(Some(child));
-        wait_listening(&mut proc, port, "redis-server", &log)?;
-        // Listening is not yet serving: wait for a PONG (bounded).
-        let deadline = Instant::now() + START_LIMIT;
-        while !ping(port) {
-            if Instant::now() > deadline {
-                bail!("redis-server on {port} did not answer PING:\n{}", tail(&log));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let proc = spawn_redis(bin, &args, port, &log)?;
+        Ok(Redis { proc: std::sync::Mutex::new(proc), port, dir, bin, args })
+    }
+
+    /// kill -9 (what is not persisted is lost).
+    pub fn kill(&self) {
+        self.proc.lock().unwrap_or_else(|p| p.into_inner()).stop(libc::SIGKILL);
+    }
+
+    /// Starts it again on the same port, with the same settings (after
+    /// [`Redis::kill`]; a no-op while it runs).
+    pub fn restart(&self) -> anyhow::Result<()> {
+        let mut proc = self.proc.lock().unwrap_or_else(|p| p.into_inner());
+        if proc.0.is_some() && proc.exited().is_none() {
+            return Ok(());
         }
-        Ok(Redis { proc, port, dir })
+        *proc = spawn_redis(self.bin, &self.args, self.port, &self.dir.path().join("redis.log"))?;
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
@@ -273,8 +279,30 @@ impl Redis {
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        self.proc.stop(libc::SIGKILL);
+        self.kill();
     }
+}
+
+/// Starts `redis-server` and waits (bounded) until it answers PING.
+fn spawn_redis(bin: &str, args: &[String], port: u16, log: &Path) -> anyhow::Result<Owned> {
+    let child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting redis-server")?;
+    let mut proc = Owned(Some(child));
+    wait_listening(&mut proc, port, "redis-server", log)?;
+    // Listening is not yet serving: wait for a PONG (bounded).
+    let deadline = Instant::now() + START_LIMIT;
+    while !ping(port) {
+        if Instant::now() > deadline {
+            bail!("redis-server on {port} did not answer PING:\n{}", tail(log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(proc)
 }
 
 /// One PING over RESP, with a short timeout.
