@@ -480,6 +480,11 @@ async fn run_kind(
         done.store(true, Ordering::SeqCst);
     };
     let ((), kills) = tokio::join!(reader, killer);
+    for &pid in &pids {
+        // SAFETY: kill(2) on a worker this run started and has not reaped:
+        // none may stay stopped.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
     let pauses = match pauser {
         Some(p) => p.await.unwrap_or(0),
         None => 0,
@@ -673,7 +678,9 @@ fn draw(path: &Path, results: &[KindResult]) -> anyhow::Result<()> {
         }
     }
     let height = 80 + 260 * panels.len() as u32;
-    render_png(path, (1100, height), |root| {
+    let kinds = results.iter().map(|r| r.kind).collect::<std::collections::HashSet<_>>().len() as u32;
+    let width = (150 + 125 * kinds).max(1100);
+    render_png(path, (width, height), |root| {
         let (title, rest) = root.split_vertically(50);
         title
             .draw(&Text::new("Stock decrements lost, by lock kind (share of those acknowledged)", (20, 15), font(20)))
@@ -793,18 +800,18 @@ struct Worker {
     /// Made again after its session or lease was lost.
     rival: Option<Rival>,
     id: usize,
-    pause: Arc<AtomicBool>,
+    pause: PauseAsk,
     me: String,
 }
 
 /// The worker: loops until `secs` pass, one line per decrement on stdout.
 pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
-    let pause = Arc::new(AtomicBool::new(false));
+    let pause: PauseAsk = Arc::new(std::sync::Mutex::new(None));
     let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
     let p = pause.clone();
     tokio::spawn(async move {
         while sig.recv().await.is_some() {
-            p.store(true, Ordering::SeqCst);
+            *p.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         }
     });
     let (db, conn) = tokio_postgres::connect(&o.pg, NoTls).await.context("worker: postgres")?;
@@ -867,10 +874,16 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// When the run last asked this worker to pause (SIGUSR1).
+type PauseAsk = Arc<std::sync::Mutex<Option<Instant>>>;
+
 /// Holding the lock, after the read: stops this process if a pause was
 /// asked for (the run continues it).
-fn pause_point(pause: &AtomicBool) {
-    if pause.swap(false, Ordering::SeqCst) {
+fn pause_point(pause: &PauseAsk) {
+    let asked = pause.lock().unwrap_or_else(|e| e.into_inner()).take();
+    // A request the run has given up on (it waits PAUSE_REACH) is dropped:
+    // nobody would continue this process.
+    if asked.is_some_and(|at| at.elapsed() < PAUSE_REACH - Duration::from_secs(1)) {
         // SAFETY: raise(3) stops this process until SIGCONT.
         unsafe { libc::raise(libc::SIGSTOP) };
     }
