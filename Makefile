@@ -110,7 +110,7 @@ locks-smoke: build store-deps rival-deps
 	@CARGO="$(CARGO)" ./scripts/locks-smoke.sh
 
 # The seeds' comparison (release build; 11 lock kinds x 16 and 64 workers x
-# no fault, paused holders and a killed lock service, 20 s each, ~30 min):
+# no fault, paused holders and a killed lock service, 20 s each, ~23 min):
 # docs/locks-compared.md has the last results.
 locks: release store-deps rival-deps
 	$(CARGO) run --release -q -p baton-bench -- locks --workers 16,64 --faults none,pause,kill --time-limit 20 \
