@@ -874,6 +874,18 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes `read - 1` in `tx` and commits it: Acked, or Unknown if the
+/// commit had no answer.
+async fn commit_decrement(tx: tokio_postgres::Transaction<'_>, read: i64) -> Result<Outcome, String> {
+    tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(read - 1)])
+        .await
+        .map_err(|e| format!("update: {e}"))?;
+    Ok(match tx.commit().await {
+        Ok(()) => Outcome::Acked(read - 1),
+        Err(_) => Outcome::Unknown,
+    })
+}
+
 /// When the run last asked this worker to pause (SIGUSR1).
 type PauseAsk = Arc<std::sync::Mutex<Option<Instant>>>;
 
@@ -1029,13 +1041,7 @@ impl Worker {
             .map_err(|e| format!("select for update: {e}"))?
             .get(0);
         pause_point(&self.pause);
-        tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)])
-            .await
-            .map_err(|e| format!("update: {e}"))?;
-        Ok(match tx.commit().await {
-            Ok(()) => Outcome::Acked(n - 1),
-            Err(_) => Outcome::Unknown,
-        })
+        commit_decrement(tx, n).await
     }
 
     async fn pg_optimistic(&mut self) -> Result<Outcome, String> {
@@ -1096,13 +1102,7 @@ impl Worker {
             Err(e) if e.is_stale() => return Ok(Outcome::Refused),
             Err(e) => return Err(format!("fence: {e}")),
         }
-        tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)])
-            .await
-            .map_err(|e| format!("update: {e}"))?;
-        Ok(match tx.commit().await {
-            Ok(()) => Outcome::Acked(n - 1),
-            Err(_) => Outcome::Unknown,
-        })
+        commit_decrement(tx, n).await
     }
 
     /// etcd's lock, ZooKeeper's recipe (on ZooKeeper or Baton's port).
