@@ -104,16 +104,18 @@ compare: release rival-deps
 	$(CARGO) run --release -q -p baton-bench -- compare --out bench/store/compare-$$(date +%s)
 
 # Every lock kind of the seeds' comparison for 3 s, without a fault, with
-# paused holders and with the lock service's primary killed (debug build,
-# ~5 min): fails unless the run is valid and its report complete.
+# paused holders, with the lock service's primary killed and with a holder's
+# links to it cut (debug build, ~5 min): fails unless the run is valid and
+# its report complete.
 locks-smoke: build store-deps rival-deps
 	@CARGO="$(CARGO)" ./scripts/locks-smoke.sh
 
-# The seeds' comparison (release build; 11 lock kinds x 16 and 64 workers x
-# no fault, paused holders and a killed lock service, 20 s each, ~23 min):
+# The seeds' comparison (release build; 12 lock kinds x 16 and 64 workers x
+# no fault, paused holders, a killed lock service and a cut link, 20 s
+# each, ~32 min):
 # docs/locks-compared.md has the last results.
 locks: release store-deps rival-deps
-	$(CARGO) run --release -q -p baton-bench -- locks --workers 16,64 --faults none,pause,kill --time-limit 20 \
+	$(CARGO) run --release -q -p baton-bench -- locks --workers 16,64 --faults none,pause,kill,cut --time-limit 20 \
 	  --out bench/store/locks-$$(date +%s)
 
 # Every scale dimension at small sizes on Baton and ZooKeeper, and etcd's

@@ -12,6 +12,10 @@
 //!   version = v`; zero rows: read again (up to 1,000 tries).
 //! - `pg-advisory`: `pg_advisory_lock(k)` on the worker's session,
 //!   autocommit read and write, `pg_advisory_unlock(k)`.
+//! - `mariadb-get-lock`: MySQL's named lock, `GET_LOCK('stock', 30)` on
+//!   the worker's own MariaDB connection (a private MariaDB 10.11 from the
+//!   kit's stores), autocommit read and write in PostgreSQL,
+//!   `RELEASE_LOCK('stock')`. The lock lives as long as the connection.
 //! - `redis-spin`: `SET lock <random> NX PX <lease>` retried every 5-25 ms,
 //!   released by a script that deletes the key only if it still holds the
 //!   worker's value (the classic single-Redis lock).
@@ -33,11 +37,11 @@
 //!   write fenced in PostgreSQL with the lock node's czxid (Baton's token).
 //! - `baton`: Baton's lock recipe (`Client::lock`, session timeout =
 //!   the lease), no fence.
-//! - `baton-fenced`: the same, and the write is a transaction fenced with
-//!   the grant's token (`baton_fence::postgres`).
-//!
-//! Not yet here (issue 27 lists them): MariaDB `GET_LOCK`; the kill -9 of
-//! the lock service's primary and the cut link faults.
+//! - `baton-fenced`: the same, and the read and the write are one
+//!   transaction fenced with the grant's token (`baton_fence::postgres`):
+//!   the fence first, then the read, then the write (a read before the
+//!   fence could be overtaken; docs/recipes.md). Its pause point is
+//!   therefore before the transaction (holding the lock, before the read).
 //!
 //! # Faults
 //! - `none`.
@@ -55,6 +59,16 @@
 //!   ZooKeeper's (once per run: their scripts start whole clusters only, so
 //!   the cluster is started afresh after the run). The PostgreSQL kinds are
 //!   not run under it: their lock service is the database the job writes to.
+//!   MariaDB is killed and restarted on its port 200 ms later, likewise.
+//! - `cut`: every 7 s the run asks one worker (SIGUSR2) to be cut off; at
+//!   its next pause point the worker stalls every link to its lock service
+//!   (the worker's lock-service connections all go through a proxy inside
+//!   it, [`baton_kit::proxy`]: bytes are held both ways, connections stay
+//!   open, as a firewall dropping packets would), works on for twice the
+//!   lease (the process runs: its keepalives and renewals are sent, and
+//!   go nowhere), heals the links, and writes. Its link to PostgreSQL stays.
+//!   The PostgreSQL kinds are not run under it (their lock service is the
+//!   database).
 //!
 //! # The checker
 //! Every acknowledged write set the stock to the value it read minus one.
@@ -79,7 +93,8 @@ use baton_client::{Client, ClientConfig, SessionState};
 use baton_fence::postgres::tokio_postgres::{self, NoTls};
 use baton_fence::postgres::PgFence;
 use baton_fence::redis::redis;
-use baton_kit::stores::{Postgres, Redis};
+use baton_kit::proxy::{LinkId, Proxies};
+use baton_kit::stores::{Mariadb, Postgres, Redis};
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -120,6 +135,7 @@ pub enum LockKind {
     PgForUpdate,
     PgOptimistic,
     PgAdvisory,
+    MariadbGetLock,
     RedisSpin,
     RedisWatchdog,
     Redlock,
@@ -131,10 +147,11 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    pub const ALL: [LockKind; 11] = [
+    pub const ALL: [LockKind; 12] = [
         LockKind::PgForUpdate,
         LockKind::PgOptimistic,
         LockKind::PgAdvisory,
+        LockKind::MariadbGetLock,
         LockKind::RedisSpin,
         LockKind::RedisWatchdog,
         LockKind::Redlock,
@@ -150,6 +167,7 @@ impl LockKind {
             LockKind::PgForUpdate => "pg-for-update",
             LockKind::PgOptimistic => "pg-optimistic",
             LockKind::PgAdvisory => "pg-advisory",
+            LockKind::MariadbGetLock => "mariadb-get-lock",
             LockKind::RedisSpin => "redis-spin",
             LockKind::RedisWatchdog => "redis-watchdog",
             LockKind::Redlock => "redlock",
@@ -165,6 +183,24 @@ impl LockKind {
     pub fn predicted(self, fault: Fault) -> &'static str {
         match (self, fault) {
             (_, Fault::None) => "no loss",
+            (LockKind::BatonFenced | LockKind::BatonZkFenced, _) => "no loss: the database refuses the stale token",
+            (LockKind::MariadbGetLock, Fault::Kill) => {
+                "may lose updates: a restarted server has forgotten the named lock of a holder still working"
+            }
+            (LockKind::MariadbGetLock, Fault::Pause) => {
+                "no loss: the server keeps the paused connection's lock (others wait)"
+            }
+            (LockKind::MariadbGetLock, Fault::Cut) => {
+                "no loss while the server keeps the silent connection's lock (others wait); it goes once TCP gives up"
+            }
+            (LockKind::RedisSpin | LockKind::RedisWatchdog, Fault::Cut) => {
+                "loses updates: the lease expires while the cut-off holder works on (renewals cannot arrive)"
+            }
+            (LockKind::Redlock, Fault::Cut) => {
+                "loses updates: the leases expire on every server the cut-off holder cannot reach"
+            }
+            (LockKind::Etcd, Fault::Cut) => "loses updates: keepalives cannot arrive, the lease expires",
+            (_, Fault::Cut) => "loses updates: the session expires under the cut-off holder",
             (LockKind::RedisSpin | LockKind::RedisWatchdog, Fault::Kill) => {
                 "may lose updates: a restarted Redis without persistence forgets the lock of a holder still working"
             }
@@ -184,19 +220,15 @@ impl LockKind {
                 "loses updates (Kleppmann): a majority of leases expires under the paused holder"
             }
             (LockKind::Etcd, Fault::Pause) => "loses updates: the lease expires under the paused holder",
-            (LockKind::Zookeeper | LockKind::Baton, Fault::Pause) => {
-                "loses updates: the session expires under the paused holder"
-            }
-            (LockKind::BatonFenced | LockKind::BatonZkFenced, Fault::Pause) => {
-                "no loss: the database refuses the stale token"
-            }
+            (_, Fault::Pause) => "loses updates: the session expires under the paused holder",
         }
     }
 
-    /// Whether `fault` applies to this kind (a kill of its lock service
-    /// would kill the PostgreSQL kinds' database).
+    /// Whether `fault` applies to this kind (a kill of, or a cut link to,
+    /// its lock service would be one of the PostgreSQL kinds' database).
     pub fn runs_under(self, fault: Fault) -> bool {
-        fault != Fault::Kill || !matches!(self, LockKind::PgForUpdate | LockKind::PgOptimistic | LockKind::PgAdvisory)
+        matches!(fault, Fault::None | Fault::Pause)
+            || !matches!(self, LockKind::PgForUpdate | LockKind::PgOptimistic | LockKind::PgAdvisory)
     }
 
     /// A fenced kind must never lose a decrement.
@@ -211,6 +243,7 @@ pub enum Fault {
     None,
     Pause,
     Kill,
+    Cut,
 }
 
 impl Fault {
@@ -219,6 +252,7 @@ impl Fault {
             Fault::None => "none",
             Fault::Pause => "pause",
             Fault::Kill => "kill",
+            Fault::Cut => "cut",
         }
     }
 }
@@ -267,6 +301,10 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
             redlock_srvs.push(tokio::task::spawn_blocking(|| Redis::start(false)).await??);
         }
     }
+    let mariadb = match o.kinds.contains(&LockKind::MariadbGetLock) {
+        true => Some(tokio::task::spawn_blocking(Mariadb::start).await??),
+        false => None,
+    };
     let baton = BatonTarget::start_with(&o.out.join("baton"), false, true).await?;
     let endpoints = baton.endpoints();
     // ZooKeeper allows sessions of 2 to 20 ticks: 1,000 ms ticks let its
@@ -287,6 +325,7 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
     let mut env = WorkerEnv {
         pg: pg.conn_str(),
         redis: redis_srv.url(),
+        mariadb: mariadb.as_ref().map(Mariadb::url).unwrap_or_default(),
         redlock: redlock_srvs.iter().map(Redis::url).collect::<Vec<_>>().join(","),
         baton: endpoints.join(","),
         baton_zk: baton.zk_endpoints().join(","),
@@ -303,6 +342,7 @@ pub async fn run(o: LocksOpts) -> anyhow::Result<(Validity, Vec<KindResult>)> {
                     _ if fault != Fault::Kill => Service::None,
                     LockKind::RedisSpin | LockKind::RedisWatchdog => Service::Redis(std::slice::from_ref(&redis_srv)),
                     LockKind::Redlock => Service::Redis(&redlock_srvs),
+                    LockKind::MariadbGetLock => mariadb.as_ref().map_or(Service::None, Service::Mariadb),
                     LockKind::Etcd => etcd.as_ref().map_or(Service::None, Service::Etcd),
                     LockKind::Zookeeper => zk.as_ref().map_or(Service::None, Service::Zk),
                     _ => Service::Baton(&baton),
@@ -363,6 +403,8 @@ pub fn judge(results: &[KindResult]) -> Validity {
 struct WorkerEnv {
     pg: String,
     redis: String,
+    /// MariaDB's URL (empty unless `mariadb-get-lock` runs).
+    mariadb: String,
     /// Redlock's servers, comma-separated (empty unless it runs).
     redlock: String,
     baton: String,
@@ -395,9 +437,9 @@ fn rival_eps(kind: LockKind, env: &WorkerEnv) -> &str {
     }
 }
 
-/// One worker's output line: `a <µs> <value>` acked, `r <µs>` refused,
-/// `u <µs>` unknown, `f <reason>` failed, `p` paused (before stopping).
-/// One run's settings.
+/// One run's settings. A worker's output lines: `a <µs> <value>` acked,
+/// `r <µs>` refused, `u <µs>` unknown, `f <µs>` failed, `c` (before the
+/// decrement's line) its lock-service links were cut during it.
 struct Cell {
     kind: LockKind,
     workers: usize,
@@ -423,7 +465,8 @@ async fn run_kind(
         let mut child = tokio::process::Command::new(&exe)
             .args(["locks-worker", "--kind", kind.name(), "--id", &id.to_string()])
             .args(["--pg", &env.pg, "--redis", &env.redis, "--redlock", &env.redlock, "--baton", &env.baton])
-            .args(["--rival", rival_eps(kind, env)])
+            .args(["--rival", rival_eps(kind, env), "--mariadb", &env.mariadb])
+            .args(if fault == Fault::Cut { &["--cut"][..] } else { &[] })
             .args(["--secs", &time_limit.as_secs_f64().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -448,14 +491,14 @@ async fn run_kind(
     let pids: Vec<i32> = children.iter().filter_map(|c| c.id()).filter_map(|p| i32::try_from(p).ok()).collect();
     let started = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
-    let pauser = (fault == Fault::Pause).then(|| {
+    let pauser = matches!(fault, Fault::Pause | Fault::Cut).then(|| {
         let (pids, ready, done, seed) = (pids.clone(), ready.clone(), done.clone(), rng.gen::<u64>());
-        tokio::spawn(async move { pause_loop(pids, ready, done, seed).await })
+        tokio::spawn(async move { pause_loop(fault, pids, ready, done, seed).await })
     });
 
     let killer = kill_loop(service, &done, rng.gen::<u64>());
     let mut hist = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).context("histogram")?;
-    let (mut acked, mut refused, mut unknown, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let (mut acked, mut refused, mut unknown, mut failed, mut cuts) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut values: HashMap<i64, u64> = HashMap::new();
     let limit = time_limit + Duration::from_secs(60);
     let reader = async {
@@ -474,6 +517,7 @@ async fn run_kind(
                 "r" => refused += 1,
                 "u" => unknown += 1,
                 "f" => failed += 1,
+                "c" => cuts += 1,
                 _ => {}
             }
         }
@@ -511,7 +555,7 @@ async fn run_kind(
         failed,
         consumed,
         lost,
-        injected: pauses + kills,
+        injected: pauses + kills + cuts,
         ops_per_sec: acked as f64 / secs,
         p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
         p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
@@ -520,8 +564,16 @@ async fn run_kind(
 
 /// Every [`PAUSE_EVERY`], asks a random worker to pause at its pause
 /// point, waits (bounded) until it has stopped, continues it after twice
-/// the lease. The pauses done.
-async fn pause_loop(pids: Vec<i32>, ready: Arc<Vec<AtomicBool>>, done: Arc<AtomicBool>, seed: u64) -> u64 {
+/// the lease. The pauses done. For the cut fault: asks (SIGUSR2) to be
+/// cut off instead, and waits twice the lease before the next
+/// [`PAUSE_EVERY`] (the worker reports its cuts itself).
+async fn pause_loop(
+    fault: Fault,
+    pids: Vec<i32>,
+    ready: Arc<Vec<AtomicBool>>,
+    done: Arc<AtomicBool>,
+    seed: u64,
+) -> u64 {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut pauses = 0;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -533,7 +585,13 @@ async fn pause_loop(pids: Vec<i32>, ready: Arc<Vec<AtomicBool>>, done: Arc<Atomi
             continue;
         }
         let pid = live[rng.gen_range(0..live.len())];
-        // SAFETY: kill(2) on a worker this run started (kill_on_drop reaps it).
+        if fault == Fault::Cut {
+            // SAFETY: kill(2) on a worker this run started (kill_on_drop reaps it).
+            unsafe { libc::kill(pid, libc::SIGUSR2) };
+            tokio::time::sleep(LEASE * 2 + PAUSE_EVERY).await;
+            continue;
+        }
+        // SAFETY: as above.
         unsafe { libc::kill(pid, libc::SIGUSR1) };
         let deadline = Instant::now() + PAUSE_REACH;
         let mut stopped = false;
@@ -561,6 +619,7 @@ enum Service<'a> {
     None,
     /// Redis servers: one of them is killed and restarted each time.
     Redis(&'a [Redis]),
+    Mariadb(&'a Mariadb),
     Baton(&'a BatonTarget),
     Etcd(&'a EtcdTarget),
     Zk(&'a ZkTarget),
@@ -592,6 +651,14 @@ async fn kill_loop(service: Service<'_>, done: &AtomicBool, seed: u64) -> u64 {
                 tokio::time::sleep(REDIS_DOWN).await;
                 if let Err(e) = tokio::task::block_in_place(|| srv.restart()) {
                     eprintln!("locks: restarting redis on {}: {e:#}", srv.port());
+                }
+            }
+            Service::Mariadb(m) => {
+                m.kill();
+                kills += 1;
+                tokio::time::sleep(REDIS_DOWN).await;
+                if let Err(e) = tokio::task::block_in_place(|| m.restart()) {
+                    eprintln!("locks: restarting mariadb on {}: {e:#}", m.port());
                 }
             }
             Service::Baton(t) => kills += kill_leader(*t, true).await,
@@ -729,6 +796,11 @@ pub struct WorkerOpts {
     pub id: usize,
     pub pg: String,
     pub redis: String,
+    /// MariaDB's URL (`mariadb-get-lock`).
+    pub mariadb: String,
+    /// Route every lock-service connection through a proxy in this process,
+    /// for the cut fault.
+    pub cut: bool,
     /// Redlock's servers.
     pub redlock: Vec<String>,
     pub baton: Vec<String>,
@@ -799,21 +871,56 @@ struct Worker {
     rival_eps: Vec<String>,
     /// Made again after its session or lease was lost.
     rival: Option<Rival>,
+    /// `mariadb-get-lock`: made again after an error.
+    mariadb: Option<mysql_async::Conn>,
+    mariadb_url: String,
     id: usize,
-    pause: PauseAsk,
+    faults: PausePoint,
     me: String,
 }
 
-/// The worker: loops until `secs` pass, one line per decrement on stdout.
-pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
-    let pause: PauseAsk = Arc::new(std::sync::Mutex::new(None));
-    let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
-    let p = pause.clone();
-    tokio::spawn(async move {
-        while sig.recv().await.is_some() {
-            *p.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+/// What a worker does at its pause point, when the run asks.
+struct PausePoint {
+    /// When the run last asked (SIGUSR1) this worker to pause.
+    pause: PauseAsk,
+    /// When the run last asked (SIGUSR2) to cut it off.
+    cut: PauseAsk,
+    /// The links to the lock service (the cut fault only).
+    proxies: Option<Proxies>,
+    /// Cuts done since the last output line.
+    cuts: std::sync::atomic::AtomicU64,
+}
+
+impl PausePoint {
+    /// Holding the lock, after the read: stops this process if a pause was
+    /// asked for (the run continues it); if a cut was, stalls the links to
+    /// the lock service while it works on for twice the lease, then heals
+    /// them.
+    async fn reached(&self) {
+        if take_ask(&self.pause) {
+            // SAFETY: raise(3) stops this process until SIGCONT.
+            unsafe { libc::raise(libc::SIGSTOP) };
         }
-    });
+        if take_ask(&self.cut) {
+            if let Some(p) = &self.proxies {
+                p.stall_slot(0, true);
+                self.cuts.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(LEASE * 2).await;
+                p.stall_slot(0, false);
+            }
+        }
+    }
+}
+
+/// The worker: loops until `secs` pass, one line per decrement on stdout.
+pub async fn worker(mut o: WorkerOpts) -> anyhow::Result<()> {
+    use tokio::signal::unix::SignalKind;
+    let pause = ask_on(SignalKind::user_defined1())?;
+    let cut = ask_on(SignalKind::user_defined2())?;
+    let proxies = match o.cut {
+        true => Some(proxy_lock_service(&mut o).await?),
+        false => None,
+    };
     let (db, conn) = tokio_postgres::connect(&o.pg, NoTls).await.context("worker: postgres")?;
     tokio::spawn(conn);
     let redis = match o.kind {
@@ -844,8 +951,10 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
         baton: None,
         rival_eps: o.rival.clone(),
         rival: None,
+        mariadb: None,
+        mariadb_url: o.mariadb.clone(),
         id: o.id,
-        pause,
+        faults: PausePoint { pause, cut, proxies, cuts: Default::default() },
         me: format!("w{}-{}", o.id, rand::random::<u32>()),
     };
     let deadline = Instant::now() + Duration::from_secs_f64(o.secs);
@@ -855,6 +964,9 @@ pub async fn worker(o: WorkerOpts) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let outcome = w.decrement().await;
         let us = t0.elapsed().as_micros();
+        for _ in 0..w.faults.cuts.swap(0, Ordering::SeqCst) {
+            writeln!(out, "c")?;
+        }
         let line = match outcome {
             Outcome::Acked(v) => format!("a {us} {v}"),
             Outcome::Refused => format!("r {us}"),
@@ -886,19 +998,52 @@ async fn commit_decrement(tx: tokio_postgres::Transaction<'_>, read: i64) -> Res
     })
 }
 
-/// When the run last asked this worker to pause (SIGUSR1).
+/// When the run last asked this worker to pause (SIGUSR1) or to be cut off
+/// (SIGUSR2).
 type PauseAsk = Arc<std::sync::Mutex<Option<Instant>>>;
 
-/// Holding the lock, after the read: stops this process if a pause was
-/// asked for (the run continues it).
-fn pause_point(pause: &PauseAsk) {
-    let asked = pause.lock().unwrap_or_else(|e| e.into_inner()).take();
-    // A request the run has given up on (it waits PAUSE_REACH) is dropped:
-    // nobody would continue this process.
-    if asked.is_some_and(|at| at.elapsed() < PAUSE_REACH - Duration::from_secs(1)) {
-        // SAFETY: raise(3) stops this process until SIGCONT.
-        unsafe { libc::raise(libc::SIGSTOP) };
+/// The ask that `kind` signals record.
+fn ask_on(kind: tokio::signal::unix::SignalKind) -> anyhow::Result<PauseAsk> {
+    let ask: PauseAsk = Arc::new(std::sync::Mutex::new(None));
+    let mut sig = tokio::signal::unix::signal(kind)?;
+    let a = ask.clone();
+    tokio::spawn(async move {
+        while sig.recv().await.is_some() {
+            *a.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        }
+    });
+    Ok(ask)
+}
+
+/// Takes a pending ask; one the run has given up on (it waits
+/// PAUSE_REACH) is dropped: nobody would continue this process.
+fn take_ask(ask: &PauseAsk) -> bool {
+    let asked = ask.lock().unwrap_or_else(|e| e.into_inner()).take();
+    asked.is_some_and(|at| at.elapsed() < PAUSE_REACH - Duration::from_secs(1))
+}
+
+/// Starts a proxy for every lock-service endpoint of `o.kind` (each
+/// `127.0.0.1:PORT` in them) and points `o` at the proxies.
+async fn proxy_lock_service(o: &mut WorkerOpts) -> anyhow::Result<Proxies> {
+    let mut proxies = Proxies::default();
+    let eps: Vec<&mut String> = match o.kind {
+        LockKind::RedisSpin | LockKind::RedisWatchdog => vec![&mut o.redis],
+        LockKind::Redlock => o.redlock.iter_mut().collect(),
+        LockKind::MariadbGetLock => vec![&mut o.mariadb],
+        LockKind::Baton | LockKind::BatonFenced => o.baton.iter_mut().collect(),
+        LockKind::Etcd | LockKind::Zookeeper | LockKind::BatonZkFenced => o.rival.iter_mut().collect(),
+        LockKind::PgForUpdate | LockKind::PgOptimistic | LockKind::PgAdvisory => vec![],
+    };
+    for (to, ep) in (0u64..).zip(eps) {
+        const HOST: &str = "127.0.0.1:";
+        let at = ep.find(HOST).with_context(|| format!("no {HOST} in endpoint {ep:?}"))? + HOST.len();
+        let digits = ep[at..].chars().take_while(char::is_ascii_digit).count();
+        let port: u16 = ep[at..at + digits].parse().with_context(|| format!("no port in endpoint {ep:?}"))?;
+        let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let via = proxies.add(LinkId::Client { slot: 0, home: 0, to }, target).await?;
+        ep.replace_range(at..at + digits, &via.port().to_string());
     }
+    Ok(proxies)
 }
 
 impl Worker {
@@ -923,6 +1068,7 @@ impl Worker {
             LockKind::PgForUpdate => self.pg_for_update().await.unwrap_or_else(Outcome::Failed),
             LockKind::PgOptimistic => self.pg_optimistic().await.unwrap_or_else(Outcome::Failed),
             LockKind::PgAdvisory => self.pg_advisory().await.unwrap_or_else(Outcome::Failed),
+            LockKind::MariadbGetLock => self.mariadb_get_lock().await.unwrap_or_else(Outcome::Failed),
             LockKind::RedisSpin => self.redis_spin().await.unwrap_or_else(Outcome::Failed),
             LockKind::RedisWatchdog => self.redis_watchdog().await.unwrap_or_else(Outcome::Failed),
             LockKind::Redlock => self.redlock().await.unwrap_or_else(Outcome::Failed),
@@ -936,7 +1082,7 @@ impl Worker {
     /// Holding a lock outside the database: read, pause point, write.
     async fn read_pause_write(&self) -> Result<Outcome, String> {
         let n = self.read().await?;
-        pause_point(&self.pause);
+        self.faults.reached().await;
         Ok(self.write(n - 1).await)
     }
 
@@ -1040,7 +1186,7 @@ impl Worker {
             .await
             .map_err(|e| format!("select for update: {e}"))?
             .get(0);
-        pause_point(&self.pause);
+        self.faults.reached().await;
         commit_decrement(tx, n).await
     }
 
@@ -1052,7 +1198,7 @@ impl Worker {
                 .await
                 .map_err(|e| format!("read: {e}"))?;
             let (n, version): (i64, i64) = (row.get(0), row.get(1));
-            pause_point(&self.pause);
+            self.faults.reached().await;
             match self
                 .db
                 .execute(
@@ -1076,6 +1222,36 @@ impl Worker {
         r
     }
 
+    async fn mariadb_get_lock(&mut self) -> Result<Outcome, String> {
+        use mysql_async::prelude::Queryable as _;
+        let mut conn = match self.mariadb.take() {
+            Some(c) => c,
+            None => tokio::time::timeout(ACQUIRE_LIMIT, mysql_async::Conn::from_url(self.mariadb_url.as_str()))
+                .await
+                .map_err(|_| format!("mariadb: no connection within {ACQUIRE_LIMIT:?}"))?
+                .map_err(|e| format!("mariadb: {e}"))?,
+        };
+        // GET_LOCK waits up to its own timeout (1 if granted, 0 if not); a
+        // connection that errs is dropped and made again next time.
+        let ask = format!("SELECT GET_LOCK('stock', {})", ACQUIRE_LIMIT.as_secs());
+        let got: Option<Option<i64>> =
+            match tokio::time::timeout(ACQUIRE_LIMIT + Duration::from_secs(5), conn.query_first(ask)).await {
+                Err(_) => return Err("GET_LOCK: no answer".into()),
+                Ok(Err(e)) => return Err(format!("GET_LOCK: {e}")),
+                Ok(Ok(v)) => v,
+            };
+        if got != Some(Some(1)) {
+            self.mariadb = Some(conn);
+            return Err(format!("GET_LOCK: {got:?} within {ACQUIRE_LIMIT:?}"));
+        }
+        let r = self.read_pause_write().await;
+        let release = conn.query_drop("DO RELEASE_LOCK('stock')");
+        if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(5), release).await {
+            self.mariadb = Some(conn);
+        }
+        r
+    }
+
     async fn redis_spin(&mut self) -> Result<Outcome, String> {
         let mut conn = self.redis.clone().ok_or("no redis connection")?;
         let until = Instant::now() + ACQUIRE_LIMIT;
@@ -1091,17 +1267,22 @@ impl Worker {
         r
     }
 
-    /// Read, pause point, and the write in a transaction fenced with
-    /// `token` (baton_fence::postgres): Refused if a newer token wrote.
-    async fn read_pause_fenced_write(&mut self, token: u64) -> Result<Outcome, String> {
-        let n = self.read().await?;
-        pause_point(&self.pause);
+    /// Pause point, then one transaction fenced with `token`
+    /// (baton_fence::postgres): the fence, the read, the write. Refused if
+    /// a newer token wrote.
+    async fn pause_fenced_read_write(&mut self, token: u64) -> Result<Outcome, String> {
+        self.faults.reached().await;
         let tx = self.db.transaction().await.map_err(|e| format!("begin: {e}"))?;
         match PgFence::new().fenced(&tx, "stock/widget", token).await {
             Ok(()) => {}
             Err(e) if e.is_stale() => return Ok(Outcome::Refused),
             Err(e) => return Err(format!("fence: {e}")),
         }
+        let n: i64 = tx
+            .query_one("SELECT n FROM stock WHERE item = 'widget'", &[])
+            .await
+            .map_err(|e| format!("read: {e}"))?
+            .get(0);
         commit_decrement(tx, n).await
     }
 
@@ -1149,7 +1330,7 @@ impl Worker {
         };
         let r = if self.kind == LockKind::BatonZkFenced {
             match c.token(&held).await {
-                Ok(token) => self.read_pause_fenced_write(token).await,
+                Ok(token) => self.pause_fenced_read_write(token).await,
                 Err(e) => Err(format!("token: {e}")),
             }
         } else {
@@ -1182,7 +1363,7 @@ impl Worker {
             if self.kind != LockKind::BatonFenced {
                 return self.read_pause_write().await;
             }
-            self.read_pause_fenced_write(token).await
+            self.pause_fenced_read_write(token).await
         }
         .await;
         let _ = guard.release().await;
@@ -1251,6 +1432,56 @@ mod tests {
             .collect();
         draw(&path, &rows).expect("draw");
         assert!(std::fs::metadata(&path).expect("png").len() > 1000);
+    }
+
+    #[tokio::test]
+    async fn a_cut_worker_reaches_its_lock_service_through_proxies_it_can_stall() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = server.local_addr().expect("addr").port();
+        let mut o = WorkerOpts {
+            kind: LockKind::Redlock,
+            id: 0,
+            pg: "host=127.0.0.1 port=1".into(),
+            redis: "redis://127.0.0.1:2/".into(),
+            mariadb: String::new(),
+            cut: true,
+            redlock: vec![format!("redis://127.0.0.1:{port}/"), format!("redis://127.0.0.1:{port}/")],
+            baton: vec!["127.0.0.1:3".into()],
+            rival: vec![],
+            secs: 1.0,
+        };
+        let proxies = proxy_lock_service(&mut o).await.expect("proxies");
+        assert_eq!(proxies.links.len(), 2, "one per Redlock server, none for the others");
+        assert_eq!(
+            (o.pg.as_str(), o.redis.as_str(), o.baton[0].as_str()),
+            ("host=127.0.0.1 port=1", "redis://127.0.0.1:2/", "127.0.0.1:3")
+        );
+        let via: u16 =
+            o.redlock[0].trim_start_matches("redis://127.0.0.1:").trim_end_matches('/').parse().expect("port");
+        assert_ne!(via, port);
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", via)).await.expect("connect");
+        let (mut s, _) =
+            tokio::time::timeout(Duration::from_secs(5), server.accept()).await.expect("bounded").expect("accept");
+        c.write_all(b"a").await.expect("write");
+        let mut b = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut b)).await.expect("forwarded").expect("read");
+        proxies.stall_slot(0, true);
+        c.write_all(b"b").await.expect("write");
+        assert!(tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut b)).await.is_err(), "cut: held");
+        proxies.stall_slot(0, false);
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut b)).await.expect("healed").expect("read");
+        assert_eq!(&b, b"b");
+    }
+
+    #[test]
+    fn the_database_kinds_run_under_no_fault_of_a_separate_lock_service() {
+        for k in LockKind::ALL {
+            let db = matches!(k, LockKind::PgForUpdate | LockKind::PgOptimistic | LockKind::PgAdvisory);
+            assert!(k.runs_under(Fault::None) && k.runs_under(Fault::Pause));
+            assert_eq!(k.runs_under(Fault::Kill), !db, "{k:?}");
+            assert_eq!(k.runs_under(Fault::Cut), !db, "{k:?}");
+        }
     }
 
     #[test]

@@ -57,9 +57,10 @@ enum Cmd {
     /// under member faults (the harness's register checker).
     ZkRegister(ZkRegisterArgs),
     /// The seeds' comparison: a stock count in PostgreSQL decremented
-    /// under each lock kind (PostgreSQL's, Redis's, Redlock, Baton's with
-    /// and without a fence), with and without paused holders: locks.json,
-    /// locks.md (docs/locks-compared.md).
+    /// under each lock kind (PostgreSQL's, MariaDB's GET_LOCK, Redis's,
+    /// Redlock, etcd's, ZooKeeper's, Baton's with and without a fence),
+    /// with paused holders, killed lock services and cut links: locks.json,
+    /// locks.md, locks.png (docs/locks-compared.md).
     Locks(LocksArgs),
     /// (Used by locks.) One worker: decrement under one lock kind until
     /// --secs pass, a line per decrement.
@@ -112,7 +113,7 @@ struct LocksArgs {
     /// Worker processes per run (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "16")]
     workers: Vec<usize>,
-    /// Faults (comma-separated): none, pause, kill.
+    /// Faults (comma-separated): none, pause, kill, cut.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "none")]
     faults: Vec<Fault>,
     /// Seconds of each run.
@@ -135,6 +136,13 @@ struct LocksWorkerArgs {
     pg: String,
     #[arg(long)]
     redis: String,
+    /// MariaDB's URL (mariadb-get-lock).
+    #[arg(long, default_value = "")]
+    mariadb: String,
+    /// Route the lock-service connections through a proxy in the worker
+    /// (the cut fault).
+    #[arg(long)]
+    cut: bool,
     /// Redlock's servers, comma-separated.
     #[arg(long, value_delimiter = ',')]
     redlock: Vec<String>,
@@ -420,6 +428,8 @@ async fn locks_worker(a: LocksWorkerArgs) -> i32 {
         id: a.id,
         pg: a.pg,
         redis: a.redis,
+        mariadb: a.mariadb,
+        cut: a.cut,
         redlock: a.redlock.into_iter().filter(|u| !u.is_empty()).collect(),
         baton: a.baton,
         rival: a.rival.into_iter().filter(|u| !u.is_empty()).collect(),

@@ -42,6 +42,13 @@
 //!   the caller ignores the error ([`FenceError::Stale`] here).
 //! - The recorded token only grows, and a rolled-back transaction records
 //!   nothing: "touched" means committed.
+//! - What the write depends on is read in the same transaction, after the
+//!   check (or the write computes it, as `n = n - 1` does). A value read
+//!   before the check, or outside the transaction, can be overtaken: an
+//!   older holder whose token is still the newest applied writes in
+//!   between, and the newer holder then overwrites that write from its
+//!   stale read (the test `a_read_before_the_fence_can_be_overtaken_a_read_after_it_cannot`
+//!   shows both orders).
 //!
 //! With a Baton lock (docs/recipes.md shows the same):
 //!

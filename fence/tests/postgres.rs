@@ -94,6 +94,54 @@ async fn a_paused_holder_loses_an_update_unless_fenced() {
     assert_eq!(fence.current(&c, "stock/widget").await.expect("current"), Some(12));
 }
 
+/// The read a write depends on belongs inside the fenced transaction,
+/// after `fenced`: a newer holder that read first can be overtaken by an
+/// older holder's write (its token still the newest applied) and then
+/// overwrite it from its stale read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_before_the_fence_can_be_overtaken_a_read_after_it_cannot() {
+    let (pg, mut newer) = setup().await;
+    let mut older = connect(&pg).await;
+    let fence = PgFence::new();
+    // Read before the fence: A (token 5) read 100 and paused; B (token 8),
+    // granted after A's lease ran out, reads 100; A wakes and writes 99
+    // (nothing newer has written: it passes); B writes 99. Both
+    // acknowledged, one applied.
+    let a_read = stock(&older).await;
+    let b_read = stock(&newer).await;
+    decrement_from(&mut older, Some(&fence), 5, a_read).await.expect("A passes: no newer write yet");
+    decrement_from(&mut newer, Some(&fence), 8, b_read).await.expect("B passes: 8 > 5");
+    assert_eq!(stock(&newer).await, 99, "two fenced decrements acknowledged, one applied");
+
+    // Read after the fence, in its transaction: B (token 12) fences, then
+    // reads; A (token 10) wakes in between and its check waits on the row
+    // B's fence locked, then is refused once B commits.
+    let tx_b = newer.transaction().await.expect("begin B");
+    fence.fenced(&tx_b, "stock/widget", 12).await.expect("B's fence");
+    let b_read: i32 = tx_b.query_one("SELECT n FROM stock WHERE item = 'widget'", &[]).await.expect("B reads").get(0);
+    let f = fence.clone();
+    let mut a = tokio::spawn(async move {
+        let tx = older.transaction().await.expect("begin A");
+        match f.fenced(&tx, "stock/widget", 10).await {
+            Ok(()) => {
+                let n: i32 = tx.query_one("SELECT n FROM stock WHERE item = 'widget'", &[]).await?.get(0);
+                tx.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(n - 1)]).await?;
+                tx.commit().await.map_err(FenceError::from)
+            }
+            Err(e) => Err(e),
+        }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut a).await.is_err(),
+        "A's check waits for B's transaction"
+    );
+    tx_b.execute("UPDATE stock SET n = $1 WHERE item = 'widget'", &[&(b_read - 1)]).await.expect("B writes");
+    tx_b.commit().await.expect("B commits");
+    let r = tokio::time::timeout(Duration::from_secs(10), a).await.expect("bounded").expect("join");
+    assert!(matches!(r, Err(FenceError::Stale { token: 10, current: 12, .. })), "{r:?}");
+    assert_eq!(stock(&newer).await, 98, "B's decrement stands, nothing lost");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_transaction_commits_nothing_even_if_the_error_is_ignored() {
     let (_pg, mut c) = setup().await;

@@ -1,16 +1,20 @@
-//! The stores a lock protects, started privately for tests and the
-//! harness: a PostgreSQL cluster and a Redis server, each on a free
-//! loopback port with its own data directory, killed when dropped.
+//! The stores a lock protects, and the lock services the lock comparison
+//! runs, started privately for tests and the harness: a PostgreSQL
+//! cluster, a Redis server and a MariaDB server, each on a free loopback
+//! port with its own data directory, killed when dropped.
 //!
-//! Both come from Debian (`make store-deps` installs what is missing; see
+//! All come from Debian (`make store-deps` installs what is missing; see
 //! scripts/store-deps.sh). PostgreSQL's `initdb` refuses to run as root, so
 //! when this process is root the data directory is given to the `postgres`
 //! user and `initdb` and `postgres` run as that user. Authentication is
 //! `trust` for user `baton` over TCP on 127.0.0.1 only; fsync stays on.
+//! MariaDB likewise runs as the `mysql` user when this process is root;
+//! it skips its grant tables (user `root`, no password, 127.0.0.1 only)
+//! and keeps InnoDB's flush at every commit.
 //!
-//! A Redis can be killed -9 and started again on its port
-//! ([`Redis::kill`], [`Redis::restart`]), for the lock comparison's kill
-//! fault.
+//! A Redis or a MariaDB can be killed -9 and started again on its port
+//! ([`Redis::kill`], [`Redis::restart`], [`Mariadb::kill`],
+//! [`Mariadb::restart`]), for the lock comparison's kill fault.
 //!
 //! Invariants: every wait is bounded (start-up: 30 s); the store listens on
 //! 127.0.0.1 only; dropping the handle stops the server (an immediate
@@ -285,20 +289,35 @@ impl Drop for Redis {
 
 /// Starts `redis-server` and waits (bounded) until it answers PING.
 fn spawn_redis(bin: &str, args: &[String], port: u16, log: &Path) -> anyhow::Result<Owned> {
-    let child = Command::new(bin)
-        .args(args)
+    spawn_serving(Command::new(bin).args(args), "redis-server", port, log, ping)
+}
+
+/// Spawns `cmd` (output discarded: the server logs to `log`) and waits
+/// (bounded) until it listens on `port` and `serving(port)` says it
+/// answers.
+fn spawn_serving(
+    cmd: &mut Command,
+    what: &str,
+    port: u16,
+    log: &Path,
+    serving: fn(u16) -> bool,
+) -> anyhow::Result<Owned> {
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("starting redis-server")?;
+        .with_context(|| format!("starting {what}"))?;
     let mut proc = Owned(Some(child));
-    wait_listening(&mut proc, port, "redis-server", log)?;
-    // Listening is not yet serving: wait for a PONG (bounded).
+    wait_listening(&mut proc, port, what, log)?;
+    // Listening is not yet serving: wait for an answer (bounded).
     let deadline = Instant::now() + START_LIMIT;
-    while !ping(port) {
+    while !serving(port) {
+        if let Some(st) = proc.exited() {
+            bail!("{what} exited ({st}) while starting:\n{}", tail(log));
+        }
         if Instant::now() > deadline {
-            bail!("redis-server on {port} did not answer PING:\n{}", tail(log));
+            bail!("{what} on {port} did not answer within {START_LIMIT:?}:\n{}", tail(log));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -314,4 +333,119 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 7];
     s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// A private MariaDB server on 127.0.0.1 (for `GET_LOCK`), user `root`
+/// with no password.
+pub struct Mariadb {
+    proc: std::sync::Mutex<Owned>,
+    port: u16,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+/// Debian's MariaDB server binary.
+const MARIADBD: &str = "/usr/sbin/mariadbd";
+
+impl Mariadb {
+    /// Makes a fresh data directory (`mariadb-install-db`) and starts the
+    /// server on a free port. Blocking (up to ~30 s).
+    pub fn start() -> anyhow::Result<Mariadb> {
+        if !Path::new(MARIADBD).is_file() {
+            bail!("no {MARIADBD}: run `make store-deps`");
+        }
+        let dir = tempfile::Builder::new().prefix("baton-mariadb-").tempdir().context("tempdir")?;
+        let data = dir.path().join("data");
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            let (uid, gid) = user_ids("mysql")?;
+            chown(dir.path(), uid, gid)?;
+        }
+        let mut install = Command::new("/usr/bin/mariadb-install-db");
+        install.arg("--no-defaults").arg(format!("--datadir={}", data.display())).args([
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--skip-name-resolve",
+        ]);
+        if root {
+            install.arg("--user=mysql");
+        }
+        let out = install.current_dir(dir.path()).output().context("running mariadb-install-db")?;
+        if !out.status.success() {
+            bail!(
+                "mariadb-install-db failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let port = free_port();
+        let mut args = vec![
+            "--no-defaults".to_string(),
+            format!("--datadir={}", data.display()),
+            format!("--port={port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--socket={}", dir.path().join("mariadb.sock").display()),
+            format!("--pid-file={}", dir.path().join("mariadb.pid").display()),
+            format!("--log-error={}", dir.path().join("mariadb.log").display()),
+            "--skip-grant-tables".into(),
+            "--skip-name-resolve".into(),
+            "--innodb-flush-log-at-trx-commit=1".into(),
+            "--innodb-buffer-pool-size=32M".into(),
+            "--max-connections=300".into(),
+        ];
+        if root {
+            args.push("--user=mysql".into());
+        }
+        let proc = spawn_mariadb(&args, port, &dir.path().join("mariadb.log"))?;
+        Ok(Mariadb { proc: std::sync::Mutex::new(proc), port, dir, args })
+    }
+
+    /// kill -9 (its named locks go with it).
+    pub fn kill(&self) {
+        self.proc.lock().unwrap_or_else(|p| p.into_inner()).stop(libc::SIGKILL);
+    }
+
+    /// Starts it again on the same port and data (after [`Mariadb::kill`];
+    /// a no-op while it runs). Blocks until it serves (InnoDB recovers).
+    pub fn restart(&self) -> anyhow::Result<()> {
+        let mut proc = self.proc.lock().unwrap_or_else(|p| p.into_inner());
+        if proc.0.is_some() && proc.exited().is_none() {
+            return Ok(());
+        }
+        *proc = spawn_mariadb(&self.args, self.port, &self.dir.path().join("mariadb.log"))?;
+        Ok(())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `mysql://root@127.0.0.1:<port>/` (no database selected).
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's error log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mariadb.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn_mariadb(args: &[String], port: u16, log: &Path) -> anyhow::Result<Owned> {
+    spawn_serving(Command::new(MARIADBD).args(args), "mariadbd", port, log, greets)
+}
+
+/// Whether a MySQL-protocol server on `port` sends its handshake (protocol
+/// version 10) on a new connection.
+fn greets(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).is_ok() && head[4] == 10
 }
