@@ -33,8 +33,8 @@
 //! - `zookeeper`: ZooKeeper 3.8's lock recipe (an ephemeral sequential node,
 //!   a watch on the predecessor), session timeout = the lease (its tickTime
 //!   is 1,000 ms here so that a 2 s session is allowed).
-//! - `baton-zk-fenced`: the same recipe through Baton's ZooKeeper port, the
-//!   write fenced in PostgreSQL with the lock node's czxid (Baton's token).
+//! - `baton-zk-fenced`: the same recipe through Baton's ZooKeeper port,
+//!   fenced like `baton-fenced` with the lock node's czxid (Baton's token).
 //! - `baton`: Baton's lock recipe (`Client::lock`, session timeout =
 //!   the lease), no fence.
 //! - `baton-fenced`: the same, and the read and the write are one

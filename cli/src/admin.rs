@@ -20,8 +20,23 @@ use crate::output::{human_bytes, human_ms, Out};
 /// Every member's client address: the ones given and the ones the cluster
 /// records.
 async fn discover(conn: &Conn) -> Vec<String> {
-    let known = admin::members(&conn.config()).await.ok();
-    admin::all_endpoints(&conn.endpoints, known.as_ref())
+    let cfg = conn.config();
+    let known = admin::members(&cfg).await.ok();
+    // One member under two names (a given host name and the address the
+    // cluster recorded) is asked, and listed, once: by what they resolve to.
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for e in admin::all_endpoints(&conn.endpoints, known.as_ref()) {
+        let resolved = tokio::time::timeout(cfg.connect_timeout, tokio::net::lookup_host(e.clone())).await;
+        let addrs: Vec<std::net::SocketAddr> =
+            resolved.ok().and_then(Result::ok).map(Iterator::collect).unwrap_or_default();
+        if !addrs.is_empty() && addrs.iter().all(|a| seen.contains(a)) {
+            continue;
+        }
+        seen.extend(addrs);
+        out.push(e);
+    }
+    out
 }
 
 /// Every member's role, term, indexes, sessions, nodes, uptime, database
@@ -83,8 +98,9 @@ impl Status {
         }
         let (mut reachable, mut leaders, mut voters) = (0, BTreeSet::new(), BTreeSet::new());
         let mut seen = BTreeSet::new();
-        for e in &all {
-            match admin::status(&cfg, e).await {
+        // Every member at once, each within --dial-timeout.
+        for (e, status) in all.iter().zip(admin::statuses(&cfg, &all).await) {
+            match status {
                 // The same member under another name (a given host name
                 // and the address the cluster recorded).
                 Ok(s) if !seen.insert(s.id) => reachable += 1,
@@ -127,15 +143,19 @@ impl Health {
         let cfg = conn.config();
         let all = discover(conn).await;
         let (mut bad, mut unreachable, mut seen) = (0, 0, BTreeSet::new());
-        for e in &all {
+        // Every member at once, each within --dial-timeout, each timed.
+        let timed = futures::future::join_all(all.iter().map(|e| async {
             let t = Instant::now();
             let status = admin::status(&cfg, e).await;
+            (status, t.elapsed())
+        }))
+        .await;
+        for (e, (status, took)) in all.iter().zip(timed) {
             if status.as_ref().is_ok_and(|s| !seen.insert(s.id)) {
                 continue; // the same member under another name
             }
             unreachable += status.is_err() as usize;
             let verdict = status.map_err(|e| e.to_string()).and_then(|s| admin::healthy(&s));
-            let took = t.elapsed();
             bad += verdict.is_err() as usize;
             let json = json!({"endpoint": e, "health": verdict.is_ok(), "took_ms": took.as_millis() as u64,
                               "error": verdict.as_ref().err()});
@@ -256,12 +276,24 @@ pub enum SnapshotCmd {
 impl SnapshotCmd {
     pub async fn run(self, conn: &Conn, out: Out) -> anyhow::Result<()> {
         let SnapshotCmd::Save { file } = self;
-        let (bytes, index) = admin::snapshot_save(&conn.config()).await?;
-        // Written beside, then renamed: a crash never leaves half a backup.
+        // A file that cannot be written is found before the cluster is asked.
         let tmp = file.with_extension("partial");
-        std::fs::write(&tmp, &bytes)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &file)?;
+        let named = |what: &str, path: &std::path::Path, e: std::io::Error| {
+            anyhow::anyhow!("snapshot save: {what} {}: {e}", path.display())
+        };
+        std::fs::File::create(&tmp).map_err(|e| named("cannot write", &tmp, e))?;
+        let saved = admin::snapshot_save(&conn.config()).await;
+        let (bytes, index) = match saved {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+        };
+        // Written beside, then renamed: a crash never leaves half a backup.
+        std::fs::write(&tmp, &bytes).map_err(|e| named("writing", &tmp, e))?;
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| named("syncing", &tmp, e))?;
+        std::fs::rename(&tmp, &file).map_err(|e| named(&format!("renaming {} to", tmp.display()), &file, e))?;
         let text = format!("saved {} ({} bytes) at index {index}", file.display(), bytes.len());
         out.emit(json!({"file": file, "index": index, "bytes": bytes.len()}), text);
         Ok(())

@@ -11,15 +11,26 @@
 //! - when the cluster could not serve in time later on ([`Error::Unavailable`],
 //!   which names only the last member the client library tried),
 //!   [`Conn::explain`] asks every endpoint for its status and lists the
-//!   answers.
+//!   answers;
+//! - while a session is being opened (every write, `lock`, `elect`), a
+//!   quorum watch ([`Conn::quorum_lost`]) looks at the cluster after
+//!   [`QUORUM_GRACE`] and then every [`QUORUM_LOOK`]: when two looks in a
+//!   row find that the members that answer are fewer than a majority of
+//!   the voters they name and none of them sees a leader, the command
+//!   stops with exit 5 ("no quorum", each member and what it said) instead
+//!   of waiting out `--command-timeout`. Nothing was applied: no session
+//!   existed, so no request was sent. Once a session exists the watch is
+//!   over; a write that then gets no answer is ambiguous (exit 3), as
+//!   before.
 //!
 //! It does not retry on its own: the client library does, within
 //! `--command-timeout`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_client::{member_status_with, Client, ClientConfig, ClientTls, Error, Reader, DEFAULT_ENDPOINTS};
+use baton_client::{admin, member_status_with, Client, ClientConfig, ClientTls, Error, Reader, DEFAULT_ENDPOINTS};
 use clap::Args;
 use futures::stream::{FuturesUnordered, StreamExt};
 
@@ -34,6 +45,10 @@ pub const DEFAULT_CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long closing the session may take at exit (best effort: the session
 /// expires on its own otherwise).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The quorum watch's first look, after an election's worth of time.
+pub const QUORUM_GRACE: Duration = Duration::from_secs(1);
+/// Between the quorum watch's looks.
+pub const QUORUM_LOOK: Duration = Duration::from_millis(500);
 
 /// The flags every command takes.
 #[derive(Args, Debug)]
@@ -45,7 +60,8 @@ pub struct ConnFlags {
           value_parser = parse_endpoints, value_name = "HOST:PORT,...")]
     endpoints: Endpoints,
     /// How long connecting to one member may take (TCP, TLS and the
-    /// session's creation).
+    /// session's creation), and how long a member has to answer `status`,
+    /// `health` and `member list` (all are asked at once).
     #[arg(long, default_value = "2s", value_parser = parse_duration, global = true, value_name = "DURATION")]
     dial_timeout: Duration,
     /// Deadline of each operation, retries included [default: 10s; 30s for
@@ -171,7 +187,22 @@ impl Conn {
         if let Some(t) = timeout {
             cfg = cfg.session_timeout(t);
         }
-        let c = Client::connect_with(cfg).await?;
+        let c = tokio::select! {
+            c = Client::connect_with(cfg) => c?,
+            lost = self.quorum_lost() => return Err(lost),
+        };
+        // The cluster keeps session timeouts within its bounds: say so when
+        // it changed the one asked for.
+        if let Some(asked) = timeout {
+            let granted = c.session_timeout();
+            if granted.as_millis() != asked.as_millis() {
+                eprintln!(
+                    "baton: --session-timeout {} was clamped to {} by the cluster (its --min-session-ms and --max-session-ms)",
+                    crate::human(asked),
+                    crate::human(granted)
+                );
+            }
+        }
         let r = f(&c).await;
         close(&c).await;
         r
@@ -197,7 +228,7 @@ impl Conn {
             let why = match r {
                 Ok(Ok(_)) => return Ok(()),
                 Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no connection within {dial:?} (--dial-timeout)"),
+                Err(_) => format!("no connection within {} (--dial-timeout)", crate::human(dial)),
             };
             tried.push((i, why));
         }
@@ -205,6 +236,41 @@ impl Conn {
         let summary = format!("no member answered ({} endpoints tried):", tried.len());
         let endpoints = tried.into_iter().map(|(i, why)| (self.endpoints[i].clone(), why)).collect();
         Err(Fail::Unavailable { summary, endpoints }.into())
+    }
+
+    /// Resolves, with the error to show, once two looks in a row find no
+    /// quorum (module doc); never otherwise.
+    pub async fn quorum_lost(&self) -> anyhow::Error {
+        tokio::time::sleep(QUORUM_GRACE).await;
+        let mut lost_before = false;
+        loop {
+            let cfg = self.config();
+            let known = admin::members(&cfg).await.ok();
+            let all = admin::all_endpoints(&self.endpoints, known.as_ref());
+            let answers = admin::statuses(&cfg, &all).await;
+            let (mut answered, mut voters, mut leader) = (BTreeSet::new(), BTreeSet::new(), false);
+            for s in answers.iter().flatten() {
+                answered.insert(s.id);
+                voters.extend(s.voters.iter().copied());
+                leader |= s.leader_id != 0;
+            }
+            let live = voters.iter().filter(|v| answered.contains(*v)).count();
+            let lost = !leader && !voters.is_empty() && live < voters.len() / 2 + 1;
+            if lost && lost_before {
+                let summary = format!(
+                    "no quorum: {live} of {} voters answer and none sees a leader (nothing was applied)",
+                    voters.len()
+                );
+                let whys = all.iter().zip(&answers).map(|(ep, r)| match r {
+                    Ok(s) => format!("answers (member {}, {}), sees no leader", s.id, s.role),
+                    Err(Error::Unavailable(why)) => why.strip_prefix(&format!("{ep}: ")).unwrap_or(why).to_string(),
+                    Err(e) => e.to_string(),
+                });
+                return Fail::Unavailable { summary, endpoints: all.iter().cloned().zip(whys).collect() }.into();
+            }
+            lost_before = lost;
+            tokio::time::sleep(QUORUM_LOOK).await;
+        }
     }
 
     /// `e`, with every endpoint's status when it says the cluster could not

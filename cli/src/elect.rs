@@ -86,7 +86,12 @@ pub struct Leader {
 impl Leader {
     pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
         if !self.watch {
-            print_leader(c.leader(&self.name).await?, out);
+            let leader = c.leader(&self.name).await?;
+            let none = leader.is_none();
+            print_leader(leader, out);
+            if none {
+                return Err(crate::Fail::NoLeader(format!("election {} has no leader", self.name)).into());
+            }
             return Ok(());
         }
         let mut interrupts = Interrupts::new()?;

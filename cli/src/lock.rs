@@ -197,7 +197,7 @@ impl Lock {
         };
         let Some(guard) = guard else {
             let why = match wait {
-                Some(t) if !t.is_zero() => format!("{what} not acquired within {t:?}"),
+                Some(t) if !t.is_zero() => format!("{what} not acquired within {}", crate::human(t)),
                 _ => format!("{what} is not free (--nonblock)"),
             };
             return Err(Fail::NotAcquired(why).into());

@@ -59,6 +59,8 @@ pub const EXIT_NOT_FOUND: i32 = 4;
 /// No member answered, or the cluster could not serve in time (nothing
 /// was applied).
 pub const EXIT_UNAVAILABLE: i32 = 5;
+/// `baton leader NAME`: the election has no leader.
+pub const EXIT_NO_LEADER: i32 = 6;
 /// `lock --nonblock` / `--timeout`: the lock was not acquired (like
 /// `flock -n`); the command did not run.
 pub const EXIT_NOT_ACQUIRED: i32 = 7;
@@ -74,6 +76,7 @@ Exit codes:
   3    ambiguous: a write was sent and no answer came; it may have been applied
   4    not found: the node does not exist
   5    unavailable: no member answered, or the cluster could not serve in time (not applied)
+  6    no leader: the election `baton leader NAME` asked about has none
   7    lock not acquired (lock --nonblock or --timeout); the command did not run
   75   lock or leadership lost while the command ran (lock, elect)
   130  interrupted by SIGINT (143: SIGTERM) while waiting
@@ -172,6 +175,8 @@ pub enum Fail {
     Usage(String),
     /// `lock --nonblock` or `--timeout` gave up (exit 7).
     NotAcquired(String),
+    /// `leader NAME`: no leader (exit 6).
+    NoLeader(String),
     /// The cluster could not be reached or could not serve: what failed,
     /// then every endpoint and why (exit 5).
     Unavailable { summary: String, endpoints: Vec<(String, String)> },
@@ -182,7 +187,7 @@ pub enum Fail {
 impl std::fmt::Display for Fail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Fail::Usage(m) | Fail::NotAcquired(m) => f.write_str(m),
+            Fail::Usage(m) | Fail::NotAcquired(m) | Fail::NoLeader(m) => f.write_str(m),
             Fail::Unavailable { summary, endpoints } => {
                 write!(f, "{summary}")?;
                 for (endpoint, why) in endpoints {
@@ -205,6 +210,7 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
         return match f {
             Fail::Usage(_) => EXIT_USAGE,
             Fail::NotAcquired(_) => EXIT_NOT_ACQUIRED,
+            Fail::NoLeader(_) => EXIT_NO_LEADER,
             Fail::Unavailable { .. } => EXIT_UNAVAILABLE,
             Fail::Interrupted { signal, .. } => 128 + signal,
         };
@@ -224,19 +230,30 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     Fail::Usage(msg.into()).into()
 }
 
-/// `500ms`, `2s`, `1.5m`, `1h` (a bare number is seconds).
+/// `500ms`, `2s`, `1.5m`, `1h` (a bare number is seconds), to the nearest
+/// nanosecond (`0.3s` is 300ms, not 299.999999ms).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
     let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 500ms, 2s, 1m)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
+    let unit_nanos = match unit {
+        "ms" => 1e6,
+        "" | "s" => 1e9,
+        "m" => 60e9,
+        "h" => 3600e9,
         _ => return Err(format!("bad duration unit in {s:?} (ms, s, m, h)")),
     };
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("bad duration {s:?}"))
+    let nanos = (n * unit_nanos).round();
+    if !nanos.is_finite() || nanos < 0.0 || nanos > u64::MAX as f64 {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_nanos(nanos as u64))
+}
+
+/// A duration for people: to the millisecond (`10s`, `300ms`, `1.5s`).
+pub fn human(d: Duration) -> String {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    format!("{:?}", Duration::from_millis(ms))
 }
 
 fn main() {

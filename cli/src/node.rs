@@ -95,8 +95,10 @@ pub struct CreateFlags {
     #[arg(long)]
     container: bool,
     /// A TTL node: the cluster deletes it once it has no children and its
-    /// data has not changed for MS milliseconds.
-    #[arg(long, value_name = "MS")]
+    /// data has not changed for MS milliseconds (at least 1; a persistent
+    /// node: not with --ephemeral or --container).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..),
+          conflicts_with_all = ["ephemeral", "container"])]
     ttl: Option<u64>,
 }
 

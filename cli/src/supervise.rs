@@ -108,7 +108,7 @@ impl Supervised {
                 eprintln!("baton: {what} lost (session {state:?}); stopping the command");
                 signal_group(group, libc::SIGTERM);
                 if tokio::time::timeout(self.grace, child.wait()).await.is_err() {
-                    eprintln!("baton: command still running after {:?}; killing it", self.grace);
+                    eprintln!("baton: command still running after {}; killing it", crate::human(self.grace));
                     signal_group(group, libc::SIGKILL);
                     let _ = child.wait().await;
                 }

@@ -2,6 +2,12 @@
 //! changes, every member's status and health. Each call opens a short
 //! connection (TLS and `--user` as in the [`ClientConfig`]) to one member.
 //!
+//! Questions (`status`, `members`) are asked of every endpoint at once, and
+//! a member must answer one within the configuration's `connect_timeout`
+//! (the CLI's `--dial-timeout`): a member that accepts the connection but
+//! does not answer (stopped, or hung) counts as unreachable after that,
+//! not after a fixed wait, and never holds up the others.
+//!
 //! Membership changes go to the leader: each call asks any member
 //! who leads, sends the change there, and follows `NOT_LEADER` answers (a
 //! removed leader hands over first) until `op_timeout`. A change that
@@ -72,7 +78,16 @@ impl From<baton_proto::MembersResp> for Members {
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 async fn call(cfg: &ClientConfig, endpoint: &str, body: request::Body) -> Result<Response> {
-    let r = session::one_shot(endpoint, body, CALL_TIMEOUT, cfg.tls.as_ref(), cfg.auth.as_ref()).await?;
+    call_within(cfg, endpoint, body, CALL_TIMEOUT).await
+}
+
+/// A question (status, members): answered within `connect_timeout`.
+async fn ask(cfg: &ClientConfig, endpoint: &str, body: request::Body) -> Result<Response> {
+    call_within(cfg, endpoint, body, cfg.connect_timeout).await
+}
+
+async fn call_within(cfg: &ClientConfig, endpoint: &str, body: request::Body, timeout: Duration) -> Result<Response> {
+    let r = session::one_shot(endpoint, body, timeout, cfg.tls.as_ref(), cfg.auth.as_ref()).await?;
     if r.error != 0 {
         let code = ErrorCode::try_from(r.error).unwrap_or(ErrorCode::Internal);
         return Err(match code {
@@ -108,24 +123,25 @@ pub fn all_endpoints(given: &[String], members: Option<&Members>) -> Vec<String>
 /// The configuration, from the leader when it can be reached (its answer
 /// has every member's match index and lag), else from any member.
 pub async fn members(cfg: &ClientConfig) -> Result<Members> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let ask_members = |e: String| async move {
+        ask(cfg, &e, request::Body::Members(Default::default())).await.and_then(members_body)
+    };
+    // Every endpoint at once; the first leader's answer wins.
+    let mut answers: FuturesUnordered<_> = cfg.endpoints.iter().cloned().map(ask_members).collect();
     let mut last = Error::Unavailable("no endpoint".into());
-    let mut any = None;
-    for e in &cfg.endpoints {
-        match call(cfg, e, request::Body::Members(Default::default())).await.and_then(members_body) {
+    let mut any: Option<Members> = None;
+    while let Some(r) = answers.next().await {
+        match r {
             Ok(m) if m.leader_id != 0 && m.answered_by == m.leader_id => return Ok(m),
             Ok(m) => {
-                let leader = leader_endpoint(&m);
-                any = Some(m);
-                if let Some(l) = leader {
-                    if let Ok(m) =
-                        call(cfg, &l, request::Body::Members(Default::default())).await.and_then(members_body)
-                    {
-                        if m.answered_by == m.leader_id {
-                            return Ok(m);
-                        }
+                if any.is_none() {
+                    // The leader it names may not be among the endpoints.
+                    if let Some(l) = leader_endpoint(&m).filter(|l| !cfg.endpoints.contains(l)) {
+                        answers.push(ask_members(l));
                     }
+                    any = Some(m);
                 }
-                break;
             }
             Err(err @ Error::NoAuth(_)) => return Err(err),
             Err(err) => last = err,
@@ -281,13 +297,19 @@ pub async fn member_move_leader(cfg: &ClientConfig, id: u64) -> Result<Members> 
     }
 }
 
-/// One member's status, or why it could not be had.
+/// One member's status, or why it could not be had (within
+/// `connect_timeout`).
 pub async fn status(cfg: &ClientConfig, endpoint: &str) -> Result<MemberStatus> {
-    let r = call(cfg, endpoint, request::Body::Status(Default::default())).await?;
+    let r = ask(cfg, endpoint, request::Body::Status(Default::default())).await?;
     match r.body {
         Some(response::Body::Status(s)) => Ok(s.into()),
         _ => Err(Error::unexpected()),
     }
+}
+
+/// Every endpoint's status, asked at once, in the order given.
+pub async fn statuses(cfg: &ClientConfig, endpoints: &[String]) -> Vec<Result<MemberStatus>> {
+    futures::future::join_all(endpoints.iter().map(|e| status(cfg, e))).await
 }
 
 /// The health rule, as `GET /health` on the member applies it.

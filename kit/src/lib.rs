@@ -12,8 +12,11 @@
 //! - [`proxy`]: a fault-injecting TCP proxy, for links the harness cuts.
 //! - [`cluster`]: members on free ports, links direct or through proxies,
 //!   restarted on other ports when a port was taken meanwhile.
-//! - [`stores`]: the stores a lock protects (a private PostgreSQL, a
-//!   Redis), for the fence tests and the lock comparison.
+//! - [`stores`]: the stores a lock protects and the lock services
+//!   compared (a private PostgreSQL, Redis, MariaDB), for the fence tests
+//!   and the lock comparison.
+//! - [`supervise`]: `batond cluster`'s watch over its members (a start
+//!   that fails says so; a member that dies is started again).
 //!
 //! Invariants: everything listens and connects on 127.0.0.1 only; every
 //! wait is bounded; a process the kit started is killed when its owner is
@@ -31,6 +34,7 @@ pub mod ports;
 pub mod proxy;
 pub mod status;
 pub mod stores;
+pub mod supervise;
 
 pub use bins::{locate, Bin};
 pub use cluster::{Cluster, ClusterSpec, Links, Member, Tls};

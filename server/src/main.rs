@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use baton_kit::member::{stop_all, Join, MemberSpec, Process};
+use baton_kit::supervise;
 use baton_server::certs::{Authority, CertFiles};
 use baton_server::config::{check_addr, parse_peers, Config, Limits};
 use baton_server::kv::RocksKv;
@@ -60,8 +61,10 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Sub {
-    /// Start a local cluster of N member processes and keep it up until
-    /// Ctrl-C or SIGTERM.
+    /// Start a local cluster of N member processes, wait until each
+    /// serves, and keep it up until Ctrl-C or SIGTERM; a member that fails
+    /// is reported and started again (exit 1 if one cannot start or keeps
+    /// failing).
     Cluster(ClusterArgs),
     /// Build a new one-member cluster's data dir from a backup (`baton
     /// snapshot save`); start it with `batond --id ID --peers ID=ADDR ...`
@@ -362,23 +365,57 @@ struct ClusterArgs {
     timing: Timing,
 }
 
-/// The command line with `--config`'s settings added (config_file.rs).
-fn args_with_config() -> Result<Vec<String>, String> {
+/// A config file's path and the flags it added to the command line.
+type FromFile = (String, Vec<String>);
+
+/// The command line with `--config`'s settings added (config_file.rs), and
+/// the file with the flags it added.
+fn args_with_config() -> Result<(Vec<String>, Option<FromFile>), String> {
     use clap::CommandFactory;
     let args: Vec<String> = std::env::args().collect();
     let env = |k: &str| std::env::var(k).ok();
-    let Some(path) = baton_server::config_file::config_path(&args, &env) else { return Ok(args) };
+    let Some(path) = baton_server::config_file::config_path(&args, &env) else { return Ok((args, None)) };
     let text = std::fs::read_to_string(&path).map_err(|e| format!("--config {path}: {e}"))?;
     let known: Vec<String> = Cli::command().get_arguments().filter_map(|a| a.get_long()).map(str::to_string).collect();
-    baton_server::config_file::merge(args, Path::new(&path), &text, &known, &env)
+    let given = args.len();
+    let all = baton_server::config_file::merge(args, Path::new(&path), &text, &known, &env)?;
+    let added = all[given..].to_vec();
+    Ok((all, Some((path, added))))
+}
+
+/// Parses the command line; a bad value that came from the config file is
+/// reported with the file and the key it came from.
+fn parse_cli(args: &[String], config: Option<&FromFile>) -> Cli {
+    match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = e.exit_code();
+            let text = e.render().to_string();
+            eprint!("{text}");
+            let keys = config.into_iter().flat_map(|(path, added)| {
+                added.iter().filter_map(move |a| {
+                    let key = a.trim_start_matches("--").split('=').next()?.to_string();
+                    Some((path.clone(), key))
+                })
+            });
+            for (path, key) in keys {
+                if text.contains(&format!("--{key}")) {
+                    eprintln!("batond: the value of `{key}` comes from the config file {path}");
+                    break;
+                }
+            }
+            std::process::exit(code);
+        }
+    }
 }
 
 pub fn main() {
-    let args = args_with_config().unwrap_or_else(|e| {
+    let (args, config) = args_with_config().unwrap_or_else(|e| {
         eprintln!("batond: {e}");
         std::process::exit(1);
     });
-    let cli = Cli::parse_from(&args);
+    let cli = parse_cli(&args, config.as_ref());
+    let json_logs = cli.log_format == LogFormat::Json;
     baton_server::logging::init(cli.log_format == LogFormat::Json);
     baton_server::memory::set_release(collect_free_pages);
     let member_mode = cli.cmd.is_none();
@@ -387,10 +424,15 @@ pub fn main() {
         Some(Sub::Restore(r)) => run_restore(r),
         None => run_member(cli.member),
     };
+    // An error is printed once: a JSON log line with JSON logs (like every
+    // other line), a plain line otherwise.
+    let report = |text: &str| match json_logs {
+        true => error!("{text}"),
+        false => eprintln!("batond: {text}"),
+    };
     if let Err(e) = result {
         let text = format!("{e:#}");
-        error!("{text}");
-        eprintln!("batond: {text}");
+        report(&text);
         if member_mode && text.contains(baton_server::node::REMOVED) {
             // As a wiped member: a supervisor must not restart it as is.
             std::process::exit(2);
@@ -400,8 +442,7 @@ pub fn main() {
             let msg = "this member's data dir is damaged: it will not serve or vote from it. Remove the member \
                        (baton member remove ID), wipe its data dir and add the machine back with a new id \
                        (docs/operations.md, Replace a dead machine)";
-            error!("{msg}");
-            eprintln!("batond: {msg}");
+            report(msg);
             std::process::exit(3);
         }
         std::process::exit(1);
@@ -410,6 +451,20 @@ pub fn main() {
 
 fn run_member(a: MemberArgs) -> anyhow::Result<()> {
     let need = |what: &str| anyhow::anyhow!("missing --{what} (see batond --help)");
+    // Every missing flag at once.
+    let missing: Vec<&str> = [
+        ("id", a.id.is_none()),
+        ("data-dir", a.data_dir.is_none()),
+        ("client-addr", a.client_addr.is_none()),
+        ("peer-addr", a.peer_addr.is_none()),
+        ("peers (a new cluster) or --join (a running one)", a.peers.is_none() && a.join.is_none()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, absent)| absent.then_some(flag))
+    .collect();
+    if !missing.is_empty() {
+        return Err(need(&missing.join(", --")));
+    }
     let id = a.id.ok_or_else(|| need("id"))?;
     let data_dir = a.data_dir.ok_or_else(|| need("data-dir"))?;
     let client_addr = a.client_addr.ok_or_else(|| need("client-addr"))?;
@@ -563,19 +618,32 @@ fn run_cluster(c: ClusterArgs, flags: Vec<String>) -> anyhow::Result<()> {
             env: Vec::new(),
         })
         .collect();
-    // On an error, the members already started are killed as they drop.
-    let members = specs.iter().map(|m| m.start(&exe)).collect::<anyhow::Result<Vec<Process>>>()?;
+    // Every port free first; then every member serving its client port
+    // (kit's supervise.rs). On an error, the members already started are
+    // killed as they drop.
+    let mut ports: Vec<(u64, &str, SocketAddr)> = Vec::new();
+    for m in &specs {
+        ports.extend([(m.id, "client", m.client_addr), (m.id, "peer", m.peer_addr), (m.id, "http", port(m.id, 200))]);
+        if c.zk {
+            ports.push((m.id, "ZooKeeper", port(m.id, 300)));
+        }
+    }
+    supervise::ports_free(&ports)?;
+    let members = supervise::start_all(&specs, &exe)?;
     let endpoints: Vec<String> = specs.iter().map(|m| m.client_addr.to_string()).collect();
-    for (m, p) in specs.iter().zip(&members) {
-        println!(
+    let member_line = |m: &MemberSpec, pid: u32| {
+        format!(
             "member {}: pid {} client {} peer {} http {} log {}",
             m.id,
-            p.pid(),
+            pid,
             m.client_addr,
             m.peer_addr,
             port(m.id, 200),
             m.log.display()
-        );
+        )
+    };
+    for (m, p) in specs.iter().zip(&members) {
+        println!("{}", member_line(m, p.pid()));
     }
     println!("endpoints: {}", endpoints.join(","));
     println!("{admin_line}");
@@ -594,20 +662,46 @@ fn run_cluster(c: ClusterArgs, flags: Vec<String>) -> anyhow::Result<()> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
+    let mut watched: Vec<supervise::Supervised> =
+        specs.into_iter().zip(members).map(|(s, p)| supervise::Supervised::new(s, p)).collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
+    let outcome = rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        let mut tick = tokio::time::interval(supervise::CHECK_EVERY);
+        loop {
+            tokio::select! {
+                _ = term.recv() => return anyhow::Ok(()),
+                _ = int.recv() => return anyhow::Ok(()),
+                _ = tick.tick() => {}
+            }
+            for w in &mut watched {
+                let Some(event) = w.check(&exe) else { continue };
+                let id = w.spec.id;
+                match event {
+                    supervise::Event::Restarted { status, pid } => {
+                        println!("member {id} exited ({status}); started again:");
+                        println!("{}", member_line(&w.spec, pid));
+                    }
+                    supervise::Event::Stopped { status } => {
+                        println!("member {id} exited ({status}); not started again (a clean stop, removed, or its data dir lost)");
+                    }
+                    supervise::Event::GaveUp { why } => {
+                        anyhow::bail!("member {id} keeps failing ({why}); see {}", w.spec.log.display());
+                    }
+                }
+                let _ = std::io::stdout().flush();
+            }
+            if !watched.iter().any(supervise::Supervised::is_running) {
+                anyhow::bail!("no member is running");
+            }
         }
-        anyhow::Ok(())
-    })?;
+    });
+    let members: Vec<Process> = watched.into_iter().filter_map(|w| w.process).collect();
     println!("stopping {} members", members.len());
     stop_all(members, MEMBERS_STOP_BOUND);
-    Ok(())
+    outcome
 }
 
 fn log_path(dir: &Path, id: u64) -> PathBuf {

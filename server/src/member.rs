@@ -7,8 +7,9 @@
 //! Rules:
 //! - [`start`] opens the data dir and binds every port before it returns:
 //!   a port in use or a damaged data dir is an error here, before any
-//!   task runs. A port given as `:0` is bound to a free one;
-//!   [`Member::addrs`] says which.
+//!   task runs; a data dir this start created is removed again on such an
+//!   error (no empty RocksDB left behind). A port given as `:0` is bound
+//!   to a free one; [`Member::addrs`] says which.
 //! - Both client ports (native and ZooKeeper) share one
 //!   `--max-connections` (finding Z7: each port had its own, twice the
 //!   documented number).
@@ -120,11 +121,26 @@ async fn bind_all(o: &Options) -> anyhow::Result<Bound> {
 pub fn start(o: Options) -> anyhow::Result<Member> {
     let cfg = o.cfg.clone();
     let dir = &cfg.data_dir;
+    let fresh = !dir.exists();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let kv = RocksKv::open_with(&dir.join("db"), cfg.faults.lenient_storage())
-        .with_context(|| format!("opening RocksDB in {}", dir.display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(o.io_threads).enable_all().build()?;
-    let bound = rt.block_on(bind_all(&o))?;
+        .with_context(|| format!("opening RocksDB in {}", dir.display()));
+    let bound = kv.and_then(|kv| {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(o.io_threads).enable_all().build()?;
+        let bound = rt.block_on(bind_all(&o))?;
+        Ok((kv, rt, bound))
+    });
+    let (kv, rt, bound) = match bound {
+        Ok(b) => b,
+        Err(e) => {
+            // A data dir this start made holds nothing yet: leave none
+            // behind (a port in use must not leave an empty RocksDB).
+            if fresh {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return Err(e);
+        }
+    };
     let local = |l: &TcpListener| l.local_addr().context("a bound port's address");
     let addrs = Addrs {
         client: local(&bound.client)?,

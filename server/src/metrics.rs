@@ -34,6 +34,14 @@
 //!   goes (released, or its session expired) and the next one is granted.
 //!   Hand-off latency is a client's figure (`baton bench lock-contended`):
 //!   a member cannot see when the next holder learns of its grant.
+//!
+//! Every family is described (`# HELP`, [`FAMILIES`]) and present from the
+//! moment the recorder is installed ([`register_hot`]): gauges at 0 until
+//! set, and the counters counted on events (leader changes, expirations,
+//! failed proposals and snapshots by reason or kind, lock grants by kind)
+//! at 0, so an alert on `rate(...)` sees 0, not "no data". Tested against
+//! the dashboard's and the alert table's expressions on a live member
+//! (observability/o15).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -249,8 +257,102 @@ const PEER_MESSAGE_KINDS: &[&str] = &[
     "sync_ack",
 ];
 
-/// Registers the hot handles with the installed recorder (once per process).
+/// Every family: its kind, name and help text.
+pub const FAMILIES: &[(Kind, &str, &str)] = &[
+    (Kind::Gauge, "baton_raft_term", "The member's Raft term."),
+    (Kind::Gauge, "baton_raft_is_leader", "1 if this member is the leader, else 0."),
+    (Kind::Gauge, "baton_raft_leader_id", "The leader this member knows of (0: none)."),
+    (Kind::Gauge, "baton_raft_commit_index", "The highest log index known committed."),
+    (Kind::Gauge, "baton_raft_applied_index", "The highest log index applied to the state."),
+    (Kind::Gauge, "baton_raft_persisted_index", "The highest log index synced to disk."),
+    (Kind::Gauge, "baton_raft_apply_lag", "Committed but not yet applied entries."),
+    (Kind::Gauge, "baton_raft_voters", "Voters in the configuration."),
+    (Kind::Gauge, "baton_raft_learners", "Learners in the configuration."),
+    (Kind::Counter, "baton_raft_leader_changes_total", "Leader changes this member has seen."),
+    (Kind::Histogram, "baton_ready_entries", "Entries to persist per Raft Ready."),
+    (Kind::Histogram, "baton_ready_committed", "Entries to apply per Raft Ready."),
+    (Kind::Gauge, "baton_proposals_pending", "Proposals waiting for their entry to apply."),
+    (
+        Kind::Counter,
+        "baton_proposals_failed_total",
+        "Proposals that failed, by reason (timeout, leader_changed, not_proposed).",
+    ),
+    (Kind::Histogram, "baton_fsync_seconds", "Time of each synced storage write."),
+    (Kind::Gauge, "baton_db_bytes", "RocksDB's SST files and memtables, in bytes."),
+    (Kind::Counter, "baton_snapshots_total", "Raft snapshots, by kind (made, installed)."),
+    (Kind::Histogram, "baton_snapshot_seconds", "Time to make or install a snapshot, by kind."),
+    (Kind::Gauge, "baton_sessions", "Live sessions."),
+    (Kind::Gauge, "baton_nodes", "Nodes in the tree."),
+    (Kind::Gauge, "baton_ephemeral_nodes", "Ephemeral nodes in the tree."),
+    (Kind::Gauge, "baton_watches", "Watches registered on this member."),
+    (Kind::Gauge, "baton_client_connections", "Client connections open to this member."),
+    (Kind::Counter, "baton_session_expirations_total", "Sessions expired (applied on this member)."),
+    (Kind::Counter, "baton_requests_total", "Client requests answered, by type."),
+    (Kind::Counter, "baton_request_errors_total", "Client requests answered with an error, by type and code."),
+    (Kind::Histogram, "baton_request_seconds", "Time from a request read to its response written, by type."),
+    (Kind::Counter, "baton_client_bytes_received_total", "Bytes read from clients."),
+    (Kind::Counter, "baton_client_bytes_sent_total", "Bytes written to clients."),
+    (Kind::Counter, "baton_peer_bytes_sent_total", "Bytes written to peers."),
+    (Kind::Counter, "baton_peer_bytes_received_total", "Bytes read from peers."),
+    (Kind::Counter, "baton_peer_messages_sent_total", "Frames sent to peers, by message type."),
+    (Kind::Counter, "baton_peer_flushes_total", "Socket writes to peers (each carries the frames queued by then)."),
+    (Kind::Counter, "baton_lock_grants_total", "Lock grants seen on apply, by kind (free, handoff)."),
+];
+
+/// A family's kind, for its description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Describes every family and registers, at 0, the series only events
+/// would create (module doc).
+fn describe_all() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    for &(kind, name, help) in FAMILIES {
+        match kind {
+            Kind::Counter => describe_counter!(name, help),
+            Kind::Gauge => describe_gauge!(name, help),
+            Kind::Histogram => describe_histogram!(name, help),
+        }
+        // Registered unchanged (a counter or gauge with labels is
+        // registered per label below, or by the first event).
+        match kind {
+            _ if LABELLED.contains(&name) => {}
+            Kind::Counter => counter!(name).increment(0),
+            Kind::Gauge => gauge!(name).increment(0.0),
+            Kind::Histogram => {}
+        }
+    }
+    for reason in ["timeout", "leader_changed", "not_proposed"] {
+        counter!("baton_proposals_failed_total", "reason" => reason).increment(0);
+    }
+    for kind in ["made", "installed"] {
+        counter!("baton_snapshots_total", "kind" => kind).increment(0);
+    }
+    for kind in ["free", "handoff"] {
+        counter!("baton_lock_grants_total", "kind" => kind).increment(0);
+    }
+}
+
+/// Families whose every series carries labels: never registered bare.
+const LABELLED: &[&str] = &[
+    "baton_proposals_failed_total",
+    "baton_snapshots_total",
+    "baton_snapshot_seconds",
+    "baton_requests_total",
+    "baton_request_errors_total",
+    "baton_request_seconds",
+    "baton_peer_messages_sent_total",
+    "baton_lock_grants_total",
+];
+
+/// Registers the hot handles with the installed recorder (once per
+/// process), after describing every family.
 pub fn register_hot() {
+    describe_all();
     let _ = HOT.get_or_init(|| Hot {
         fsync: histogram!("baton_fsync_seconds"),
         ready_entries: histogram!("baton_ready_entries"),

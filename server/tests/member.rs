@@ -108,11 +108,7 @@ fn three_members_started_in_process_serve_a_lock_and_stop_in_order() {
 #[test]
 fn batond_cluster_passes_its_member_flags_on_as_given() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A base port whose client, peer and HTTP offsets are free.
-    let base = (0..200)
-        .map(|_| baton_kit::free_port().saturating_sub(400))
-        .find(|b| [1u16, 101, 201].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", b + o)).is_ok()))
-        .expect("a free base port");
+    let base = free_base();
     let cases: [(&[&str], &[&str], &[&str]); 2] = [
         (
             &["--tick-ms", "20", "--max-watches=7", "--superuser", "user:a,user:b"],
@@ -162,5 +158,153 @@ fn batond_cluster_passes_its_member_flags_on_as_given() {
         for a in *absent {
             assert!(!args.iter().any(|x| x.starts_with(a)), "{a} passed on in case {i}: {args:?}");
         }
+    }
+}
+
+/// A base port whose client, peer and HTTP offsets (member 1) are free.
+fn free_base() -> u16 {
+    (0..200)
+        .map(|_| baton_kit::free_port().saturating_sub(400))
+        .find(|b| [1u16, 101, 201].iter().all(|o| std::net::TcpListener::bind(("127.0.0.1", b + o)).is_ok()))
+        .expect("a free base port")
+}
+
+/// A `batond cluster --nodes 1` process: its stdout lines on a channel;
+/// SIGTERM, then SIGKILL, when dropped.
+struct LocalCluster {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl LocalCluster {
+    fn start(data: &std::path::Path, base: u16) -> LocalCluster {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_batond"))
+            .args(["cluster", "--nodes", "1", "--base-port", &base.to_string(), "--tick-ms", "20", "--data-dir"])
+            .arg(data)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("batond cluster");
+        let (tx, lines) = mpsc::channel();
+        let out = child.stdout.take().expect("stdout");
+        thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (err, into) = (child.stderr.take().expect("stderr"), stderr.clone());
+        thread::spawn(move || {
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                into.lock().unwrap_or_else(|e| e.into_inner()).push_str(&(l + "\n"));
+            }
+        });
+        LocalCluster { child, lines, stderr }
+    }
+
+    /// The first stdout line (within `bound`) that `f` accepts.
+    fn line(&self, bound: Duration, f: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + bound;
+        while let Ok(l) = self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            if f(&l) {
+                return Some(l);
+            }
+        }
+        None
+    }
+
+    /// Its exit code, waiting up to `bound`.
+    fn exit_code(&mut self, bound: Duration) -> Option<i32> {
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st.code().unwrap_or(-1));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn terminate(&mut self) -> Option<i32> {
+        let _ = std::process::Command::new("kill").arg(self.child.id().to_string()).status();
+        self.exit_code(Duration::from_secs(15))
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if self.terminate().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The pid in a `member N: pid P ...` line.
+fn member_pid(line: &str) -> Option<u32> {
+    line.split_once(": pid ")?.1.split(' ').next()?.parse().ok()
+}
+
+/// Issue 28, U5: started on ports or a data dir another cluster holds,
+/// `batond cluster` says so and exits non-zero instead of printing its
+/// banner over dead members.
+#[test]
+fn batond_cluster_fails_to_start_on_ports_or_a_data_dir_in_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_base();
+    let mut first = LocalCluster::start(&dir.path().join("a"), base);
+    let banner = first.line(Duration::from_secs(40), |l| l.starts_with("endpoints:"));
+    assert!(banner.is_some(), "the first cluster did not start: {}", first.stderr());
+
+    let mut same_ports = LocalCluster::start(&dir.path().join("b"), base);
+    assert_eq!(same_ports.exit_code(Duration::from_secs(20)), Some(1), "same ports: must fail");
+    let err = same_ports.stderr();
+    assert!(err.contains(&format!("member 1's client port 127.0.0.1:{} is in use", base + 1)), "{err}");
+    assert!(same_ports.line(Duration::from_millis(100), |l| l.starts_with("endpoints:")).is_none());
+
+    let mut same_dir = LocalCluster::start(&dir.path().join("a"), free_base());
+    assert_eq!(same_dir.exit_code(Duration::from_secs(40)), Some(1), "same data dir: must fail");
+    let err = same_dir.stderr();
+    assert!(err.contains("member 1 exited while starting (exit code 1)"), "{err}");
+    assert!(err.contains("lock"), "the member's own error (RocksDB's lock) is shown: {err}");
+
+    // The first cluster was left alone.
+    assert_eq!(first.exit_code(Duration::from_millis(200)), None, "the first cluster still runs");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", base + 1)).is_ok());
+    assert_eq!(first.terminate(), Some(0));
+}
+
+/// Issue 28, U5: a member killed -9 is reported and started again on its
+/// data dir and ports, and serves.
+#[test]
+fn batond_cluster_restarts_a_member_killed_minus_9() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = free_base();
+    let mut c = LocalCluster::start(dir.path(), base);
+    let first = c.line(Duration::from_secs(40), |l| l.starts_with("member 1: pid ")).and_then(|l| member_pid(&l));
+    let pid = first.unwrap_or_else(|| panic!("no member line: {}", c.stderr()));
+    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    let said = c.line(Duration::from_secs(20), |l| l.starts_with("member 1 exited"));
+    assert_eq!(said.as_deref(), Some("member 1 exited (killed by a signal); started again:"));
+    let again = c.line(Duration::from_secs(5), |l| l.starts_with("member 1: pid ")).and_then(|l| member_pid(&l));
+    let again = again.expect("the new member line");
+    assert_ne!(again, pid);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", base + 1)).is_err() {
+        assert!(Instant::now() < deadline, "the restarted member does not serve");
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(std::path::Path::new(&format!("/proc/{again}")).exists());
+    assert_eq!(c.terminate(), Some(0), "a SIGTERM stops the cluster cleanly: {}", c.stderr());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{again}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+        assert!(Instant::now() < deadline, "the restarted member outlived its cluster");
+        thread::sleep(Duration::from_millis(50));
     }
 }

@@ -193,9 +193,11 @@ async fn t20_subtrees_stat_and_txn() {
     assert!(expect(baton(eps, &["stat", "/box"]), 0, "stat").contains("container = true"));
     let j = json_lines(&expect(baton(eps, &["--json", "stat", "/lease"]), 0, "stat --json"));
     assert_eq!(j[0]["stat"]["ttl_ms"], 300, "{j:?}");
+    // An ephemeral TTL node is a usage error now, before any request (the
+    // cluster refuses one too: state tests).
     let bad = baton(eps, &["create", "/bad", "--ephemeral", "--ttl", "300"]);
-    assert!(stderr(&bad).contains("an ephemeral node cannot have a TTL"), "{}", stderr(&bad));
-    expect(bad, 1, "an ephemeral TTL node");
+    assert!(stderr(&bad).contains("cannot be used with"), "{}", stderr(&bad));
+    expect(bad, 2, "an ephemeral TTL node");
     expect(baton(eps, &["rm", "/box/item"]), 0, "delete the child");
     eventually(SECS(20), "/box and /lease reaped", || async {
         let (b, l) = (owner.exists("/box").await.ok()?, owner.exists("/lease").await.ok()?);
@@ -533,4 +535,116 @@ async fn t70_reads_need_no_session_and_stale_reads_no_quorum() {
     expect(baton(&alone, &["stat", "--stale", "/r"]), 0, "stale stat without a quorum");
     let o = baton(&alone, &["--command-timeout", "2s", "get", "/r"]);
     expect(o, 5, "linearizable get without a quorum");
+}
+
+/// Issue 28, U6: with 2 of 3 members stopped (they accept connections and
+/// never answer), `status` and `health` ask every member at once and give
+/// each `--dial-timeout`, instead of a fixed 3 s per hung member one after
+/// another (6.5 s before).
+#[tokio::test]
+async fn t75_status_and_health_give_hung_members_the_dial_timeout_at_once() {
+    let mut c = Cluster::start(3, &[]).await;
+    let eps = endpoints(&c);
+    c.wait_leader(SECS(10)).await;
+    for id in [1, 2] {
+        c.pause(id, true);
+    }
+    for cmd in ["status", "health"] {
+        let t = Instant::now();
+        let o = baton(&eps, &["--dial-timeout", "300ms", cmd]);
+        let took = t.elapsed();
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {out}{err}");
+        let hung = out.lines().filter(|l| l.contains("no answer in 300ms")).count();
+        assert_eq!(hung, 2, "{cmd}: each stopped member named, with the timeout: {out}");
+        assert!(out.contains(&c.endpoint(3).replace("127.0.0.1", "localhost")), "{cmd}: {out}");
+        // Questions to every member at once (300 ms), after the members
+        // question (at once too, 300 ms): far below the 6 s of two 3 s waits.
+        assert!(took < SECS(4), "{cmd} took {took:?}");
+    }
+    for id in [1, 2] {
+        c.pause(id, false);
+    }
+}
+
+/// Issue 28, U6: with the quorum lost (2 of 3 members stopped), a write, a
+/// create and `lock --nonblock` stop with exit 5 and "no quorum" once the
+/// quorum watch has seen it twice, not after `--command-timeout` (30 s
+/// here; they waited it out before); nothing was applied.
+#[tokio::test]
+async fn t76_without_a_quorum_writes_fail_fast_and_definitely() {
+    let mut c = Cluster::start(3, &[]).await;
+    let eps = endpoints(&c);
+    let client = c.client().await;
+    client.create("/q", "before", CreateOptions::persistent()).await.unwrap();
+    client.close().await.unwrap();
+    for id in [1, 2] {
+        c.pause(id, true);
+    }
+    let flags = ["--dial-timeout", "300ms", "--command-timeout", "30s"];
+    let cases: [&[&str]; 3] =
+        [&["set", "/q", "after"], &["create", "/q2", "x"], &["lock", "--nonblock", "job", "--", "true"]];
+    for args in cases {
+        let all: Vec<&str> = flags.iter().chain(args).copied().collect();
+        let t = Instant::now();
+        let o = baton(&eps, &all);
+        let took = t.elapsed();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(5), "{args:?}: {err}");
+        assert!(err.contains("no quorum: 1 of 3 voters answer and none sees a leader"), "{args:?}: {err}");
+        assert!(took < SECS(15), "{args:?} took {took:?}: the quorum watch did not stop it");
+    }
+    for id in [1, 2] {
+        c.pause(id, false);
+    }
+    // Nothing was applied.
+    eventually(SECS(20), "the cluster serves again", || async {
+        let o = baton(&eps, &["get", "/q"]);
+        (o.status.code() == Some(0)).then(|| stdout(&o))
+    })
+    .await;
+    assert_eq!(expect(baton(&eps, &["get", "/q"]), 0, "get"), "before\n");
+    expect(baton(&eps, &["get", "/q2"]), 4, "the create was not applied");
+}
+
+/// Issue 28, U8: small edges. `--ttl 0`, and `--ttl` with `--ephemeral` or
+/// `--container`, are usage errors (before any dial); a session timeout
+/// the cluster clamped says so; durations are printed for people
+/// (`300ms`, not `299.999999ms`); `snapshot save` names a path it cannot
+/// write; `leader NAME` with no leader exits 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t52_ttl_usage_clamped_sessions_and_durations_for_people() {
+    for args in [
+        &["create", "/t", "x", "--ttl", "0"][..],
+        &["create", "/t", "x", "--ttl", "5", "--ephemeral"],
+        &["create", "/t", "x", "--ttl", "5", "--container"],
+    ] {
+        expect(baton("127.0.0.1:1", args), 2, "a TTL usage error");
+    }
+    let c = Cluster::start(1, &[]).await;
+    let eps = endpoints(&c);
+    let o = baton(&eps, &["lock", "--session-timeout", "1ms", "clamp", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("baton: --session-timeout 1ms was clamped to "), "{}", stderr(&o));
+    let mut holder = spawn_baton(&eps, &["lock", "busy", "--", "sleep", "30"]);
+    let client = c.client().await;
+    eventually(SECS(10), "the holder holds", || async {
+        (queue_len(&client, "/_baton/locks/busy").await == 1).then_some(())
+    })
+    .await;
+    let o = baton(&eps, &["lock", "--timeout", "0.3s", "busy", "--", "true"]);
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not acquired within 300ms"), "{}", stderr(&o));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // A backup path that cannot be written is named (and found before the
+    // cluster is asked).
+    let o = baton(&eps, &["snapshot", "save", "/nonexistent-dir/b.backup"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("snapshot save: cannot write /nonexistent-dir/b.partial"), "{}", stderr(&o));
+    // An election with no leader has an exit code of its own.
+    let o = baton(&eps, &["leader", "nobody-campaigns"]);
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "(no leader)\n");
+    assert!(stderr(&o).contains("election nobody-campaigns has no leader"), "{}", stderr(&o));
 }

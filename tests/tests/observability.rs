@@ -184,3 +184,71 @@ async fn o10_metrics_health_and_logs() {
     })
     .await;
 }
+
+/// The metric names a text uses (`baton_...`), histogram suffixes kept.
+fn names_in(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("baton_") {
+        let tail = &rest[at..];
+        let end =
+            tail.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// Issue 28, U10: on a member that has just started (no snapshot, no
+/// failed proposal, no expiry, no lock yet), every family has `# HELP` and
+/// `# TYPE`, and every series the Grafana dashboard and the alert table in
+/// docs/operations.md use is there (the event counters at 0), so alerts
+/// see 0 and not "no data".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o15_every_family_is_described_and_present_from_the_start() {
+    let c = Cluster::start(1, &[]).await;
+    c.wait_leader(SECS(10)).await;
+    let (code, text) = eventually(SECS(10), "/metrics", || async { c.http_get(1, "/metrics").await }).await;
+    assert_eq!(code, 200);
+    let samples = parse(&text);
+    let families: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect();
+    for f in &families {
+        assert!(text.contains(&format!("# HELP {f} ")), "no HELP for {f}");
+    }
+    for zero in [
+        ("baton_proposals_failed_total", ("reason", "timeout")),
+        ("baton_snapshots_total", ("kind", "made")),
+        ("baton_snapshots_total", ("kind", "installed")),
+        ("baton_lock_grants_total", ("kind", "handoff")),
+    ] {
+        assert_eq!(value(&samples, zero.0, &[zero.1]), Some(0.0), "{zero:?}");
+    }
+    assert_eq!(value(&samples, "baton_session_expirations_total", &[]), Some(0.0));
+    let dashboard = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana-dashboard.json"))
+        .expect("the dashboard");
+    let ops =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md")).expect("operations.md");
+    let alerts = ops.split("What to alert on:").nth(1).and_then(|t| t.split("\n## ").next()).expect("the alert table");
+    let used = names_in(&dashboard).into_iter().chain(names_in(alerts)).collect::<std::collections::BTreeSet<_>>();
+    assert!(used.len() > 15, "{used:?}");
+    let live: std::collections::BTreeSet<&str> = samples.iter().map(|s| s.0.as_str()).collect();
+    let missing: Vec<&String> = used.iter().filter(|n| !live.contains(n.as_str())).collect();
+    // A request error has no honest zero (type x code): it is described
+    // and appears with the first error.
+    let missing: Vec<&&String> = missing.iter().filter(|n| n.as_str() != "baton_request_errors_total").collect();
+    assert!(missing.is_empty(), "used by the dashboard or the alerts, absent from a fresh member: {missing:?}");
+    // The first error brings its family, described.
+    let client = c.client().await;
+    assert!(client.get("/none").await.is_err());
+    let described = eventually(SECS(10), "request errors on /metrics", || async {
+        let (_, text) = c.http_get(1, "/metrics").await?;
+        text.contains("baton_request_errors_total{").then_some(text)
+    })
+    .await;
+    assert!(described.contains("# HELP baton_request_errors_total "), "request errors described");
+}

@@ -192,3 +192,82 @@ async fn o40_sigterm_answers_pending_writes_before_exiting() {
     assert_eq!((r.id, r.error), (2, ErrorCode::Timeout as i32), "{r:?}");
     assert!(stopped_in < SECS(5), "a clean stop took {stopped_in:?}");
 }
+
+/// Issue 28, U9: `batond`'s start-up errors as an operator meets them:
+/// every missing flag in one message, printed once; a bad value from the
+/// config file names the file; a port in use leaves no data dir behind;
+/// a clean SIGTERM with nothing pending does not warn about writes.
+#[test]
+fn o25_start_up_errors_are_whole_single_and_leave_nothing_behind() {
+    let dir = tempfile::Builder::new().prefix("baton-ops-").tempdir().expect("tempdir");
+    let run = |args: &[&str]| Command::new(batond_bin()).args(args).output().expect("batond");
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).to_string();
+
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = err(&o);
+    assert!(
+        e.contains(
+            "missing --id, --data-dir, --client-addr, --peer-addr, --peers (a new cluster) or --join (a running one)"
+        ),
+        "{e}"
+    );
+    assert_eq!(e.matches("missing").count(), 1, "printed once: {e}");
+
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "id = 1\ntick-ms = \"fast\"\n").expect("file");
+    let o = run(&[&format!("--config={}", file.display())]);
+    assert_eq!(o.status.code(), Some(2), "a bad value is a usage error");
+    let e = err(&o);
+    assert!(e.contains(&format!("the value of `tick-ms` comes from the config file {}", file.display())), "{e}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let in_use = taken.local_addr().expect("addr").to_string();
+    let ports = distinct_ports(1);
+    let peer = format!("127.0.0.1:{}", ports[0]);
+    let data = dir.path().join("new-member");
+    let o = run(&[
+        "--id=1",
+        &format!("--data-dir={}", data.display()),
+        &format!("--client-addr={in_use}"),
+        &format!("--peer-addr={peer}"),
+        &format!("--peers=1={peer}"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = err(&o);
+    assert_eq!(e.matches(&format!("binding client address {in_use}")).count(), 1, "named once: {e}");
+    assert!(!data.exists(), "a failed start left {} behind", data.display());
+
+    // A member that served and had nothing pending stops without the warning.
+    let ports = distinct_ports(2);
+    let (client, peer) = (format!("127.0.0.1:{}", ports[0]), format!("127.0.0.1:{}", ports[1]));
+    let log = dir.path().join("member.log");
+    let mut child = Command::new(batond_bin())
+        .args(["--id=1", &format!("--data-dir={}", dir.path().join("m").display())])
+        .args([format!("--client-addr={client}"), format!("--peer-addr={peer}"), format!("--peers=1={peer}")])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("batond");
+    let deadline = std::time::Instant::now() + SECS(30);
+    while std::net::TcpStream::connect(&client).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the member did not serve");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let deadline = std::time::Instant::now() + SECS(15);
+    let code = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break st.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("no exit after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0));
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("no write was pending"), "{text}");
+    assert!(!text.contains("may or may not happen"), "{text}");
+}

@@ -853,11 +853,15 @@ impl Driver {
     pub fn shutdown(&mut self, now: Instant) {
         info!("shutting down");
         let failed = self.pending.shutdown();
-        warn!(
-            conns = self.conns.len(),
-            writes = failed.len(),
-            "member shutting down; pending writes may or may not happen"
-        );
+        if failed.is_empty() {
+            info!(conns = self.conns.len(), "member shutting down; no write was pending");
+        } else {
+            warn!(
+                conns = self.conns.len(),
+                writes = failed.len(),
+                "member shutting down; pending writes may or may not happen"
+            );
+        }
         self.execute(failed, now);
         self.io.persist.stop();
     }
