@@ -209,11 +209,9 @@ fn chown(path: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
 
 /// A private Redis server on 127.0.0.1, no persistence unless asked.
 pub struct Redis {
-    proc: std::sync::Mutex<Owned>,
-    port: u16,
+    // Before `dir`: the server is killed before its directory goes.
+    server: Restartable,
     dir: tempfile::TempDir,
-    bin: &'static str,
-    args: Vec<String>,
 }
 
 impl Redis {
@@ -247,33 +245,28 @@ impl Redis {
             .into_iter()
             .find(|b| Path::new(b).is_file())
             .context("no redis-server: run `make store-deps`")?;
-        let proc = spawn_redis(bin, &args, port, &log)?;
-        Ok(Redis { proc: std::sync::Mutex::new(proc), port, dir, bin, args })
+        let server = Restartable::start(bin, "redis-server", args, port, log, ping)?;
+        Ok(Redis { server, dir })
     }
 
     /// kill -9 (what is not persisted is lost).
     pub fn kill(&self) {
-        self.proc.lock().unwrap_or_else(|p| p.into_inner()).stop(libc::SIGKILL);
+        self.server.kill();
     }
 
     /// Starts it again on the same port, with the same settings (after
     /// [`Redis::kill`]; a no-op while it runs).
     pub fn restart(&self) -> anyhow::Result<()> {
-        let mut proc = self.proc.lock().unwrap_or_else(|p| p.into_inner());
-        if proc.0.is_some() && proc.exited().is_none() {
-            return Ok(());
-        }
-        *proc = spawn_redis(self.bin, &self.args, self.port, &self.dir.path().join("redis.log"))?;
-        Ok(())
+        self.server.restart()
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port
     }
 
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://127.0.0.1:{}/", self.server.port)
     }
 
     pub fn dir(&self) -> &Path {
@@ -281,15 +274,52 @@ impl Redis {
     }
 }
 
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
+/// A server process that can be killed -9 and started again with the same
+/// command line (its port and data kept); killed when dropped.
+struct Restartable {
+    proc: std::sync::Mutex<Owned>,
+    bin: &'static str,
+    what: &'static str,
+    args: Vec<String>,
+    port: u16,
+    log: PathBuf,
+    serving: fn(u16) -> bool,
+}
+
+impl Restartable {
+    /// Starts it and waits (bounded) until it listens on `port` and
+    /// `serving(port)` says it answers.
+    fn start(
+        bin: &'static str,
+        what: &'static str,
+        args: Vec<String>,
+        port: u16,
+        log: PathBuf,
+        serving: fn(u16) -> bool,
+    ) -> anyhow::Result<Restartable> {
+        let proc = spawn_serving(Command::new(bin).args(&args), what, port, &log, serving)?;
+        Ok(Restartable { proc: std::sync::Mutex::new(proc), bin, what, args, port, log, serving })
+    }
+
+    fn kill(&self) {
+        self.proc.lock().unwrap_or_else(|p| p.into_inner()).stop(libc::SIGKILL);
+    }
+
+    /// A no-op while it runs; otherwise as [`Restartable::start`].
+    fn restart(&self) -> anyhow::Result<()> {
+        let mut proc = self.proc.lock().unwrap_or_else(|p| p.into_inner());
+        if proc.0.is_some() && proc.exited().is_none() {
+            return Ok(());
+        }
+        *proc = spawn_serving(Command::new(self.bin).args(&self.args), self.what, self.port, &self.log, self.serving)?;
+        Ok(())
     }
 }
 
-/// Starts `redis-server` and waits (bounded) until it answers PING.
-fn spawn_redis(bin: &str, args: &[String], port: u16, log: &Path) -> anyhow::Result<Owned> {
-    spawn_serving(Command::new(bin).args(args), "redis-server", port, log, ping)
+impl Drop for Restartable {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Spawns `cmd` (output discarded: the server logs to `log`) and waits
@@ -338,10 +368,9 @@ fn ping(port: u16) -> bool {
 /// A private MariaDB server on 127.0.0.1 (for `GET_LOCK`), user `root`
 /// with no password.
 pub struct Mariadb {
-    proc: std::sync::Mutex<Owned>,
-    port: u16,
+    // Before `dir`: the server is killed before its directory goes.
+    server: Restartable,
     dir: tempfile::TempDir,
-    args: Vec<String>,
 }
 
 /// Debian's MariaDB server binary.
@@ -396,49 +425,35 @@ impl Mariadb {
         if root {
             args.push("--user=mysql".into());
         }
-        let proc = spawn_mariadb(&args, port, &dir.path().join("mariadb.log"))?;
-        Ok(Mariadb { proc: std::sync::Mutex::new(proc), port, dir, args })
+        let log = dir.path().join("mariadb.log");
+        let server = Restartable::start(MARIADBD, "mariadbd", args, port, log, greets)?;
+        Ok(Mariadb { server, dir })
     }
 
     /// kill -9 (its named locks go with it).
     pub fn kill(&self) {
-        self.proc.lock().unwrap_or_else(|p| p.into_inner()).stop(libc::SIGKILL);
+        self.server.kill();
     }
 
     /// Starts it again on the same port and data (after [`Mariadb::kill`];
     /// a no-op while it runs). Blocks until it serves (InnoDB recovers).
     pub fn restart(&self) -> anyhow::Result<()> {
-        let mut proc = self.proc.lock().unwrap_or_else(|p| p.into_inner());
-        if proc.0.is_some() && proc.exited().is_none() {
-            return Ok(());
-        }
-        *proc = spawn_mariadb(&self.args, self.port, &self.dir.path().join("mariadb.log"))?;
-        Ok(())
+        self.server.restart()
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port
     }
 
     /// `mysql://root@127.0.0.1:<port>/` (no database selected).
     pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/", self.port)
+        format!("mysql://root@127.0.0.1:{}/", self.server.port)
     }
 
     /// The server's error log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("mariadb.log")).unwrap_or_default()
     }
-}
-
-impl Drop for Mariadb {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn spawn_mariadb(args: &[String], port: u16, log: &Path) -> anyhow::Result<Owned> {
-    spawn_serving(Command::new(MARIADBD).args(args), "mariadbd", port, log, greets)
 }
 
 /// Whether a MySQL-protocol server on `port` sends its handshake (protocol
