@@ -27,7 +27,7 @@ async fn discover(conn: &Conn) -> Vec<String> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for e in admin::all_endpoints(&conn.endpoints, known.as_ref()) {
-        let resolved = tokio::time::timeout(cfg.connect_timeout, tokio::net::lookup_host(e.clone())).await;
+        let resolved = tokio::time::timeout(conn.dial_timeout, tokio::net::lookup_host(e.clone())).await;
         let addrs: Vec<std::net::SocketAddr> =
             resolved.ok().and_then(Result::ok).map(Iterator::collect).unwrap_or_default();
         if !addrs.is_empty() && addrs.iter().all(|a| seen.contains(a)) {

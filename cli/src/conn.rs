@@ -128,7 +128,7 @@ pub struct Conn {
     pub endpoints: Vec<String>,
     tls: Option<ClientTls>,
     auth: Option<(String, String)>,
-    dial_timeout: Duration,
+    pub dial_timeout: Duration,
     /// None: [`DEFAULT_COMMAND_TIMEOUT`] (or [`DEFAULT_CHANGE_TIMEOUT`]).
     command_timeout: Option<Duration>,
 }
@@ -158,11 +158,14 @@ impl Conn {
     /// The client configuration for these endpoints (`endpoints` reordered
     /// or narrowed by the caller if it likes).
     pub fn config_for(&self, endpoints: Vec<String>) -> ClientConfig {
-        let mut cfg = ClientConfig::new(endpoints).op_timeout(self.command_timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT));
-        cfg.connect_timeout = self.dial_timeout;
-        cfg.tls = self.tls.clone();
-        cfg.auth = self.auth.clone();
-        cfg
+        let cfg = ClientConfig::new(endpoints)
+            .op_timeout(self.command_timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT))
+            .connect_timeout(self.dial_timeout)
+            .tls(self.tls.clone());
+        match &self.auth {
+            Some((user, password)) => cfg.auth(user, password),
+            None => cfg,
+        }
     }
 
     pub fn config(&self) -> ClientConfig {

@@ -51,7 +51,7 @@ impl Elect {
             l = c.campaign(name, value.into_bytes()) => l?,
             e = interrupts.fail(format!("while campaigning in {name}")) => return Err(e),
         };
-        let token = lead.token();
+        let token = lead.fencing_token();
         eprintln!("baton: leader of {name} (token {token})");
         let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_ELECTION_NAME", name.to_string())];
         let lost = async {
@@ -115,9 +115,9 @@ fn print_leader(l: Option<LeaderInfo>, out: Out) {
         Some(l) => {
             let mut obj = serde_json::Map::new();
             Encoding::default().add_json_as(&mut obj, "leader", &l.value);
-            obj.insert("token".into(), l.token.into());
+            obj.insert("token".into(), l.fencing_token.into());
             obj.insert("path".into(), l.path.into());
-            out.emit(obj.into(), format!("{} (token {})", String::from_utf8_lossy(&l.value), l.token));
+            out.emit(obj.into(), format!("{} (token {})", String::from_utf8_lossy(&l.value), l.fencing_token));
         }
         None => out.emit(json!({"leader": null}), "(no leader)"),
     }

@@ -7,7 +7,7 @@
 //! - plain: the mutex (`Client::lock`, `/_baton/locks/NAME`);
 //! - `--shared` / `--write`: a read-write lock (`Client::read_lock` /
 //!   `write_lock`, `/_baton/rwlocks/NAME`): readers together, a writer alone;
-//! - `--limit N`: a semaphore of N permits (`Client::acquire_permit`,
+//! - `--limit N`: a semaphore of N permits (`Client::semaphore`,
 //!   `/_baton/semaphores/NAME`); every holder must pass the same N.
 //!
 //! Waiting: forever, up to `--timeout`, or not at all (`--nonblock`); a
@@ -89,7 +89,7 @@ impl Kind {
             Kind::Mutex => Guard::Mutex(c.lock(name).await?),
             Kind::Read => Guard::Rw(c.read_lock(name).await?),
             Kind::Write => Guard::Rw(c.write_lock(name).await?),
-            Kind::Permits(n) => Guard::Permit(c.acquire_permit(name, n).await?),
+            Kind::Permits(n) => Guard::Permit(c.semaphore(name, n).acquire().await?),
         })
     }
 
@@ -99,7 +99,7 @@ impl Kind {
             Kind::Mutex => c.try_lock(name).await?.map(Guard::Mutex),
             Kind::Read => c.try_read_lock(name).await?.map(Guard::Rw),
             Kind::Write => c.try_write_lock(name).await?.map(Guard::Rw),
-            Kind::Permits(n) => c.try_acquire_permit(name, n).await?.map(Guard::Permit),
+            Kind::Permits(n) => c.semaphore(name, n).try_acquire().await?.map(Guard::Permit),
         })
     }
 

@@ -91,8 +91,9 @@ pub struct CreateFlags {
     /// Create missing parents (persistent, empty).
     #[arg(long)]
     parents: bool,
-    /// A container node: the cluster deletes it once its last child goes.
-    #[arg(long)]
+    /// A container node: the cluster deletes it once its last child goes
+    /// (persistent: not with --ephemeral).
+    #[arg(long, conflicts_with = "ephemeral")]
     container: bool,
     /// A TTL node: the cluster deletes it once it has no children and its
     /// data has not changed for MS milliseconds (at least 1; a persistent
@@ -104,13 +105,21 @@ pub struct CreateFlags {
 
 impl CreateFlags {
     pub fn options(&self) -> CreateOptions {
-        CreateOptions {
-            ephemeral: self.ephemeral,
-            sequential: self.sequential,
-            parents: self.parents,
-            container: self.container,
-            ttl: self.ttl.map(std::time::Duration::from_millis),
+        let mut o = match (self.container, self.ephemeral) {
+            (true, _) => CreateOptions::container(),
+            (false, true) => CreateOptions::ephemeral(),
+            (false, false) => CreateOptions::persistent(),
+        };
+        if self.sequential {
+            o = o.sequential();
         }
+        if self.parents {
+            o = o.with_parents();
+        }
+        if let Some(ms) = self.ttl {
+            o = o.with_ttl(std::time::Duration::from_millis(ms));
+        }
+        o
     }
 }
 

@@ -39,7 +39,7 @@ impl Watch {
     /// Watches until a signal (exit 0) or the watch ends (an error).
     pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
         let mut stop = Interrupts::new()?;
-        let mut w = c.watch(&self.path, WatchKind::Recursive, true).await?;
+        let mut w = c.watch(&self.path, WatchKind::Recursive, baton_client::WatchMode::Persistent).await?;
         // On stderr also with --json: stdout is the events only. Printed
         // once the watch is registered, so a script can wait for it.
         eprintln!("watching {} (Ctrl-C to stop)", self.path);

@@ -39,7 +39,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // A raw recursive watch is a `futures::Stream` too.
-    let w = client.watch(&root, baton_client::WatchKind::Recursive, true).await?;
+    let w = client.watch(&root, baton_client::WatchKind::Recursive, baton_client::WatchMode::Persistent).await?;
     let wait = std::time::Duration::from_millis(100);
     if let Ok(first) = tokio::time::timeout(wait, w.take(1).collect::<Vec<_>>()).await {
         for ev in first {

@@ -21,7 +21,9 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(async move {
         while let Some(l) = obs.next().await {
             match l {
-                Some(l) => println!("[observer] leader: {} (token {})", String::from_utf8_lossy(&l.value), l.token),
+                Some(l) => {
+                    println!("[observer] leader: {} (token {})", String::from_utf8_lossy(&l.value), l.fencing_token)
+                }
                 None => println!("[observer] no leader"),
             }
         }
@@ -29,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
 
     println!("{me}: campaigning");
     let lead = client.campaign("example-election", me.clone()).await?;
-    println!("{me}: I lead (token {})", lead.token());
+    println!("{me}: I lead (token {})", lead.fencing_token());
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs(secs)) => {
             lead.resign().await?;

@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<()> {
         async move {
             // Dropped at once if leadership comes into doubt: fence what it
             // writes with `term.token`.
-            println!("{name}: term {} leads with token {}", term.number, term.token);
+            println!("{name}: term {} leads with token {}", term.number, term.fencing_token);
             tokio::time::sleep(Duration::from_secs(1)).await;
             println!("{name}: done, requeueing");
         }

@@ -17,8 +17,11 @@ use std::time::Duration;
 /// Default client-side deadline for one operation.
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How long to wait between attempts (see the module doc).
+/// How long to wait between attempts (see the module doc). Built with
+/// [`RetryPolicy::exponential`] or [`RetryPolicy::fixed`]; the fields can
+/// be read, not set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// The first delay.
     pub base: Duration,
@@ -41,6 +44,11 @@ impl RetryPolicy {
         RetryPolicy { base, max: max.max(base), jitter: true }
     }
 
+    /// The same delays, each exactly as computed (no jitter).
+    pub fn without_jitter(self) -> Self {
+        RetryPolicy { jitter: false, ..self }
+    }
+
     /// The same delay every time, no jitter.
     pub fn fixed(delay: Duration) -> Self {
         RetryPolicy { base: delay, max: delay, jitter: false }
@@ -57,30 +65,32 @@ impl RetryPolicy {
     }
 }
 
-/// How to connect.
+/// How to connect: built with [`ClientConfig::new`] and its builder
+/// methods (`ClientConfig::new(eps).session_timeout(..).tls(..)`); the
+/// fields are private, so a new setting is never a breaking change.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     /// `host:port` of the members' client ports.
-    pub endpoints: Vec<String>,
+    pub(crate) endpoints: Vec<String>,
     /// Requested session timeout (the server clamps it to its min/max).
-    pub session_timeout: Duration,
+    pub(crate) session_timeout: Duration,
     /// Deadline for each operation, retries included.
-    pub op_timeout: Duration,
+    pub(crate) op_timeout: Duration,
     /// Deadline for one TCP connect (+ TLS handshake) to a member.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// TLS to the members' client ports (None: plaintext).
-    pub tls: Option<ClientTls>,
+    pub(crate) tls: Option<ClientTls>,
     /// User and password to `auth` with on every connection (identity
     /// `user:<name>`; see server/src/acl.rs). Use TLS: the password travels.
-    pub auth: Option<(String, String)>,
+    pub(crate) auth: Option<(String, String)>,
     /// Every path is under this node ("" for none; see [`crate::namespace`]).
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Delays between retries and reconnects.
-    pub retry: RetryPolicy,
+    pub(crate) retry: RetryPolicy,
     /// Events one watcher may hold unread before it is ended with
     /// [`crate::WatchEnd::Overflow`] (the client never blocks on a slow
     /// reader and never buffers without bound).
-    pub watch_buffer: usize,
+    pub(crate) watch_buffer: usize,
 }
 
 /// TLS settings for the client port: the CA that signed the members'
@@ -128,9 +138,9 @@ impl ClientConfig {
         self.auth = Some((user.into(), password.into()));
         self
     }
-    /// Use TLS.
-    pub fn tls(mut self, tls: ClientTls) -> Self {
-        self.tls = Some(tls);
+    /// Use TLS (`None`: plaintext, the default).
+    pub fn tls(mut self, tls: impl Into<Option<ClientTls>>) -> Self {
+        self.tls = tls.into();
         self
     }
     /// The session timeout to ask for.
@@ -158,6 +168,10 @@ impl ClientConfig {
         self.retry = policy;
         self
     }
+    /// The endpoints this configuration connects to.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
     /// Events a watcher may hold unread.
     pub fn watch_buffer(mut self, n: usize) -> Self {
         self.watch_buffer = n.max(1);
@@ -171,10 +185,7 @@ mod tests {
 
     #[test]
     fn delays_double_up_to_the_cap_and_jitter_stays_within_half() {
-        let p = RetryPolicy {
-            jitter: false,
-            ..RetryPolicy::exponential(Duration::from_millis(10), Duration::from_millis(70))
-        };
+        let p = RetryPolicy::exponential(Duration::from_millis(10), Duration::from_millis(70)).without_jitter();
         let d: Vec<u128> = (0..5).map(|a| p.delay(a).as_millis()).collect();
         assert_eq!(d, [10, 20, 40, 70, 70]);
         let j = RetryPolicy::exponential(Duration::from_millis(100), Duration::from_secs(1));

@@ -51,7 +51,7 @@
 //!
 //!     // Leader election.
 //!     let lead = client.campaign("scheduler", "host-a").await?;
-//!     println!("leading scheduler with token {}", lead.token());
+//!     println!("leading scheduler with token {}", lead.fencing_token());
 //!     lead.resign().await?;
 //!
 //!     client.close().await
@@ -139,11 +139,11 @@ pub use error::{Error, ErrorKind, Result};
 pub use reader::Reader;
 pub use recipes::{
     CacheEvent, CachedNode, LeaderInfo, LeaderSelector, LeaderTerm, Leadership, LockGuard, Observer, Permit, RwGuard,
-    TreeCache,
+    Semaphore, TreeCache,
 };
 pub use txn::{Op, OpResult, Txn};
 pub use types::{
-    Acl, ConnectionEvent, CreateOptions, EventType, MemberStatus, SessionState, Stat, WatchEvent, WatchKind,
+    Acl, ConnectionEvent, CreateOptions, EventType, MemberStatus, SessionState, Stat, WatchEvent, WatchKind, WatchMode,
 };
 pub use watcher::{WatchEnd, Watcher};
 
@@ -187,8 +187,9 @@ impl std::fmt::Debug for Client {
 
 pub(crate) struct Inner {
     cmds: mpsc::Sender<Cmd>,
-    /// Recipe names this client holds or waits for (recipes are not
-    /// reentrant: a second acquire by the same client is refused).
+    /// Recipe names held or awaited, each with the task that holds or
+    /// waits (recipes are not reentrant: a second acquire by the same task
+    /// is refused; other tasks queue: recipes/lock.rs).
     pub(crate) held: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Bounds writes in flight (see [`MAX_WRITES_IN_FLIGHT`]); a slot is
     /// held by the session actor until it is done with the write, even if
@@ -625,9 +626,11 @@ impl Client {
         Ok((c, s, w))
     }
 
-    /// Adds a watch of `kind` on `path` without reading; `persistent` keeps
-    /// it after it fires (a [`WatchKind::Recursive`] watch always is).
-    pub async fn watch(&self, path: &str, kind: WatchKind, persistent: bool) -> Result<Watcher> {
+    /// Adds a watch of `kind` on `path` without reading; with
+    /// [`WatchMode::Persistent`] it stays after it fires (a
+    /// [`WatchKind::Recursive`] watch always does).
+    pub async fn watch(&self, path: &str, kind: WatchKind, mode: WatchMode) -> Result<Watcher> {
+        let persistent = mode == WatchMode::Persistent;
         // Registered by a linearizable exists read that carries the watch:
         // the server adds it at exactly the state the read reflects, so no
         // change can fall between reading and watching.

@@ -105,6 +105,16 @@ pub enum WatchKind {
     First,
 }
 
+/// How long a watch added by [`crate::Client::watch`] lives (ZooKeeper's
+/// `AddWatchMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchMode {
+    /// Ends after its first event.
+    Once,
+    /// Stays until its [`crate::Watcher`] is dropped or the session ends.
+    Persistent,
+}
+
 impl WatchKind {
     pub(crate) fn to_wire(self) -> baton_proto::WatchKind {
         match self {
@@ -202,8 +212,11 @@ pub enum ConnectionEvent {
     Lost,
 }
 
-/// Options for [`crate::Client::create`].
+/// Options for [`crate::Client::create`], built from
+/// [`CreateOptions::persistent`], [`CreateOptions::ephemeral`], ... and the
+/// `with_*` methods; the fields can be read, not set from outside.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CreateOptions {
     /// Deleted when the session ends.
     pub ephemeral: bool,

@@ -154,9 +154,9 @@ impl Db {
 
     /// A sessionless admin configuration on the direct endpoints.
     fn admin(&self) -> baton_client::ClientConfig {
-        let mut cfg = baton_client::ClientConfig::new(self.direct_endpoints()).op_timeout(Duration::from_secs(20));
-        cfg.tls = self.client_tls();
-        cfg
+        baton_client::ClientConfig::new(self.direct_endpoints())
+            .op_timeout(Duration::from_secs(20))
+            .tls(self.client_tls())
     }
 
     /// The `membership` nemesis: adds a fresh member with the next unused

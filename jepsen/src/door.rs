@@ -382,7 +382,7 @@ pub enum DoorLeadership {
 impl DoorLeadership {
     pub fn token(&self) -> u64 {
         match self {
-            DoorLeadership::Native(l) => l.token(),
+            DoorLeadership::Native(l) => l.fencing_token(),
             DoorLeadership::Zk { token, .. } => *token,
         }
     }
@@ -415,7 +415,7 @@ impl DoorObserver {
     /// observation ended (session trouble).
     pub async fn next(&mut self) -> Option<Option<u64>> {
         match self {
-            DoorObserver::Native(o) => o.next().await.map(|l| l.map(|l| l.token)),
+            DoorObserver::Native(o) => o.next().await.map(|l| l.map(|l| l.fencing_token)),
             DoorObserver::Zk { s, dir, last } => loop {
                 let (mut kids, w) = s.call(false, async |c| c.list_and_watch_children(dir).await).await.ok()?;
                 kids.sort_by(|a, b| sequence(a).cmp(sequence(b)));
@@ -708,7 +708,9 @@ impl DoorClient {
     /// `Children`).
     pub async fn watch_persistent(&self, path: &str, kind: WatchKind) -> Result<DoorWatcher, OpError> {
         match self {
-            DoorClient::Native(c) => Ok(DoorWatcher::Native(c.watch(path, kind, true).await?)),
+            DoorClient::Native(c) => {
+                Ok(DoorWatcher::Native(c.watch(path, kind, baton_client::WatchMode::Persistent).await?))
+            }
             DoorClient::Zk(s) => {
                 let mode = match kind {
                     WatchKind::Children => zk::AddWatchMode::PersistentRecursive,

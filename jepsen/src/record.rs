@@ -342,10 +342,10 @@ impl Run {
         while !self.stopped() {
             let c = match self.door {
                 Door::Native => {
-                    let mut cfg = ClientConfig::new(endpoints.clone())
+                    let cfg = ClientConfig::new(endpoints.clone())
                         .session_timeout(self.session)
-                        .op_timeout(Duration::from_secs(5));
-                    cfg.tls = self.tls.clone();
+                        .op_timeout(Duration::from_secs(5))
+                        .tls(self.tls.clone());
                     Client::connect_with(cfg).await.ok().map(DoorClient::Native)
                 }
                 Door::Zookeeper => {

@@ -100,8 +100,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     let storage_eps: Vec<Vec<String>> = (1..=o.nodes).map(|h| db.storage_endpoints(h)).collect();
     let direct = db.direct_endpoints();
     let tls = db.client_tls();
-    let mut admin_cfg = ClientConfig::new(direct.clone());
-    admin_cfg.tls = tls.clone();
+    let admin_cfg = ClientConfig::new(direct.clone()).tls(tls.clone());
     let admin = Client::connect_with(admin_cfg).await?;
     for w in &workloads {
         w.setup(&admin).await?;

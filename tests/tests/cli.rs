@@ -618,8 +618,9 @@ async fn t52_ttl_usage_clamped_sessions_and_durations_for_people() {
         &["create", "/t", "x", "--ttl", "0"][..],
         &["create", "/t", "x", "--ttl", "5", "--ephemeral"],
         &["create", "/t", "x", "--ttl", "5", "--container"],
+        &["create", "/t", "x", "--container", "--ephemeral"],
     ] {
-        expect(baton("127.0.0.1:1", args), 2, "a TTL usage error");
+        expect(baton("127.0.0.1:1", args), 2, "a create-flags usage error");
     }
     let c = Cluster::start(1, &[]).await;
     let eps = endpoints(&c);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use baton_client::{
     CacheEvent, Client, ConnectionEvent, CreateOptions, ErrorKind, EventType, LeaderSelector, TreeCache, WatchEnd,
-    WatchKind,
+    WatchKind, WatchMode,
 };
 use baton_tests::{eventually, Cluster};
 use futures::StreamExt;
@@ -39,7 +39,7 @@ async fn c10_errors_match_by_kind_and_watchers_are_bounded_streams() {
     assert_eq!(bad.kind(), ErrorKind::InvalidPath, "{bad:?}");
 
     // A recursive watch is a stream naming each node below that changed.
-    let mut tree = client.watch("/a", WatchKind::Recursive, true).await.expect("recursive watch");
+    let mut tree = client.watch("/a", WatchKind::Recursive, WatchMode::Persistent).await.expect("recursive watch");
     client.create("/a/kid/deep", "", CreateOptions::persistent()).await.expect("create deep");
     client.set("/a", "2", None).await.expect("set /a");
     client.delete("/a/kid/deep", None).await.expect("delete deep");
@@ -66,7 +66,7 @@ async fn c10_errors_match_by_kind_and_watchers_are_bounded_streams() {
 
     // A reader that falls `watch_buffer` behind is ended, not waited for.
     let small = c.client_with(c.config().watch_buffer(2)).await;
-    let mut slow = small.watch("/a", WatchKind::Data, true).await.expect("persistent watch");
+    let mut slow = small.watch("/a", WatchKind::Data, WatchMode::Persistent).await.expect("persistent watch");
     for i in 0..6 {
         client.set("/a", format!("v{i}"), None).await.expect("set");
     }
@@ -89,7 +89,7 @@ async fn c20_namespace_txn_and_connection_edges() {
     assert_eq!(p, "/job-0000000000");
     assert!(root.exists("/tenant/job-0000000000").await.expect("exists").is_some());
     assert_eq!(ns.children("/").await.expect("ls /"), vec!["job-0000000000"]);
-    let mut w = ns.watch("/", WatchKind::Recursive, true).await.expect("watch");
+    let mut w = ns.watch("/", WatchKind::Recursive, WatchMode::Persistent).await.expect("watch");
     root.set("/tenant/job-0000000000", "y", None).await.expect("set from outside");
     let ev = next_event(&mut w, "namespaced event").await.expect("event");
     assert_eq!((ev.event_type, ev.path.as_str()), (EventType::NodeDataChanged, "/job-0000000000"));
@@ -210,7 +210,7 @@ async fn c40_leader_selector_takes_turns_with_growing_tokens() {
             async move {
                 let start = Instant::now();
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                log.lock().expect("log").push((who, term.token, start, Instant::now()));
+                log.lock().expect("log").push((who, term.fencing_token, start, Instant::now()));
             }
         });
         selectors.push((client, s));
@@ -252,7 +252,7 @@ async fn c40_leader_selector_takes_turns_with_growing_tokens() {
         let kids = client.children("/_baton/election/queued").await.expect("children");
         assert_eq!(kids.len(), 1, "a selector closed during its create left its candidacy: {kids:?}");
     }
-    assert_eq!(lead.token(), client.leader("queued").await.expect("leader").expect("a leader").token);
+    assert_eq!(lead.fencing_token(), client.leader("queued").await.expect("leader").expect("a leader").fencing_token);
     lead.resign().await.expect("resign");
     let _ = Client::close(&waiter).await;
     let _ = Client::close(&client).await;
@@ -273,15 +273,15 @@ async fn c50_non_blocking_acquires_leave_nothing_queued() {
     let wl = w.try_write_lock("doc").await.expect("try_write_lock").expect("free now");
     assert!(wl.is_write());
 
-    let p = a.try_acquire_permit("pool", 1).await.expect("try_acquire_permit").expect("a free permit");
-    assert!(b.try_acquire_permit("pool", 1).await.expect("try_acquire_permit").is_none());
+    let p = a.semaphore("pool", 1).try_acquire().await.expect("try_acquire").expect("a free permit");
+    assert!(b.semaphore("pool", 1).try_acquire().await.expect("try_acquire").is_none());
     assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
     // The size is stored with the semaphore (finding A8): asking for another
     // is refused, and leaves nothing queued.
-    assert!(matches!(b.try_acquire_permit("pool", 2).await, Err(baton_client::Error::Invalid(_))));
+    assert!(matches!(b.semaphore("pool", 2).try_acquire().await, Err(baton_client::Error::Invalid(_))));
     assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
-    let q = a.try_acquire_permit("pair", 2).await.expect("try_acquire_permit").expect("a free permit");
-    assert!(b.try_acquire_permit("pair", 2).await.expect("try_acquire_permit").is_some(), "two permits admit two");
+    let q = a.semaphore("pair", 2).try_acquire().await.expect("try_acquire").expect("a free permit");
+    assert!(b.semaphore("pair", 2).try_acquire().await.expect("try_acquire").is_some(), "two permits admit two");
     q.release().await.expect("release");
     p.release().await.expect("release");
 }

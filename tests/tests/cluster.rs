@@ -409,7 +409,7 @@ async fn t95_watches_fire_once_in_log_order() {
     a.create("/w", "0", CreateOptions::persistent()).await.unwrap();
     let (_, _, mut data) = a.get_watch("/w").await.unwrap();
     let (_, _, mut kids) = a.children_watch("/w").await.unwrap();
-    let mut all = a.watch("/w", baton_client::WatchKind::Exists, true).await.unwrap();
+    let mut all = a.watch("/w", baton_client::WatchKind::Exists, baton_client::WatchMode::Persistent).await.unwrap();
     let s1 = b.set("/w", "1", None).await.unwrap();
     let s2 = b.set("/w", "2", None).await.unwrap();
     let (_, k) = b.create("/w/k", "", CreateOptions::persistent()).await.unwrap();

@@ -170,8 +170,8 @@ async fn t22_a_waiter_that_moves_member_still_gets_its_grant() {
     let follower = (1..=3).find(|i| *i != leader).unwrap();
     let third = 6 - leader - follower;
     let holder = c.client_with(ClientConfig::new(vec![c.endpoint(leader), c.endpoint(third)])).await;
-    let mut cfg = ClientConfig::new(vec![c.endpoint(follower), c.endpoint(third), c.endpoint(leader)]);
-    cfg.session_timeout = SECS(10);
+    let cfg =
+        ClientConfig::new(vec![c.endpoint(follower), c.endpoint(third), c.endpoint(leader)]).session_timeout(SECS(10));
     let waiter = c.client_with(cfg).await;
     for round in 0..2 {
         let name = format!("moves-{round}");
@@ -388,11 +388,11 @@ async fn t50_locks_and_election_keep_working_through_a_leader_kill() {
     }
     // Still the same election leader, same token.
     let now = b.leader("svc").await.unwrap().unwrap();
-    assert_eq!((now.value.as_slice(), now.token), (&b"a"[..], lead.token()));
-    let old = lead.token();
+    assert_eq!((now.value.as_slice(), now.fencing_token), (&b"a"[..], lead.fencing_token()));
+    let old = lead.fencing_token();
     lead.resign().await.unwrap();
     let lb = tokio::time::timeout(SECS(10), b_wait).await.expect("b elected").unwrap().unwrap();
-    assert!(lb.token() > old);
+    assert!(lb.fencing_token() > old);
 }
 
 #[tokio::test]
@@ -431,6 +431,75 @@ async fn t60_cancelled_waiters_leave_no_node_behind() {
     g2.release().await.unwrap();
 }
 
+/// Issue 28, U1: tasks sharing one client queue for one lock (and one
+/// semaphore) as separate holders: granted one at a time, in the order
+/// they queued, each with a larger token. Only the task that already holds
+/// is refused (it would wait for itself), and so is a second future it
+/// joins. Before, every second call through one client was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t65_tasks_of_one_client_queue_for_one_lock_in_order() {
+    let c = Cluster::start(3, &[]).await;
+    let client = c.client().await;
+    let observer = c.client().await;
+    let first = client.lock("shared").await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4usize {
+        let (cl, inside, grants) = (client.clone(), inside.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = cl.lock("shared").await.expect("a task of a shared client queues");
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+            grants.lock().unwrap().push((i, g.fencing_token()));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            g.release().await.unwrap();
+        }));
+        eventually(SECS(5), "the task queued", || async {
+            (queue_len(&observer, "/_baton/locks/shared").await == i + 2).then_some(())
+        })
+        .await;
+    }
+    // The holder's own task asking again is refused at once, not deadlocked.
+    let again = tokio::time::timeout(SECS(5), client.lock("shared")).await.expect("refused at once");
+    assert!(matches!(again, Err(Error::Invalid(ref m)) if m.contains("not reentrant")), "{again:?}");
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    // Two futures of one task: the second is refused (join! would wait for
+    // the first guard, which join! holds until both finish).
+    let (a, b) = tokio::join!(client.lock("joined"), client.lock("joined"));
+    assert!(a.is_ok() != b.is_ok(), "one of two joined futures is refused");
+    assert!(matches!(a.as_ref().err().or(b.as_ref().err()), Some(Error::Invalid(_))));
+    drop((a, b));
+    for t in tasks {
+        tokio::time::timeout(SECS(20), t).await.expect("every task got the lock").unwrap();
+    }
+    let grants = grants.lock().unwrap().clone();
+    assert_eq!(grants.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 2, 3], "queue order");
+    assert!(grants.windows(2).all(|w| w[0].1 < w[1].1), "tokens grow: {grants:?}");
+    assert!(grants[0].1 > first_token);
+
+    // A semaphore of 2 shared by 5 tasks of one client: never more than 2
+    // inside, and 2 inside at some point.
+    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let (pool, now, peak) = (client.semaphore("pool", 2), now.clone(), peak.clone());
+        tasks.push(tokio::spawn(async move {
+            let p = pool.acquire().await.expect("a task of a shared client queues");
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            p.release().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(SECS(20), t).await.expect("every task got a permit").unwrap();
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 2, "a size-2 semaphore admits 2 at once, never 3");
+}
+
 #[tokio::test]
 async fn t70_election_one_leader_at_a_time_and_observe_sees_every_change() {
     let c = Cluster::start(3, &[]).await;
@@ -449,19 +518,19 @@ async fn t70_election_one_leader_at_a_time_and_observe_sees_every_change() {
         .await;
     }
     let seen1 = obs.next().await.unwrap().unwrap();
-    assert_eq!((seen1.value.as_slice(), seen1.token), (&b"one"[..], l1.token()));
-    assert_eq!(cls[3].leader("main").await.unwrap().unwrap().token, l1.token());
+    assert_eq!((seen1.value.as_slice(), seen1.fencing_token), (&b"one"[..], l1.fencing_token()));
+    assert_eq!(cls[3].leader("main").await.unwrap().unwrap().fencing_token, l1.fencing_token());
     l1.resign().await.unwrap();
     let l2 = pending.remove(0).await.unwrap();
     let seen2 = obs.next().await.unwrap().unwrap();
-    assert_eq!((seen2.value.as_slice(), seen2.token), (&b"n1"[..], l2.token()));
-    assert!(seen2.token > seen1.token);
+    assert_eq!((seen2.value.as_slice(), seen2.fencing_token), (&b"n1"[..], l2.fencing_token()));
+    assert!(seen2.fencing_token > seen1.fencing_token);
     assert!(!pending[0].is_finished(), "two leaders at once");
     l2.resign().await.unwrap();
     let l3 = pending.remove(0).await.unwrap();
     let seen3 = obs.next().await.unwrap().unwrap();
-    assert_eq!(seen3.token, l3.token());
-    assert!(seen3.token > seen2.token);
+    assert_eq!(seen3.fencing_token, l3.fencing_token());
+    assert!(seen3.fencing_token > seen2.fencing_token);
     l3.resign().await.unwrap();
     assert_eq!(obs.next().await.unwrap(), None);
 }
@@ -513,7 +582,7 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
         let (now, peak, tokens) = (now.clone(), peak.clone(), tokens.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..3 {
-                let p = cl.acquire_permit("pool", 2).await.unwrap();
+                let p = cl.semaphore("pool", 2).acquire().await.unwrap();
                 let n = now.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(n, Ordering::SeqCst);
                 tokens.lock().unwrap().push(p.fencing_token());
@@ -534,10 +603,10 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
     assert_eq!(t.len(), 18, "permit tokens not unique");
     let fresh = c.client().await;
     assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0, "nodes left behind");
-    assert!(matches!(fresh.acquire_permit("pool", 0).await, Err(Error::Invalid(_))));
+    assert!(matches!(fresh.semaphore("pool", 0).acquire().await, Err(Error::Invalid(_))));
     // Finding A8: the count is stored with the semaphore, so another count
     // is refused with what was stored, and nothing is queued.
-    match fresh.try_acquire_permit("pool", 3).await {
+    match fresh.semaphore("pool", 3).try_acquire().await {
         Err(Error::Invalid(m)) => assert!(m.contains("has 2 permits") && m.contains("asked for 3"), "{m}"),
         other => panic!("a 3-permit ask of a 2-permit semaphore: {other:?}"),
     }

@@ -90,8 +90,7 @@ impl BatonTarget {
         .await?;
         let endpoints = db.direct_endpoints();
         let tls = db.client_tls();
-        let mut cfg = ClientConfig::new(endpoints.clone());
-        cfg.tls = tls.clone();
+        let cfg = ClientConfig::new(endpoints.clone()).tls(tls.clone());
         let setup = Client::connect_with(cfg).await?;
         match setup.create(ROOT, Vec::new(), CreateOptions::persistent()).await {
             Ok(_) | Err(Error::Server { kind: ErrorKind::NodeExists, .. }) => {}
@@ -146,8 +145,7 @@ impl BatonClient {
     ) -> anyhow::Result<BatonClient> {
         let n = endpoints.len().max(1);
         endpoints.rotate_left(member % n);
-        let mut cfg = ClientConfig::new(endpoints).session_timeout(ttl);
-        cfg.tls = tls;
+        let cfg = ClientConfig::new(endpoints).session_timeout(ttl).tls(tls);
         let client = Client::connect_with(cfg).await?;
         Ok(BatonClient { client })
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::{Client, Error, EventType, Result, Stat, WatchEnd, WatchKind, Watcher};
+use crate::{Client, Error, EventType, Result, Stat, WatchEnd, WatchKind, WatchMode, Watcher};
 
 /// One cached node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl TreeCache {
     /// Watches `root`, reads its subtree, and keeps following it. Returns
     /// once the first read is done.
     pub async fn start(client: &Client, root: &str) -> Result<TreeCache> {
-        let watcher = client.watch(root, WatchKind::Recursive, true).await?;
+        let watcher = client.watch(root, WatchKind::Recursive, WatchMode::Persistent).await?;
         let nodes: Nodes = Default::default();
         let (tx, events) = mpsc::channel(1024);
         let mut follower = Follower { client: client.clone(), nodes: nodes.clone(), tx };

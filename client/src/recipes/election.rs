@@ -28,8 +28,8 @@ const PREFIX: &str = "n-";
 pub struct LeaderInfo {
     /// The value the leader campaigned with.
     pub value: Vec<u8>,
-    /// The leader's token (creation index of its node).
-    pub token: u64,
+    /// The leader's fencing token (creation index of its node).
+    pub fencing_token: u64,
     /// Its node.
     pub path: String,
 }
@@ -44,7 +44,7 @@ pub struct Leadership {
 
 impl Leadership {
     /// This leadership's fencing token (its node's creation index).
-    pub fn token(&self) -> u64 {
+    pub fn fencing_token(&self) -> u64 {
         self.node.czxid
     }
     /// The election's name.
@@ -201,7 +201,9 @@ async fn leader_of(c: &Client, dir: &str) -> Result<Option<LeaderInfo>> {
     for first in sorted_children(c, dir).await? {
         let path = format!("{dir}/{first}");
         match c.get(&path).await {
-            Ok((value, stat)) => return Ok(Some(LeaderInfo { value: value.to_vec(), token: stat.czxid, path })),
+            Ok((value, stat)) => {
+                return Ok(Some(LeaderInfo { value: value.to_vec(), fencing_token: stat.czxid, path }))
+            }
             // Gone between the listing and the read: the next one leads.
             Err(e) if e.is_no_node() => continue,
             Err(e) => return Err(e),

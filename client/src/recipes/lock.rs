@@ -22,9 +22,22 @@
 //! Cancellation: dropping a waiting `lock` future (or a timeout) deletes its
 //! node. Dropping a guard releases the lock in the background.
 //!
-//! Reentrancy: a second `lock(name)` on the same client while it holds (or
-//! waits for) `name` fails with `Error::Invalid` instead of deadlocking on
-//! itself. Use one client per independent holder.
+//! Many tasks, one client: each `lock(name)` call queues a node of its
+//! own, so tasks sharing one (cloned) `Client` queue for the same lock as
+//! separate holders, granted one at a time in the order their nodes were
+//! created (the same order that separate clients get; etcd's mutexes on one
+//! lease and Curator's per-thread mutexes behave alike). Every holder in
+//! that process shares the session: when it expires, all of them lose the
+//! lock at once.
+//!
+//! Reentrancy: the lock is not reentrant. A second `lock(name)` from the
+//! *task* that holds (or waits for) `name` through the same client would
+//! wait for itself forever, so it fails at once with `Error::Invalid`. The
+//! mark belongs to the task that called `lock` (code outside any spawned
+//! task, such as `#[tokio::main]`'s body, counts as one task); a guard
+//! moved to another task keeps its mark on the first. Two futures polled
+//! by one task (`join!`) are one task too: the second is refused, because
+//! the first's guard could never be dropped while `join!` waits for both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -47,7 +60,8 @@ pub struct LockGuard {
     _held: HeldMark,
 }
 
-/// Marks `name` as held (or awaited) by this client until dropped.
+/// Marks `name` as held (or awaited) by the calling task through this
+/// client until dropped (the reentrancy rule in the module doc).
 #[derive(Debug)]
 pub(crate) struct HeldMark {
     client: Client,
@@ -56,11 +70,13 @@ pub(crate) struct HeldMark {
 
 impl HeldMark {
     pub(crate) fn take(client: &Client, kind: &str, name: &str) -> Result<HeldMark> {
-        let key = format!("{kind}/{name}");
+        let task = tokio::task::try_id().map_or_else(|| "outside-tasks".to_string(), |id| id.to_string());
+        let key = format!("{kind}/{name}@{task}");
         let mut held = client.inner.held.lock().unwrap_or_else(|p| p.into_inner());
         if !held.insert(key.clone()) {
             return Err(Error::Invalid(format!(
-                "{kind} {name:?} is already held or awaited by this client (not reentrant)"
+                "{kind} {name:?} is already held or awaited by this task through this client: it is not \
+                 reentrant, and waiting would wait for itself (other tasks may share the client and queue)"
             )));
         }
         Ok(HeldMark { client: client.clone(), name: key })

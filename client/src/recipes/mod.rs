@@ -19,4 +19,4 @@ pub use lock::LockGuard;
 pub use queue::RECIPE_ROOT;
 pub use rwlock::RwGuard;
 pub use selector::{LeaderSelector, LeaderTerm};
-pub use semaphore::Permit;
+pub use semaphore::{Permit, Semaphore};

@@ -5,7 +5,7 @@
 //! Rules:
 //! - One term: campaign ([`Client::campaign`]), run `work(term)` to its
 //!   end, resign, campaign again. Each term has its own fencing token
-//!   ([`LeaderTerm::token`]), higher than every earlier leader's.
+//!   ([`LeaderTerm::fencing_token`]), higher than every earlier leader's.
 //! - When leadership is in doubt ([`crate::Leadership::lost`]: the session
 //!   is Suspended or Expired) the work future is dropped at its next await
 //!   point (Curator's default: interrupt on SUSPENDED). Work that writes to
@@ -36,7 +36,7 @@ pub struct LeaderTerm {
     /// The election's name.
     pub name: String,
     /// This term's fencing token.
-    pub token: u64,
+    pub fencing_token: u64,
     /// Terms this selector led before this one.
     pub number: u64,
 }
@@ -118,7 +118,7 @@ impl Run {
                 }
             };
             let number = self.terms.fetch_add(1, Ordering::SeqCst);
-            let term = LeaderTerm { name: self.name.clone(), token: lead.token(), number };
+            let term = LeaderTerm { name: self.name.clone(), fencing_token: lead.fencing_token(), number };
             tokio::select! {
                 _ = work(term) => {}
                 _ = lead.lost() => {}

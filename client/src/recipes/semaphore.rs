@@ -1,21 +1,28 @@
-//! A counting semaphore: at most `permits` holders at once, each with its
-//! own fencing token.
+//! A counting semaphore: at most `size` holders at once, each with its
+//! own fencing token (Curator's `InterProcessSemaphoreV2`).
+//!
+//! `client.semaphore(name, size)` names it (no I/O); each
+//! [`Semaphore::acquire`] takes one permit and queues a node of its own, so
+//! tasks sharing one client queue as separate holders (recipes/lock.rs,
+//! "Many tasks, one client").
 //!
 //! Holders queue as ephemeral sequential nodes under
-//! `/_baton/semaphores/<name>`; the first `permits` nodes hold. A waiter at
-//! position `p >= permits` watches the node `permits` places ahead of it: a
+//! `/_baton/semaphores/<name>`; the first `size` nodes hold. A waiter at
+//! position `p >= size` watches the node `size` places ahead of it: a
 //! holder leaving moves every later node up by one, so that node either
 //! leaves (and the waiter re-checks) or the waiter's position drops below
 //! it. Waiters re-check on every wake-up, so a node vanishing anywhere ahead
 //! is handled on the next wake-up of the one watching it.
 //!
-//! The permit count is stored with the semaphore: the first participant
+//! The size is stored with the semaphore: the first participant
 //! creates its folder holding the count (as Curator's `SharedCount` keeps
 //! one), and a participant asking with another count is refused
 //! (`Error::Invalid`, nothing queued), so two holders of a 2-permit
 //! semaphore never admit a third that asked for 3. A folder left without a
 //! count (made before counts were stored) takes the first count asked
 //! for, by a compare-and-set on its version.
+
+use std::time::Duration;
 
 use super::lock::{still_mine, HeldMark};
 use super::queue::{
@@ -59,39 +66,82 @@ impl Permit {
     }
 }
 
+/// A named semaphore of a fixed size, bound to a client (see the module
+/// doc). Cheap to clone; every acquire is a holder of its own.
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    client: Client,
+    name: String,
+    size: usize,
+}
+
 impl Client {
-    /// Waits for one of `permits` permits of semaphore `name`.
-    pub async fn acquire_permit(&self, name: &str, permits: usize) -> Result<Permit> {
-        let (dir, held, node) = self.permit_enqueue(name, permits).await?;
+    /// Semaphore `name` admitting at most `size` holders at once. Nothing
+    /// is sent until an acquire; every participant must use the same size.
+    pub fn semaphore(&self, name: &str, size: usize) -> Semaphore {
+        Semaphore { client: self.clone(), name: name.to_string(), size }
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// How many holders it admits at once.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Waits for one permit.
+    pub async fn acquire(&self) -> Result<Permit> {
+        let c = &self.client;
+        let (dir, held, node) = c.permit_enqueue(&self.name, self.size).await?;
         loop {
-            let kids = sorted_children(self, &dir).await?;
+            let kids = sorted_children(c, &dir).await?;
             let Some(me) = kids.iter().position(|k| *k == node.name) else {
                 return Err(Error::SessionExpired);
             };
-            if me < permits {
+            if me < self.size {
                 return Ok(Permit { node, _held: held });
             }
-            wait_gone(self, &format!("{dir}/{}", kids[me - permits])).await?;
+            wait_gone(c, &format!("{dir}/{}", kids[me - self.size])).await?;
         }
     }
 
-    /// One of `permits` permits of `name` if one is free now; `None`
-    /// otherwise (nothing is left queued).
-    pub async fn try_acquire_permit(&self, name: &str, permits: usize) -> Result<Option<Permit>> {
-        let (dir, held, mut node) = self.permit_enqueue(name, permits).await?;
-        let kids = sorted_children(self, &dir).await?;
+    /// One permit if one is free now; `None` otherwise (nothing is left
+    /// queued).
+    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        let c = &self.client;
+        let (dir, held, mut node) = c.permit_enqueue(&self.name, self.size).await?;
+        let kids = sorted_children(c, &dir).await?;
         let me = kids.iter().position(|k| *k == node.name).ok_or(Error::SessionExpired)?;
-        if me < permits {
+        if me < self.size {
             return Ok(Some(Permit { node, _held: held }));
         }
         node.disarm();
-        delete_own(self, &node.path).await?;
+        delete_own(c, &node.path).await?;
         Ok(None)
     }
 
+    /// Waits at most `timeout` for one permit; `None` when it timed out
+    /// (the waiter's node is deleted). A zero timeout is
+    /// [`Semaphore::try_acquire`].
+    pub async fn acquire_with_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
+        if timeout.is_zero() {
+            return self.try_acquire().await;
+        }
+        match tokio::time::timeout(timeout, self.acquire()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+impl Client {
     async fn permit_enqueue(&self, name: &str, permits: usize) -> Result<(String, HeldMark, QueueNode)> {
         if permits == 0 {
-            return Err(Error::Invalid("a semaphore needs at least one permit".into()));
+            return Err(Error::Invalid(format!("semaphore {name:?}: its size must be at least 1")));
         }
         let dir = recipe_dir("semaphores", name)?;
         let held = HeldMark::take(self, "semaphore", name)?;
