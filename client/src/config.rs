@@ -91,6 +91,8 @@ pub struct ClientConfig {
     /// [`crate::WatchEnd::Overflow`] (the client never blocks on a slow
     /// reader and never buffers without bound).
     pub(crate) watch_buffer: usize,
+    /// Open a new session after one expires (renew.rs).
+    pub(crate) renew_session: bool,
 }
 
 /// TLS settings for the client port: the CA that signed the members'
@@ -131,6 +133,7 @@ impl ClientConfig {
             namespace: String::new(),
             retry: RetryPolicy::default(),
             watch_buffer: 1024,
+            renew_session: false,
         }
     }
     /// Authenticate as a password user on every connection.
@@ -166,6 +169,13 @@ impl ClientConfig {
     /// Delays between retries and reconnects.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
+        self
+    }
+    /// After the session expires, open a new one instead of failing every
+    /// call from then on (default: off). What the old session held stays
+    /// lost; the rules are in `renew.rs` and docs/recipes.md.
+    pub fn renew_session(mut self, on: bool) -> Self {
+        self.renew_session = on;
         self
     }
     /// The endpoints this configuration connects to.

@@ -112,6 +112,7 @@
 //! - [`txn`]: [`Op`] and the [`Txn`] builder.
 //! - [`namespace`]: the chroot rule.
 //! - `session.rs`: the actor task that owns the connection.
+//! - `renew.rs`: a new session after expiry, when asked for (the rules).
 //! - [`liveness`]: when the client may say `Connected` (the rule).
 //! - [`recipes`]: locks, elections, read-write locks, semaphores, a tree
 //!   cache, a leader selector.
@@ -129,6 +130,7 @@ pub mod liveness;
 pub mod namespace;
 pub mod reader;
 pub mod recipes;
+mod renew;
 mod session;
 pub mod txn;
 pub mod types;
@@ -147,7 +149,7 @@ pub use types::{
 };
 pub use watcher::{WatchEnd, Watcher};
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,9 +158,10 @@ use baton_proto::{
     WatchSpec,
 };
 use bytes::Bytes;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 
 use recipes::queue::Place;
+use renew::Session;
 use session::Cmd;
 use txn::create_op;
 use types::stat;
@@ -168,25 +171,35 @@ use types::stat;
 pub const MAX_WRITES_IN_FLIGHT: usize = 1024;
 pub use liveness::KEEPALIVE_FRACTION;
 
-/// A Baton client with one session. Cheap to clone; the session closes when
-/// the last clone is dropped (or on [`Client::close`]).
+/// A Baton client with one session at a time (a new one after expiry only
+/// with [`ClientConfig::renew_session`]: renew.rs). Cheap to clone and
+/// meant to be shared by tasks; the session closes when the last clone is
+/// dropped (or on [`Client::close`]).
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
+    /// Set on the clients recipes keep: every call goes to the session
+    /// that took the lock (or leadership, or permit), never a later one.
+    pinned: Option<Arc<Session>>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("session_id", &format_args!("{:#x}", self.inner.session_id))
-            .field("state", &*self.inner.state.borrow())
-            .field("timeout", &self.inner.timeout)
+            .field("session_id", &format_args!("{:#x}", self.session_id()))
+            .field("state", &*self.state().borrow())
+            .field("timeout", &self.session_timeout())
             .finish()
     }
 }
 
 pub(crate) struct Inner {
-    cmds: mpsc::Sender<Cmd>,
+    /// The session calls go to (replaced after an expiry when renewing).
+    current: std::sync::RwLock<Arc<Session>>,
+    /// Set by [`Client::close`]: never open a new session after it.
+    closed: AtomicBool,
+    /// Opens a new session after expiry ([`ClientConfig::renew_session`]).
+    renew: bool,
     /// Recipe names held or awaited, each with the task that holds or
     /// waits (recipes are not reentrant: a second acquire by the same task
     /// is refused; other tasks queue: recipes/lock.rs).
@@ -195,20 +208,19 @@ pub(crate) struct Inner {
     /// held by the session actor until it is done with the write, even if
     /// the caller stopped waiting.
     write_slots: Arc<tokio::sync::Semaphore>,
+    /// The client's state: the session's, or (renewing) a copy of the
+    /// current session's kept by renew.rs.
     state: watch::Receiver<SessionState>,
+    /// Every session's edges, and `NewSession`.
     edges: broadcast::Sender<ConnectionEvent>,
     next_watch: AtomicU64,
     watch_buffer: usize,
-    session_id: u64,
-    timeout: Duration,
     op_timeout: Duration,
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Never blocks: if the queue is full the actor still closes the
-        // session when it sees the queue's last sender gone.
-        let _ = self.cmds.try_send(Cmd::Close(None));
+impl Inner {
+    pub(crate) fn current(&self) -> Arc<Session> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -248,38 +260,85 @@ impl Client {
         for e in &cfg.endpoints {
             check_endpoint(e)?;
         }
-        let op_timeout = cfg.op_timeout;
-        let watch_buffer = cfg.watch_buffer;
-        let s = session::start(cfg).await?;
-        Ok(Client {
-            inner: Arc::new(Inner {
-                cmds: s.cmds,
-                held: Default::default(),
-                write_slots: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
-                state: s.state,
-                edges: s.edges,
-                next_watch: AtomicU64::new(1),
-                watch_buffer,
-                session_id: s.session_id,
-                timeout: s.timeout,
-                op_timeout,
-            }),
-        })
+        let (op_timeout, watch_buffer, renew) = (cfg.op_timeout, cfg.watch_buffer, cfg.renew_session);
+        let (edges, _) = broadcast::channel(64);
+        let first = Session::from(session::start(cfg.clone(), edges.clone()).await?);
+        let (state, keeper) = match renew {
+            false => (first.state.clone(), None),
+            true => {
+                let (tx, rx) = watch::channel(*first.state.borrow());
+                (rx, Some(tx))
+            }
+        };
+        let inner = Arc::new(Inner {
+            current: std::sync::RwLock::new(Arc::new(first)),
+            closed: AtomicBool::new(false),
+            renew,
+            held: Default::default(),
+            write_slots: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
+            state,
+            edges: edges.clone(),
+            next_watch: AtomicU64::new(1),
+            watch_buffer,
+            op_timeout,
+        });
+        if let Some(tx) = keeper {
+            tokio::spawn(renew::keep(Arc::downgrade(&inner), cfg, tx, edges));
+        }
+        Ok(Client { inner, pinned: None })
     }
 
-    /// The session's id (the `ephemeral_owner` of its ephemeral nodes).
+    /// The session calls go to: the pinned one, or the current one.
+    fn session(&self) -> Arc<Session> {
+        match &self.pinned {
+            Some(s) => s.clone(),
+            None => self.inner.current(),
+        }
+    }
+
+    /// Waits until a renewing client has replaced session `after` with a
+    /// new one (true), or never will: the client does not renew, or was
+    /// closed or dropped (false).
+    pub(crate) async fn next_session(&self, after: u64) -> bool {
+        let mut st = self.inner.state.clone();
+        loop {
+            if self.inner.closed.load(Ordering::SeqCst) || !self.inner.renew {
+                return false;
+            }
+            if self.inner.current().id != after {
+                return true;
+            }
+            if st.changed().await.is_err() {
+                return self.inner.current().id != after;
+            }
+        }
+    }
+
+    /// This client bound to its current session for good (renew.rs: what
+    /// a session took stays bound to it).
+    pub(crate) fn pinned(&self) -> Client {
+        Client { inner: self.inner.clone(), pinned: Some(self.session()) }
+    }
+
+    /// The session's id (the `ephemeral_owner` of its ephemeral nodes). It
+    /// changes when a renewing client opens a new session.
     pub fn session_id(&self) -> u64 {
-        self.inner.session_id
+        self.session().id
     }
 
     /// The session timeout the server granted.
     pub fn session_timeout(&self) -> Duration {
-        self.inner.timeout
+        self.session().timeout
     }
 
-    /// The session's state, as a watch channel.
+    /// The session's state, as a watch channel. With
+    /// [`ClientConfig::renew_session`], `Expired` is followed by the new
+    /// session's states.
     pub fn state(&self) -> watch::Receiver<SessionState> {
-        self.inner.state.clone()
+        match &self.pinned {
+            Some(s) => s.state.clone(),
+            None => self.inner.state.clone(),
+        }
     }
 
     /// Every edge of the session's state from now on: `Suspended`,
@@ -297,7 +356,7 @@ impl Client {
     /// The last log index this client has seen in any reply or event.
     pub async fn last_zxid(&self) -> u64 {
         let (tx, rx) = oneshot::channel();
-        if self.inner.cmds.send(Cmd::LastZxid(tx)).await.is_err() {
+        if self.session().cmds.send(Cmd::LastZxid(tx)).await.is_err() {
             return 0;
         }
         rx.await.unwrap_or(0)
@@ -311,10 +370,11 @@ impl Client {
     pub async fn may_be_lost_at(&self) -> std::time::Instant {
         let (tx, rx) = oneshot::channel();
         let now = std::time::Instant::now();
-        if self.inner.cmds.send(Cmd::Proven(tx)).await.is_err() {
+        let session = self.session();
+        if session.cmds.send(Cmd::Proven(tx)).await.is_err() {
             return now;
         }
-        rx.await.map(|p| p + self.inner.timeout).unwrap_or(now)
+        rx.await.map(|p| p + session.timeout).unwrap_or(now)
     }
 
     async fn call(&self, body: request::Body) -> Result<Response> {
@@ -355,7 +415,7 @@ impl Client {
         };
         let (tx, rx) = oneshot::channel();
         let req = Request { body: Some(body), first_watch_id, ..Default::default() };
-        self.inner
+        self.session()
             .cmds
             .send(Cmd::Call { req, is_write, reply: tx, timeout: self.inner.op_timeout, slot })
             .await
@@ -577,16 +637,17 @@ impl Client {
     ) -> Result<(WatchSpec, Watcher)> {
         baton_proto::validate_path(path).map_err(Error::Invalid)?;
         let id = self.inner.next_watch.fetch_add(1, Ordering::Relaxed);
-        let (w, events) = Watcher::pair(id, self.inner.watch_buffer, self.inner.cmds.clone());
+        let session = self.session();
+        let (w, events) = Watcher::pair(id, self.inner.watch_buffer, session.cmds.clone());
         let kind = kind.to_wire() as i32;
         let spec = WatchSpec { watch_id: id, path: path.to_string(), kind, persistent, existed: false };
         let cmd = Cmd::NewWatch { spec: spec.clone(), events, for_create };
-        self.inner.cmds.send(cmd).await.map_err(|_| Error::Closed)?;
+        session.cmds.send(cmd).await.map_err(|_| Error::Closed)?;
         Ok((spec, w))
     }
 
     async fn watch_seen(&self, id: u64, existed: bool) {
-        let _ = self.inner.cmds.send(Cmd::WatchSeen { id, existed }).await;
+        let _ = self.session().cmds.send(Cmd::WatchSeen { id, existed }).await;
     }
 
     /// Reads a node and sets a one-shot data watch (fires on change or delete).
@@ -650,10 +711,12 @@ impl Client {
         }
     }
 
-    /// Closes the session (its ephemeral nodes are deleted) and the client.
+    /// Closes the session (its ephemeral nodes are deleted) and the client
+    /// (a renewing client opens no new session after it).
     pub async fn close(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
-        self.inner.cmds.send(Cmd::Close(Some(tx))).await.map_err(|_| Error::Closed)?;
+        self.session().cmds.send(Cmd::Close(Some(tx))).await.map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }
 }

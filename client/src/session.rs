@@ -339,14 +339,13 @@ pub(crate) async fn one_shot(
 pub(crate) struct Started {
     pub(crate) cmds: mpsc::Sender<Cmd>,
     pub(crate) state: watch::Receiver<SessionState>,
-    pub(crate) edges: broadcast::Sender<ConnectionEvent>,
     pub(crate) session_id: u64,
     pub(crate) timeout: Duration,
 }
 
 /// Creates the session and starts the actor. When no member will have it
 /// before `op_timeout`, the error lists every endpoint tried and why.
-pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
+pub(crate) async fn start(cfg: ClientConfig, edges: broadcast::Sender<ConnectionEvent>) -> Result<Started> {
     let ns = Namespace::new(&cfg.namespace).map_err(Error::Invalid)?;
     let deadline = Instant::now() + cfg.op_timeout;
     let mut tried: BTreeMap<String, String> = BTreeMap::new();
@@ -365,7 +364,6 @@ pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
             Ok((conn, sid, secret, timeout, zxid)) => {
                 let (state_tx, state_rx) = watch::channel(SessionState::Connected);
                 let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
-                let (edges, _) = broadcast::channel(64);
                 let now = Instant::now();
                 let actor = Actor {
                     ep: ep - 1,
@@ -394,7 +392,7 @@ pub(crate) async fn start(cfg: ClientConfig) -> Result<Started> {
                     cfg,
                 };
                 tokio::spawn(actor.run(cmd_rx));
-                return Ok(Started { cmds: cmd_tx, state: state_rx, edges, session_id: sid, timeout });
+                return Ok(Started { cmds: cmd_tx, state: state_rx, session_id: sid, timeout });
             }
             Err(Failed::NoAuth(e)) => return Err(Error::NoAuth(format!("{endpoint}: {e}"))),
             Err(Failed::Retry(e)) => {

@@ -210,6 +210,15 @@ pub enum ConnectionEvent {
     Reconnected,
     /// The session is gone: locks are lost, ephemeral nodes deleted.
     Lost,
+    /// A renewing client ([`crate::ClientConfig::renew_session`]) opened a
+    /// new session after `expired` expired: nothing of the old one (locks,
+    /// leaderships, permits, ephemeral nodes, watches) carries over.
+    NewSession {
+        /// The id of the session that expired.
+        expired: u64,
+        /// The new session's id.
+        session: u64,
+    },
 }
 
 /// Options for [`crate::Client::create`], built from

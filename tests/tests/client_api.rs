@@ -10,7 +10,8 @@ use baton_client::{
     CacheEvent, Client, ConnectionEvent, CreateOptions, ErrorKind, EventType, LeaderSelector, TreeCache, WatchEnd,
     WatchKind, WatchMode,
 };
-use baton_tests::{eventually, Cluster};
+use baton_client::{ClientConfig, Error, Op, SessionState};
+use baton_tests::{eventually, Cluster, LinkId};
 use futures::StreamExt;
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
@@ -284,4 +285,100 @@ async fn c50_non_blocking_acquires_leave_nothing_queued() {
     assert!(b.semaphore("pair", 2).try_acquire().await.expect("try_acquire").is_some(), "two permits admit two");
     q.release().await.expect("release");
     p.release().await.expect("release");
+}
+
+/// Issue 28, U2: a client built with `renew_session(true)` comes back after
+/// a real expiry (its links to every member stalled until the cluster
+/// expired it) with a new session and says so (`Lost`, then `NewSession`
+/// naming both ids). What the old session held stays bound to it: the old
+/// guard reports the loss and its fenced write fails instead of running
+/// under the new session; a LeaderSelector campaigns again with a higher
+/// token; the same task can lock again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c60_a_renewing_client_opens_a_new_session_after_expiry() {
+    let c = Cluster::start_proxied(3, 1, &[]).await;
+    c.wait_leader(SECS(20)).await;
+    let eps: Vec<String> = (c.proxies().links.iter())
+        .filter(|(id, _)| matches!(id, LinkId::Client { slot: 0, .. }))
+        .map(|(_, l)| l.listen.to_string())
+        .collect();
+    assert_eq!(eps.len(), 3, "slot 0 reaches every member");
+    let cfg = ClientConfig::new(eps).session_timeout(SECS(2)).renew_session(true);
+    let client = Client::connect_with(cfg).await.expect("connect");
+    let other = c.client().await;
+    let old = client.session_id();
+    let mut events = client.connection_events();
+    client.create("/eph", "", CreateOptions::ephemeral()).await.expect("ephemeral");
+    let guard = client.lock("renew").await.expect("lock");
+    let terms: Arc<Mutex<Vec<(u64, u64)>>> = Default::default();
+    let selector = {
+        let (terms, cl) = (terms.clone(), client.clone());
+        LeaderSelector::start(&client, "renew-sel", "a", move |term| {
+            let (terms, cl) = (terms.clone(), cl.clone());
+            async move {
+                terms.lock().expect("terms").push((cl.session_id(), term.fencing_token));
+                std::future::pending::<()>().await
+            }
+        })
+    };
+    eventually(SECS(10), "the selector leads", || async { (!terms.lock().expect("terms").is_empty()).then_some(()) })
+        .await;
+
+    // Cut off from every member until the cluster expires the session.
+    c.proxies().stall_slot(0, true);
+    eventually(SECS(15), "the cluster expires the session", || async {
+        other.exists("/eph").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    c.proxies().stall_slot(0, false);
+
+    // Lost, then NewSession naming both sessions.
+    let mut seen = Vec::new();
+    let new = loop {
+        match tokio::time::timeout(SECS(20), events.next()).await.expect("Lost, then NewSession, within 20 s") {
+            Some(ConnectionEvent::NewSession { expired, session }) => {
+                assert_eq!(expired, old);
+                break session;
+            }
+            Some(e) => seen.push(e),
+            None => panic!("the events ended: {seen:?}"),
+        }
+    };
+    assert!(seen.contains(&ConnectionEvent::Lost), "Lost before NewSession: {seen:?}");
+    assert_ne!(new, old);
+    assert_eq!(client.session_id(), new);
+    eventually(SECS(5), "the client is Connected", || async {
+        (*client.state().borrow() == SessionState::Connected).then_some(())
+    })
+    .await;
+
+    // The old guard answers from its own session, which is gone.
+    let lost = tokio::time::timeout(SECS(5), guard.lost()).await.expect("lost resolves");
+    assert_eq!(lost, SessionState::Expired);
+    assert!(!guard.verify().await.expect("verify"), "an expired guard is not held");
+    let write = Op::Set { path: "/eph".into(), data: "late".into(), version: None };
+    let fenced = guard.fenced("renew-resource", &[write]).await;
+    assert!(
+        matches!(fenced, Err(Error::SessionExpired)),
+        "an old guard's write never rides the new session: {fenced:?}"
+    );
+
+    // The client works under its new session, and the same task can take
+    // the lock again (the old guard's node is gone, nothing to wait for).
+    let (_, stat) = client.create("/eph", "", CreateOptions::ephemeral()).await.expect("create again");
+    assert_eq!(stat.ephemeral_owner, new);
+    let again = tokio::time::timeout(SECS(10), client.lock("renew")).await.expect("locks again").expect("lock");
+    assert!(again.fencing_token() > guard.fencing_token());
+
+    // The selector campaigned again under the new session, higher token.
+    eventually(SECS(15), "a second term", || async { (terms.lock().expect("terms").len() >= 2).then_some(()) }).await;
+    let t = terms.lock().expect("terms").clone();
+    assert_eq!((t[0].0, t[1].0), (old, new), "{t:?}");
+    assert!(t[1].1 > t[0].1, "{t:?}");
+    let leader = other.leader("renew-sel").await.expect("leader").expect("a leader");
+    let owner = other.exists(&leader.path).await.expect("exists").expect("node").ephemeral_owner;
+    assert_eq!(owner, new);
+    selector.close().await;
+    again.release().await.expect("release");
+    client.close().await.expect("close");
 }

@@ -106,7 +106,7 @@ impl Client {
         let dir = recipe_dir("election", name)?;
         let held = HeldMark::take(self, "election", name)?;
         let (node, place) = enqueue_first(self, &dir, PREFIX, value.into()).await?;
-        wait_pushed(self, &dir, &node, place).await?;
+        wait_pushed(&node.client.clone(), &dir, &node, place).await?;
         Ok(Leadership { node, name: name.to_string(), _held: held })
     }
 
@@ -126,14 +126,15 @@ impl Client {
         let held = HeldMark::take(self, "election", name)?;
         let (mut node, place) = enqueue_first(self, &dir, PREFIX, value).await?;
         tokio::pin!(stop);
+        let c = node.client.clone();
         tokio::select! {
-            r = wait_pushed(self, &dir, &node, place) => {
+            r = wait_pushed(&c, &dir, &node, place) => {
                 r?;
                 Ok(Some(Leadership { node, name: name.to_string(), _held: held }))
             }
             _ = &mut stop => {
                 node.disarm();
-                delete_in_background(self, &node.path).await;
+                delete_in_background(&node.client, &node.path).await;
                 Ok(None)
             }
         }

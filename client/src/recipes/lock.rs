@@ -71,7 +71,9 @@ pub(crate) struct HeldMark {
 impl HeldMark {
     pub(crate) fn take(client: &Client, kind: &str, name: &str) -> Result<HeldMark> {
         let task = tokio::task::try_id().map_or_else(|| "outside-tasks".to_string(), |id| id.to_string());
-        let key = format!("{kind}/{name}@{task}");
+        // Per session too: a guard of an expired session (renew.rs) waits
+        // for nothing, so it blocks no new acquire.
+        let key = format!("{kind}/{name}@{task}#{}", client.session_id());
         let mut held = client.inner.held.lock().unwrap_or_else(|p| p.into_inner());
         if !held.insert(key.clone()) {
             return Err(Error::Invalid(format!(
@@ -172,7 +174,7 @@ impl Client {
         let dir = recipe_dir("locks", name)?;
         let held = HeldMark::take(self, "lock", name)?;
         let (node, place) = enqueue_first(self, &dir, PREFIX, Vec::new()).await?;
-        let wakeups = wait_pushed(self, &dir, &node, place).await?;
+        let wakeups = wait_pushed(&node.client.clone(), &dir, &node, place).await?;
         Ok(LockGuard { node, name: name.to_string(), wakeups, _held: held })
     }
 
@@ -184,13 +186,13 @@ impl Client {
         let first = match place {
             Place::First => true,
             Place::Behind(_) => false,
-            Place::Unknown => sorted_children(self, &dir).await?.first() == Some(&node.name),
+            Place::Unknown => sorted_children(&node.client, &dir).await?.first() == Some(&node.name),
         };
         if first {
             return Ok(Some(LockGuard { node, name: name.to_string(), wakeups: 0, _held: held }));
         }
         node.disarm();
-        delete_own(self, &node.path).await?;
+        delete_own(&node.client, &node.path).await?;
         Ok(None)
     }
 

@@ -123,6 +123,9 @@ async fn enqueue_as(
     data: Vec<u8>,
     placed: bool,
 ) -> Result<(QueueNode, Place)> {
+    // The node, and every call made for it, belong to the session that
+    // creates it (renew.rs).
+    let client = &client.pinned();
     let (tx, rx) = oneshot::channel::<Result<(String, u64, Place)>>();
     let attempt: u64 = rand::random();
     let (c, d, p) = (client.clone(), dir.to_string(), format!("{prefix}{attempt:016x}-"));

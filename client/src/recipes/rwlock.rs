@@ -85,19 +85,19 @@ impl Client {
 
     async fn rw_lock(&self, name: &str, write: bool) -> Result<RwGuard> {
         let (dir, held, node) = self.rw_enqueue(name, write).await?;
-        wait_first(self, &dir, &node, Some(blocker(write))).await?;
+        wait_first(&node.client.clone(), &dir, &node, Some(blocker(write))).await?;
         Ok(RwGuard { node, write, _held: held })
     }
 
     async fn try_rw_lock(&self, name: &str, write: bool) -> Result<Option<RwGuard>> {
         let (dir, held, mut node) = self.rw_enqueue(name, write).await?;
-        let kids = sorted_children(self, &dir).await?;
+        let kids = sorted_children(&node.client, &dir).await?;
         let me = kids.iter().position(|k| *k == node.name).ok_or(Error::SessionExpired)?;
         if blocker(write)(&kids, me).is_none() {
             return Ok(Some(RwGuard { node, write, _held: held }));
         }
         node.disarm();
-        delete_own(self, &node.path).await?;
+        delete_own(&node.client, &node.path).await?;
         Ok(None)
     }
 

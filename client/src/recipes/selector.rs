@@ -10,8 +10,12 @@
 //!   is Suspended or Expired) the work future is dropped at its next await
 //!   point (Curator's default: interrupt on SUSPENDED). Work that writes to
 //!   a shared resource fences those writes with the term's token.
-//! - A session that expired ends the selector (a new session means a new
-//!   client); [`LeaderSelector::close`] ends it too, cancelling the work
+//! - A session that expired ends the selector, unless the client renews
+//!   sessions ([`crate::ClientConfig::renew_session`]): then the selector
+//!   waits for the new session and campaigns again under it (the term that
+//!   was running ended when the old session was lost, as on any loss, and
+//!   the next term's token is higher than every earlier one).
+//!   [`LeaderSelector::close`] ends it too, cancelling the work
 //!   and resigning if it leads, or withdrawing its candidacy if it waits.
 //!   When `close` returns, the selector's node is gone (unless the cluster
 //!   did not answer for a whole session timeout, after which the session
@@ -107,11 +111,19 @@ impl Run {
             let stop = async {
                 let _ = stopped.changed().await;
             };
+            let session = self.client.session_id();
             let lead = match self.client.campaign_until(&self.name, self.value.clone(), stop).await {
                 Ok(Some(l)) => l,
                 // Stopped while queued: the candidacy is already withdrawn.
                 Ok(None) => return,
-                Err(e) if e.is_session_expired() || e.kind() == crate::ErrorKind::Closed => return,
+                Err(e) if e.kind() == crate::ErrorKind::Closed => return,
+                Err(e) if e.is_session_expired() => {
+                    tokio::select! {
+                        renewed = self.client.next_session(session) => if !renewed { return },
+                        _ = stopped.changed() => return,
+                    }
+                    continue;
+                }
                 Err(_) => {
                     tokio::time::sleep(CAMPAIGN_RETRY).await;
                     continue;

@@ -95,8 +95,8 @@ impl Semaphore {
 
     /// Waits for one permit.
     pub async fn acquire(&self) -> Result<Permit> {
-        let c = &self.client;
-        let (dir, held, node) = c.permit_enqueue(&self.name, self.size).await?;
+        let (dir, held, node) = self.client.permit_enqueue(&self.name, self.size).await?;
+        let c = &node.client.clone();
         loop {
             let kids = sorted_children(c, &dir).await?;
             let Some(me) = kids.iter().position(|k| *k == node.name) else {
@@ -112,8 +112,8 @@ impl Semaphore {
     /// One permit if one is free now; `None` otherwise (nothing is left
     /// queued).
     pub async fn try_acquire(&self) -> Result<Option<Permit>> {
-        let c = &self.client;
-        let (dir, held, mut node) = c.permit_enqueue(&self.name, self.size).await?;
+        let (dir, held, mut node) = self.client.permit_enqueue(&self.name, self.size).await?;
+        let c = &node.client.clone();
         let kids = sorted_children(c, &dir).await?;
         let me = kids.iter().position(|k| *k == node.name).ok_or(Error::SessionExpired)?;
         if me < self.size {
