@@ -653,6 +653,10 @@ pub struct Summary {
     /// reported beside them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<String>,
+    /// When it was summed up, at the end of its runs (`YYYY-MM-DD HH:MM
+    /// UTC`; absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
@@ -698,6 +702,7 @@ pub fn summarize(target: Kind, workload: BenchWorkload, clients: usize, runs: Ve
         late: runs.iter().filter_map(|r| r.late).max(),
         per_run: runs,
         failed: Vec::new(),
+        date: Some(baton_jepsen::plot::utc_stamp(std::time::SystemTime::now())),
     }
 }
 

@@ -33,7 +33,7 @@ use plotters::prelude::*;
 
 use super::bench::{describe, summarize, AnyTarget, BenchWorkload, RunFigures, RunOpts, Summary};
 use super::targets::Kind;
-use baton_jepsen::plot::{font, perr, render_png, Area};
+use baton_jepsen::plot::{font, num, perr, render_png, stamp, Area};
 
 pub struct CompareOpts {
     pub targets: Vec<Kind>,
@@ -694,15 +694,24 @@ pub fn chart(all: &[Summary], path: &Path) -> anyhow::Result<()> {
     targets.dedup();
     const COLS: usize = 3;
     let rows = panels.len().div_ceil(COLS).max(1);
-    render_png(path, (1200, 340 * rows as u32), |root| {
-        for ((w, open), area) in panels.iter().zip(root.split_evenly((rows, COLS)).iter()) {
+    // The run's span: from its first row's date to its last's.
+    let mut dates: Vec<&str> = all.iter().filter_map(|s| s.date.as_deref()).collect();
+    dates.sort_unstable();
+    let span = match (dates.first(), dates.last()) {
+        (Some(a), Some(b)) if a == b => Some(a.to_string()),
+        (Some(a), Some(b)) => Some(format!("{a} to {}", b.trim_start_matches(&a[..11]))),
+        _ => None,
+    };
+    render_png(path, (1200, 340 * rows as u32 + 16), |root| {
+        let (plots, _) = root.split_vertically(340 * rows as u32);
+        for ((w, open), area) in panels.iter().zip(plots.split_evenly((rows, COLS)).iter()) {
             if *open {
                 open_panel(area, *w, &targets, all)?;
             } else {
                 panel(area, *w, &targets, all)?;
             }
         }
-        Ok(())
+        stamp(root, span.as_deref())
     })
 }
 
@@ -716,17 +725,18 @@ fn open_panel(area: &Area<'_>, w: BenchWorkload, targets: &[Kind], all: &[Summar
     let y_min = all_lat.iter().copied().fold(1.0, f64::min).clamp(0.01, 1.0) * 0.7;
     let y_max = all_lat.iter().copied().fold(1.0, f64::max) * 1.5;
     let mut chart = ChartBuilder::on(area)
-        .caption(format!("{} open loop: p99 (p50 thin), ms, by ops/s", w.name()), font(16))
+        .caption(format!("{} open loop: p99, p50 thin (ms)", w.name()), font(15))
         .margin(10)
-        .x_label_area_size(24)
+        .x_label_area_size(40)
         .y_label_area_size(64)
         .build_cartesian_2d(0f64..x_max, (y_min..y_max).log_scale())
         .map_err(perr)?;
     chart
         .configure_mesh()
         .x_labels(5)
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| if *v >= 1.0 { format!("{v:.0}") } else { format!("{v}") })
+        .x_desc("ops/s achieved")
+        .x_label_formatter(&|v| num(*v))
+        .y_label_formatter(&|v| num(*v))
         .label_style(font(12))
         .draw()
         .map_err(perr)?;
@@ -811,6 +821,7 @@ fn panel(area: &Area<'_>, w: BenchWorkload, targets: &[Kind], all: &[Summary]) -
             let centre = (v.fract() - 0.5).abs() < 0.01;
             centre.then(|| targets.get(*v as usize).map(|t| t.name().to_string())).flatten().unwrap_or_default()
         })
+        .y_label_formatter(&|v| num(*v))
         .label_style(font(12))
         .draw()
         .map_err(perr)?;

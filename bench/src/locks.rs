@@ -129,7 +129,7 @@ const REDIS_RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then redis
 const REDIS_RENEW: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LockKind {
     PgForUpdate,
@@ -237,7 +237,7 @@ impl LockKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fault {
     None,
@@ -267,7 +267,7 @@ pub struct LocksOpts {
 }
 
 /// One kind's run.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct KindResult {
     pub kind: LockKind,
     pub workers: usize,
@@ -699,6 +699,7 @@ fn write_report(o: &LocksOpts, results: &[KindResult], validity: Validity) -> an
         "secs": o.time_limit.as_secs_f64(),
         "lease_ms": LEASE.as_millis() as u64,
         "start_stock": START,
+        "date": baton_jepsen::plot::utc_stamp(std::time::SystemTime::now()),
         "results": results,
     });
     std::fs::write(o.out.join("locks.json"), serde_json::to_vec_pretty(&j)?)?;
@@ -729,14 +730,30 @@ fn write_report(o: &LocksOpts, results: &[KindResult], validity: Validity) -> an
         validity.as_str()
     ));
     std::fs::write(o.out.join("locks.md"), md)?;
-    draw(&o.out.join("locks.png"), results)
+    draw(&o.out.join("locks.png"), results, j["date"].as_str())
+}
+
+/// Draws the PNG of a `locks.json` again (beside it, same name, `.png`),
+/// running nothing: after a change to the picture, or for an older run.
+pub fn replot(json: &Path) -> anyhow::Result<PathBuf> {
+    #[derive(serde::Deserialize)]
+    struct Report {
+        results: Vec<KindResult>,
+        #[serde(default)]
+        date: Option<String>,
+    }
+    let text = std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let r: Report = serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
+    let png = json.with_extension("png");
+    draw(&png, &r.results, r.date.as_deref())?;
+    Ok(png)
 }
 
 /// locks.png: one panel per fault and worker count, a bar per lock kind:
 /// the decrements it lost as a share of those it acknowledged, labelled
 /// with the count.
-fn draw(path: &Path, results: &[KindResult]) -> anyhow::Result<()> {
-    use baton_jepsen::plot::{font, perr, render_png};
+fn draw(path: &Path, results: &[KindResult], date: Option<&str>) -> anyhow::Result<()> {
+    use baton_jepsen::plot::{font, num, perr, render_png, stamp};
     use plotters::prelude::*;
     let mut panels: Vec<(Fault, usize)> = Vec::new();
     for r in results {
@@ -767,6 +784,7 @@ fn draw(path: &Path, results: &[KindResult]) -> anyhow::Result<()> {
                 .disable_x_mesh()
                 .x_labels(0)
                 .y_desc("lost %")
+                .y_label_formatter(&|v| num(*v))
                 .label_style(font(12))
                 .draw()
                 .map_err(perr)?;
@@ -785,7 +803,7 @@ fn draw(path: &Path, results: &[KindResult]) -> anyhow::Result<()> {
                     .map_err(perr)?;
             }
         }
-        Ok(())
+        stamp(root, date)
     })
 }
 
@@ -1430,7 +1448,7 @@ mod tests {
                 [result(k, Fault::None, 50, 0), result(k, Fault::Pause, 50, if k.fenced() { 0 } else { 10 })]
             })
             .collect();
-        draw(&path, &rows).expect("draw");
+        draw(&path, &rows, Some("2026-12-07 05:00 UTC")).expect("draw");
         assert!(std::fs::metadata(&path).expect("png").len() > 1000);
     }
 

@@ -124,6 +124,9 @@ struct LocksArgs {
     /// Run folder (default bench/store/<timestamp>-locks-<seed>/).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Run nothing: draw the PNG of this locks JSON again, beside it.
+    #[arg(long, value_name = "JSON")]
+    replot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -403,6 +406,18 @@ async fn lock_safety(a: LockSafetyArgs) -> i32 {
 /// `locks`: the seeds' comparison ([`locks`](baton_bench::locks)). Exit
 /// code: `cli::verdict`.
 async fn locks(a: LocksArgs) -> i32 {
+    if let Some(json) = &a.replot {
+        return match locks::replot(json) {
+            Ok(png) => {
+                println!("{}", png.display());
+                0
+            }
+            Err(e) => {
+                eprintln!("{PROG}: {e:#}");
+                1
+            }
+        };
+    }
     let seed = a.seed.unwrap_or_else(rand::random);
     let out = a.out.unwrap_or_else(|| locks::default_out(seed));
     let o = LocksOpts {

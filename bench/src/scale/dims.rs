@@ -40,7 +40,7 @@ const WATCH_SESSIONS: usize = 100;
 const MB: f64 = 1024.0 * 1024.0;
 
 fn row(target: Kind, dim: Dim, size: u64) -> Row {
-    Row { target, dim, size, figures: BTreeMap::new(), notes: Vec::new() }
+    Row { target, dim, size, figures: BTreeMap::new(), notes: Vec::new(), date: None }
 }
 
 fn hist() -> Histogram<u64> {

@@ -99,6 +99,9 @@ pub struct Row {
     /// What went wrong or was not measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// When it ran (`YYYY-MM-DD HH:MM UTC`; absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
 }
 
 impl Row {
@@ -300,12 +303,16 @@ async fn one_dim(t: &cluster::Scaled, dim: Dim, o: &ScaleOpts) -> Vec<Row> {
     if let Err(e) = r {
         eprintln!("[{}] {} failed: {e:#}", kind.name(), dim.name());
         let note = format!("failed after {} size(s): {e:#}", rows.len());
-        rows.push(Row { target: kind, dim, size: 0, figures: BTreeMap::new(), notes: vec![note] });
+        rows.push(Row { target: kind, dim, size: 0, figures: BTreeMap::new(), notes: vec![note], date: None });
     }
     rows
 }
 
 pub fn write_outputs(all: &[Row], out: &Path) -> anyhow::Result<()> {
+    let now = baton_jepsen::plot::utc_stamp(std::time::SystemTime::now());
+    let all: Vec<Row> =
+        all.iter().map(|r| Row { date: r.date.clone().or_else(|| Some(now.clone())), ..r.clone() }).collect();
+    let all = &all[..];
     std::fs::write(out.join("scale.json"), serde_json::to_string_pretty(all)?)?;
     std::fs::write(out.join("scale.md"), markdown(all))?;
     plot::charts(all, out)
@@ -497,7 +504,7 @@ mod tests {
         figures.insert("wakeups".to_string(), woke);
         figures.insert("releases".to_string(), rel);
         figures.insert("handoff_p99_ms".to_string(), 4.0);
-        Row { target: Kind::Baton, dim: Dim::Locks, size, figures, notes: vec![] }
+        Row { target: Kind::Baton, dim: Dim::Locks, size, figures, notes: vec![], date: None }
     }
 
     #[test]
@@ -522,7 +529,7 @@ mod tests {
                 f.insert(format!("{k}_ops_per_sec_max"), ops * 1.1);
                 f.insert(format!("{k}_p99_ms"), 3.0);
             }
-            rows.push(Row { target: Kind::Zookeeper, dim: Dim::Clients, size, figures: f, notes: vec![] });
+            rows.push(Row { target: Kind::Zookeeper, dim: Dim::Clients, size, figures: f, notes: vec![], date: None });
         }
         let md = markdown(&rows);
         assert!(md.contains("## locks") && md.contains("## clients"), "{md}");
@@ -555,7 +562,7 @@ mod tests {
         figures.insert("handoff_p50_ms".to_string(), 6.0);
         figures.insert("handoff_p99_ms".to_string(), 20.0);
         let notes = vec![dims::ETCD_WAKEUPS_NOTE.to_string()];
-        Row { target: Kind::Etcd, dim: Dim::Locks, size, figures, notes }
+        Row { target: Kind::Etcd, dim: Dim::Locks, size, figures, notes, date: None }
     }
 
     #[test]
@@ -594,13 +601,20 @@ mod tests {
             f.insert("rss_mb_max".to_string(), rss);
             f.insert("snapshot_mb".to_string(), size as f64 / 4000.0);
             f.insert("catchup_s".to_string(), 1.5);
-            Row { target, dim: Dim::Nodes, size, figures: f, notes: vec![] }
+            Row { target, dim: Dim::Nodes, size, figures: f, notes: vec![], date: None }
         };
         let mut rows = vec![node(Kind::Etcd, 10_000, 60.0), node(Kind::Etcd, 100_000, 250.0)];
         rows.push(node(Kind::Zookeeper, 10_000, 190.0));
         let mut s = BTreeMap::new();
         s.insert("registered".to_string(), 1000.0);
-        rows.push(Row { target: Kind::Zookeeper, dim: Dim::Watches, size: 1000, figures: s, notes: vec![] });
+        rows.push(Row {
+            target: Kind::Zookeeper,
+            dim: Dim::Watches,
+            size: 1000,
+            figures: s,
+            notes: vec![],
+            date: None,
+        });
         let md = markdown(&rows);
         assert!(md.contains("(etcd and ZooKeeper)"), "{md}");
         // etcd has no auto-snapshot figure: a dash, not a zero.

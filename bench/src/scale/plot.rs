@@ -1,8 +1,11 @@
 //! scale-<dim>.png: one panel per figure of a dimension, every target on
-//! the same linear axes from zero (size across, the figure up): a line with
-//! points per target; a second, thinner line for a companion figure (p99
-//! beside p50); a vertical bar from the lowest to the highest run where
-//! there were several.
+//! the same axes: the size across on a log axis (sizes grow 10x a step),
+//! the figure up on a linear axis from zero, with ticks in the figure's own
+//! precision (`0.5`, not `0`; `1000`, not `1000.0`) and room above the
+//! data for the legend; a line with points per target; a second, thinner
+//! line for a companion figure (p99 beside p50); a vertical bar from the
+//! lowest to the highest run where there were several. The run's date is
+//! in the bottom right corner.
 
 use std::path::Path;
 
@@ -10,7 +13,7 @@ use plotters::prelude::*;
 
 use super::{Dim, Row};
 use crate::targets::Kind;
-use baton_jepsen::plot::{font, perr, render_png, Area};
+use baton_jepsen::plot::{font, num, perr, render_png, stamp, Area};
 
 /// One panel: its title, the main figure, a companion drawn thinner, and
 /// the keys of the main figure's run spread.
@@ -106,14 +109,14 @@ fn color(k: Kind) -> RGBColor {
     }
 }
 
-/// 1000 → 1k, 1000000 → 1M.
+/// 1000 → 1k, 1000000 → 1M, 0.5 → 0.5.
 fn human(v: f64) -> String {
     if v >= 1e6 {
         format!("{}M", (v / 1e5).round() / 10.0)
     } else if v >= 1e3 {
         format!("{}k", (v / 1e2).round() / 10.0)
     } else {
-        format!("{v:.0}")
+        num(v)
     }
 }
 
@@ -127,11 +130,21 @@ pub fn charts(all: &[Row], out: &Path) -> anyhow::Result<()> {
         let ps = panels(d);
         const COLS: usize = 2;
         let n_rows = ps.len().div_ceil(COLS).max(1);
-        render_png(&out.join(format!("scale-{}.png", d.name())), (1100, 330 * n_rows as u32), |root| {
-            for (pn, area) in ps.iter().zip(root.split_evenly((n_rows, COLS)).iter()) {
+        // Targets run at different times (an older file's rows) name each.
+        let mut dates: Vec<&str> = Vec::new();
+        for d in rows.iter().filter_map(|r| r.date.as_deref()) {
+            if !dates.contains(&d) {
+                dates.push(d);
+            }
+        }
+        let joined = dates.join(", ");
+        let date = (!dates.is_empty()).then_some(joined.as_str());
+        render_png(&out.join(format!("scale-{}.png", d.name())), (1100, 330 * n_rows as u32 + 16), |root| {
+            let (plots, _) = root.split_vertically(330 * n_rows as u32);
+            for (pn, area) in ps.iter().zip(plots.split_evenly((n_rows, COLS)).iter()) {
                 panel(area, d, pn, &rows)?;
             }
-            Ok(())
+            stamp(root, date)
         })?;
     }
     Ok(())
@@ -141,7 +154,9 @@ fn panel(area: &Area<'_>, d: Dim, pn: &Panel, rows: &[&Row]) -> anyhow::Result<(
     let mut targets: Vec<Kind> = rows.iter().map(|r| r.target).collect();
     targets.sort();
     targets.dedup();
-    let x_max = rows.iter().map(|r| r.size as f64).fold(1.0, f64::max) * 1.05;
+    let sizes = || rows.iter().map(|r| r.size as f64).filter(|s| *s > 0.0);
+    let x_min = sizes().fold(f64::INFINITY, f64::min).min(1e12) / 1.6;
+    let x_max = sizes().fold(1.0, f64::max) * 1.6;
     let val = |r: &Row, k: &str| r.get(k).filter(|v| v.is_finite());
     let y_max = rows
         .iter()
@@ -153,18 +168,19 @@ fn panel(area: &Area<'_>, d: Dim, pn: &Panel, rows: &[&Row]) -> anyhow::Result<(
         })
         .flatten()
         .fold(0.0, f64::max);
-    let y_max = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
+    // The top three eighths stay free for the legend.
+    let y_max = if y_max > 0.0 { y_max * 1.6 } else { 1.0 };
     let mut chart = ChartBuilder::on(area)
         .caption(pn.title, font(15))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(64)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .build_cartesian_2d((x_min..x_max).log_scale(), 0f64..y_max)
         .map_err(perr)?;
     chart
         .configure_mesh()
         .x_desc(d.unit())
-        .x_labels(6)
+        .x_labels(8)
         .x_label_formatter(&|v| human(*v))
         .y_label_formatter(&|v| human(*v))
         .label_style(font(12))
@@ -220,5 +236,7 @@ mod tests {
         assert_eq!(human(10_000.0), "10k");
         assert_eq!(human(1_000_000.0), "1M");
         assert_eq!(human(2_500.0), "2.5k");
+        assert_eq!(human(0.5), "0.5");
+        assert_eq!(human(1.0), "1");
     }
 }

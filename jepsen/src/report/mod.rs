@@ -28,7 +28,7 @@ use plotters::prelude::*;
 
 use baton_checker::history::{FaultWindow, History, OpType, Pair};
 
-use crate::plot::{font, perr, render_png, Area};
+use crate::plot::{font, perr, render_png, stamp, utc_stamp, Area};
 
 pub mod timeline;
 pub use timeline::{timeline_html, TIMELINE_MAX_OPS};
@@ -300,7 +300,7 @@ fn shorten(s: &str, max_chars: usize) -> String {
 /// `y_lo..y_hi` in chart coordinates. Labels are drawn separately
 /// ([`draw_band_labels`]) so they stay on top of the data.
 fn draw_bands<Y: Ranged<ValueType = f64>>(
-    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<RangedCoordf64, Y>>,
+    chart: &mut ChartContext<'_, crate::plot::Backend<'_>, Cartesian2d<RangedCoordf64, Y>>,
     bands: &[Band<'_>],
     x_max: f64,
     y_lo: f64,
@@ -324,20 +324,30 @@ fn draw_bands<Y: Ranged<ValueType = f64>>(
 /// Writes each band's kind at its top left, staggered over three rows so
 /// that neighbouring bands' labels do not overlap.
 fn draw_band_labels<Y: Ranged<ValueType = f64>>(
-    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<RangedCoordf64, Y>>,
+    chart: &mut ChartContext<'_, crate::plot::Backend<'_>, Cartesian2d<RangedCoordf64, Y>>,
     bands: &[Band<'_>],
     x_max: f64,
     y_hi: f64,
 ) -> Result<()> {
-    for (i, b) in bands.iter().enumerate() {
+    // Each label goes on the first of four rows where it overlaps no
+    // other label; one that fits on none is left out (the legend lists
+    // every fault kind).
+    const ROWS: usize = 4;
+    let mut row_end = [i32::MIN; ROWS];
+    for b in bands {
         if b.start_s > x_max {
             continue;
         }
         let color = FAULT_COLORS[b.kind_idx % FAULT_COLORS.len()];
         let dark = RGBColor(color.0 / 2, color.1 / 2, color.2 / 2);
         let label = shorten(&b.w.kind, 24);
+        let x0 = chart.backend_coord(&(b.start_s, y_hi)).0 + 3;
+        // DejaVu Sans at 13 px: about 7.5 px a character.
+        let width = (label.chars().count() as f64 * 7.5).ceil() as i32;
+        let Some(row) = (0..ROWS).find(|r| row_end[*r] + 6 <= x0) else { continue };
+        row_end[row] = x0 + width;
         let el =
-            EmptyElement::at((b.start_s, y_hi)) + Text::new(label, (3, 4 + (i % 3) as i32 * 15), font(13).color(&dark));
+            EmptyElement::at((b.start_s, y_hi)) + Text::new(label, (3, 4 + row as i32 * 15), font(13).color(&dark));
         chart.draw_series(std::iter::once(el)).map_err(perr)?;
     }
     Ok(())
@@ -486,7 +496,8 @@ pub fn latency_png(h: &History, faults: &[FaultWindow], path: &Path) -> Result<(
         if pairs.is_empty() {
             draw_no_data(&chart.plotting_area().strip_coord_spec(), "no operations in history")?;
         }
-        draw_legend(&right, &legend)
+        draw_legend(&right, &legend)?;
+        stamp(root, Some(&utc_stamp(std::time::SystemTime::now())))
     })
 }
 
@@ -601,7 +612,8 @@ pub fn rate_png(h: &History, faults: &[FaultWindow], path: &Path) -> Result<()> 
         if pairs.is_empty() {
             draw_no_data(&chart.plotting_area().strip_coord_spec(), "no operations in history")?;
         }
-        draw_legend(&right, &legend)
+        draw_legend(&right, &legend)?;
+        stamp(root, Some(&utc_stamp(std::time::SystemTime::now())))
     })
 }
 
