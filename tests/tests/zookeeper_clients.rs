@@ -15,6 +15,13 @@
 //! its lock, election, barrier, counter, queue, party, watchers, cache,
 //! lease and partitioner tests, 121 in all, every one passing.
 //!
+//! t80: the recipes that interoperate (docs/zookeeper.md): one lock at
+//! /interop/lock taken by 2 Curator InterProcessMutex processes and 2
+//! kazoo processes on the ZooKeeper port and 2 baton-client tasks on the
+//! native port, each incrementing one fenced counter (its lock node's
+//! czxid the token); and a Curator LeaderLatch queued behind a Baton
+//! election candidate at the same path, leading once it resigns.
+//!
 //! t50 and t60: this side waits until the lock holders' counter (read through
 //! Baton's own port) reaches a third of the way, kills the leader with
 //! SIGKILL, then creates a flag file that tells the clients it happened.
@@ -143,6 +150,45 @@ fn wait_all(procs: &mut Procs, limit: Duration) -> Vec<Option<i32>> {
     codes
 }
 
+/// A class of tests/zk compiled against Curator, to run as processes.
+struct Java {
+    classes: tempfile::TempDir,
+    class: &'static str,
+}
+
+impl Java {
+    fn compile(class: &'static str) -> Java {
+        need(Path::new(CURATOR_JAR), "Debian's libcurator-recipes-java");
+        need(Path::new("/usr/bin/javac"), "default-jdk-headless");
+        need(Path::new(SLF4J_SIMPLE), "Debian's libslf4j-java");
+        let classes = tempfile::Builder::new().prefix("baton-curator-").tempdir().expect("tempdir");
+        let javac = Command::new("/usr/bin/javac")
+            .arg("-d")
+            .arg(classes.path())
+            .args(["-cp", CURATOR_JAR])
+            .arg(repo_file(&format!("zk/{class}.java")))
+            .output()
+            .expect("javac runs");
+        assert!(javac.status.success(), "javac failed:\n{}", String::from_utf8_lossy(&javac.stderr));
+        Java { classes, class }
+    }
+
+    /// `java CLASS args...`, its stdout piped.
+    fn spawn(&self, args: Vec<String>) -> Child {
+        let cp = format!("{}:{CURATOR_JAR}:{SLF4J_SIMPLE}", self.classes.path().display());
+        Command::new("java")
+            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .args(["-cp", &cp, self.class])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("java runs")
+    }
+}
+
 /// The virtualenv's python, once `imports` import in it.
 fn kazoo_python(imports: &str) -> PathBuf {
     let venv = PathBuf::from(std::env::var("BATON_KAZOO_VENV").unwrap_or_else(|_| KAZOO_VENV.into()));
@@ -238,38 +284,14 @@ async fn t50_kazoo_recipes_through_a_leader_kill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t60_curator_recipes_through_a_leader_kill() {
-    need(Path::new(CURATOR_JAR), "Debian's libcurator-recipes-java");
-    need(Path::new("/usr/bin/javac"), "default-jdk-headless");
-    need(Path::new(SLF4J_SIMPLE), "Debian's libslf4j-java");
-    let classes = tempfile::Builder::new().prefix("baton-curator-").tempdir().expect("tempdir");
-    let src = repo_file("zk/CuratorRecipes.java");
-    let javac = Command::new("/usr/bin/javac")
-        .arg("-d")
-        .arg(classes.path())
-        .args(["-cp", CURATOR_JAR])
-        .arg(&src)
-        .output()
-        .expect("javac runs");
-    assert!(javac.status.success(), "javac failed:\n{}", String::from_utf8_lossy(&javac.stderr));
-    let cp = format!("{}:{CURATOR_JAR}:{SLF4J_SIMPLE}", classes.path().display());
+    let java = Java::compile("CuratorRecipes");
 
     let mut c = Cluster::start_zk(3, &[]).await;
     let eps = c.zk_endpoints();
     let leader = c.wait_leader(Duration::from_secs(20)).await;
     let flag = c.dir.path().join("killed");
     let started = Instant::now();
-    let java = |args: Vec<String>| {
-        Command::new("java")
-            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
-            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-            .args(["-cp", &cp, "CuratorRecipes"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("java runs")
-    };
+    let java = |args: Vec<String>| java.spawn(args);
     let flag_s = flag.display().to_string();
     let connect = eps.join(",");
     let mut procs = Procs(Vec::new());
@@ -317,4 +339,181 @@ async fn t60_curator_recipes_through_a_leader_kill() {
     assert!(total >= KILL_AT + 4 * 3, "each worker made 3 increments after the kill: {total}");
     assert_eq!(counter(&c, "/curator/fenced").await, Some(total), "the fenced counter read through Baton's port");
     eprintln!("t60: Curator run took {:?}", started.elapsed());
+}
+
+const INTEROP_COUNTER: &str = "/interop/counter";
+
+/// One baton-client holder of the shared lock: the same increments as
+/// CuratorInterop.java's and kazoo_interop.py's, on the native port.
+async fn native_holder(c: baton_client::Client, who: String, flag: PathBuf) -> Result<u64, String> {
+    let m = c.mutex("/interop/lock").map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut made = 0u64;
+    while !flag.exists() {
+        if Instant::now() > deadline {
+            return Err(format!("{who}: no flag before the deadline ({made} made)"));
+        }
+        let g = tokio::time::timeout(Duration::from_secs(30), m.lock())
+            .await
+            .map_err(|_| format!("{who}: the lock was not acquired in 30 s"))?
+            .map_err(|e| format!("{who}: lock: {e}"))?;
+        let token = g.fencing_token();
+        let (data, stat) = c.get(INTEROP_COUNTER).await.map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&data).to_string();
+        let f: Vec<&str> = text.split(' ').collect();
+        let (value, last): (u64, u64) =
+            (f[0].parse().map_err(|_| text.clone())?, f[1].parse().map_err(|_| text.clone())?);
+        if last >= token {
+            return Err(format!("{who}: fence: the counter's token {last} ({}) is not below ours {token}", f[2]));
+        }
+        let next = format!("{} {token} {who}", value + 1);
+        match c.set(INTEROP_COUNTER, next, Some(stat.version)).await {
+            Ok(_) => made += 1,
+            Err(e) if e.kind() == baton_client::ErrorKind::BadVersion => {
+                return Err(format!("{who}: lost update: the counter changed under our lock"));
+            }
+            Err(e) => return Err(format!("{who}: set: {e}")),
+        }
+        let tally = format!("/interop/tally/{who}");
+        let opts = baton_client::CreateOptions::persistent().with_parents();
+        if let Err(e) = c.create(&tally, made.to_string(), opts).await {
+            if !e.is_node_exists() {
+                return Err(format!("{who}: tally: {e}"));
+            }
+            c.set(&tally, made.to_string(), None).await.map_err(|e| e.to_string())?;
+        }
+        g.release().await.map_err(|e| e.to_string())?;
+    }
+    Ok(made)
+}
+
+/// Issue 28, U3: one lock across three libraries and two ports, and a
+/// Curator LeaderLatch in a Baton election (see the module doc, t80).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
+    let java = Java::compile("CuratorInterop");
+    let python = kazoo_python("kazoo");
+    let c = Cluster::start_zk(3, &[]).await;
+    let eps = c.zk_endpoints().join(",");
+    c.wait_leader(Duration::from_secs(20)).await;
+    let native = c.client().await;
+    let started = Instant::now();
+
+    // The election: a Baton candidate leads; a Curator latch queues behind
+    // it, leads once it resigns, and Baton reads it as the leader.
+    let election = native.election("/interop/election").expect("election");
+    let lead = election.campaign("baton").await.expect("campaign");
+    let latch_flag = c.dir.path().join("latch-done");
+    let mut procs = Procs(vec![java.spawn(vec![
+        "latch".into(),
+        eps.clone(),
+        "curator-latch".into(),
+        latch_flag.display().to_string(),
+        "60".into(),
+    ])]);
+    let latch = Output::capture(&mut procs.0[0], "curator-latch");
+    let wait_line = |line: &'static str| {
+        let latch = &latch;
+        async move {
+            let until = Instant::now() + Duration::from_secs(40);
+            while !latch.text().contains(line) {
+                assert!(!latch.text().contains("FAIL"), "{}", latch.text());
+                assert!(Instant::now() < until, "no {line:?} from the latch in 40 s:\n{}", latch.text());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_line("LATCH not leader").await;
+    let now = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!((now.value.as_slice(), now.fencing_token), (&b"baton"[..], lead.fencing_token()));
+    let latch_node = native.children("/interop/election").await.expect("candidates");
+    assert_eq!(latch_node.len(), 2, "the latch queued in the same election: {latch_node:?}");
+    lead.resign().await.expect("resign");
+    wait_line("LATCH leader").await;
+    let now = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!(now.value, b"curator-latch", "Baton reads the latch as the leader");
+    assert!(now.path.contains("-latch-"), "{}", now.path);
+    std::fs::write(&latch_flag, b"done").expect("flag");
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(30)));
+    assert_eq!(codes, vec![Some(0)], "the latch process:\n{}", latch.text());
+    assert_eq!(election.leader().await.expect("leader"), None, "a closed latch leaves no leader");
+
+    // The lock: two holders of each library, one fenced counter.
+    native
+        .create(INTEROP_COUNTER, "0 0 init", baton_client::CreateOptions::persistent().with_parents())
+        .await
+        .expect("counter");
+    let flag = c.dir.path().join("enough");
+    let mut procs = Procs(Vec::new());
+    let mut outs = Vec::new();
+    for who in ["curator-1", "curator-2"] {
+        let mut p = java.spawn(vec!["mutex".into(), eps.clone(), who.into(), flag.display().to_string(), "90".into()]);
+        outs.push(Output::capture(&mut p, "curator-mutex"));
+        procs.0.push(p);
+    }
+    for who in ["kazoo-1", "kazoo-2"] {
+        let mut p = Command::new(&python)
+            .arg(repo_file("zk/kazoo_interop.py"))
+            .args(["--hosts", &eps, "--who", who, "--deadline", "90"])
+            .arg("--flag")
+            .arg(&flag)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python runs");
+        outs.push(Output::capture(&mut p, "kazoo-lock"));
+        procs.0.push(p);
+    }
+    let mut natives = Vec::new();
+    for who in ["baton-1", "baton-2"] {
+        let cl = c.client().await;
+        natives.push(tokio::spawn(native_holder(cl, who.to_string(), flag.clone())));
+    }
+    // Enough once every holder made 5 increments: they took turns.
+    let who = ["curator-1", "curator-2", "kazoo-1", "kazoo-2", "baton-1", "baton-2"];
+    let until = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut low = Vec::new();
+        for w in who {
+            let n = match native.get(&format!("/interop/tally/{w}")).await {
+                Ok((d, _)) => String::from_utf8_lossy(&d).parse::<u64>().unwrap_or(0),
+                Err(_) => 0,
+            };
+            if n < 5 {
+                low.push((w, n));
+            }
+        }
+        if low.is_empty() {
+            break;
+        }
+        for (i, p) in procs.0.iter_mut().enumerate() {
+            if let Ok(Some(st)) = p.try_wait() {
+                panic!("{} exited ({st}) early:\n{}", who[i], outs[i].text());
+            }
+        }
+        assert!(natives.iter().all(|t| !t.is_finished()), "a baton-client holder ended early");
+        assert!(Instant::now() < until, "not every holder made 5 increments in 90 s: {low:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::write(&flag, b"enough").expect("flag");
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(60)));
+    let texts: Vec<String> = outs.iter().map(Output::text).collect();
+    assert_eq!(codes, vec![Some(0); 4], "a Curator or kazoo holder failed:\n{}", texts.join("\n---\n"));
+    let mut total = 0u64;
+    for t in &texts {
+        total += t
+            .lines()
+            .find_map(|l| l.strip_prefix("DONE "))
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("a holder printed no DONE line:\n{t}"));
+    }
+    for t in natives {
+        total += t.await.expect("task").unwrap_or_else(|e| panic!("a baton-client holder failed: {e}"));
+    }
+    let (data, _) = native.get(INTEROP_COUNTER).await.expect("counter");
+    let value: u64 = String::from_utf8_lossy(&data).split(' ').next().and_then(|v| v.parse().ok()).expect("a value");
+    assert_eq!(value, total, "every increment of every holder is in the counter (none lost, none doubled)");
+    eprintln!("t80: {total} increments by 6 holders of 3 libraries, {:?}", started.elapsed());
 }

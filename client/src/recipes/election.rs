@@ -16,12 +16,42 @@ use tokio::sync::mpsc;
 
 use super::lock::HeldMark;
 use super::queue::{
-    delete_in_background, enqueue_first, may_be_taken, recipe_dir, session_lost, sorted_children, wait_pushed,
-    QueueNode,
+    delete_in_background, enqueue_first, may_be_taken, queue_dir, recipe_dir, session_lost, sorted_children,
+    wait_pushed, QueueNode,
 };
 use crate::{Client, Error, Result, SessionState};
 
-const PREFIX: &str = "n-";
+/// Candidates' node prefix, after the protection prefix: Curator's
+/// `LeaderLatch` names its nodes `_c_<uuid>-latch-<seq>`.
+const PREFIX: &str = "latch-";
+
+/// An election at any path (Curator's `LeaderLatch` at the same path takes
+/// part in it: docs/zookeeper.md). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Election {
+    client: Client,
+    dir: String,
+}
+
+impl Election {
+    /// The election's path (the parent of its candidates' nodes).
+    pub fn path(&self) -> &str {
+        &self.dir
+    }
+    /// Campaigns with `value`; returns once leader (see
+    /// [`Client::campaign`]).
+    pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership> {
+        self.client.campaign_in(&self.dir, &self.dir, value.into()).await
+    }
+    /// The current leader, if any.
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        leader_of(&self.client, &self.dir).await
+    }
+    /// The current leader, then every change (see [`Client::observe`]).
+    pub async fn observe(&self) -> Result<Observer> {
+        Ok(self.client.observe_in(self.dir.clone()))
+    }
+}
 
 /// Who leads an election.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,9 +134,20 @@ impl Client {
     /// Dropping the future withdraws the candidacy.
     pub async fn campaign(&self, name: &str, value: impl Into<Vec<u8>>) -> Result<Leadership> {
         let dir = recipe_dir("election", name)?;
-        let held = HeldMark::take(self, "election", name)?;
-        let (node, place) = enqueue_first(self, &dir, PREFIX, value.into()).await?;
-        wait_pushed(&node.client.clone(), &dir, &node, place).await?;
+        self.campaign_in(&dir, name, value.into()).await
+    }
+
+    /// The election whose candidates are the children of `path` (an
+    /// absolute path; created with its parents on the first campaign).
+    pub fn election(&self, path: &str) -> Result<Election> {
+        queue_dir(path)?;
+        Ok(Election { client: self.clone(), dir: path.to_string() })
+    }
+
+    async fn campaign_in(&self, dir: &str, name: &str, value: Vec<u8>) -> Result<Leadership> {
+        let held = HeldMark::take(self, "election", dir)?;
+        let (node, place) = enqueue_first(self, dir, PREFIX, value).await?;
+        wait_pushed(&node.client.clone(), dir, &node, place).await?;
         Ok(Leadership { node, name: name.to_string(), _held: held })
     }
 
@@ -123,7 +164,7 @@ impl Client {
         stop: impl std::future::Future<Output = ()>,
     ) -> Result<Option<Leadership>> {
         let dir = recipe_dir("election", name)?;
-        let held = HeldMark::take(self, "election", name)?;
+        let held = HeldMark::take(self, "election", &dir)?;
         let (mut node, place) = enqueue_first(self, &dir, PREFIX, value).await?;
         tokio::pin!(stop);
         let c = node.client.clone();
@@ -148,7 +189,10 @@ impl Client {
 
     /// Watches election `name`: yields the current leader, then every change.
     pub async fn observe(&self, name: &str) -> Result<Observer> {
-        let dir = recipe_dir("election", name)?;
+        Ok(self.observe_in(recipe_dir("election", name)?))
+    }
+
+    fn observe_in(&self, dir: String) -> Observer {
         let (tx, rx) = mpsc::channel(64);
         let c = self.clone();
         tokio::spawn(async move {
@@ -194,7 +238,7 @@ impl Client {
                 }
             }
         });
-        Ok(Observer { rx })
+        Observer { rx }
     }
 }
 

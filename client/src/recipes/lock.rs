@@ -13,6 +13,13 @@
 //! (server/src/watches.rs, "The pushed grant"). The ZooKeeper port keeps the
 //! classic recipe: list the queue, watch the predecessor, list again.
 //!
+//! Curator's layout: the queue nodes are named as Curator's
+//! `InterProcessMutex` names its own (`_c_<uuid>-lock-<seq>`) and ordered
+//! by the trailing sequence number alone, so a Curator (or kazoo) client on
+//! the ZooKeeper port that locks the same path queues in the same queue:
+//! [`Client::mutex`] takes any path, `lock(name)` is the lock at
+//! `/_baton/locks/<name>` (docs/zookeeper.md, "Recipes that interoperate").
+//!
 //! The guard's [`LockGuard::fencing_token`] is the log index that created
 //! its node: unique and strictly increasing across every grant of every
 //! lock. A resource that remembers the highest token it has seen can refuse
@@ -43,13 +50,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::queue::{
-    delete_own, enqueue_first, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, wait_pushed, Place,
-    QueueNode,
+    delete_own, enqueue_first, may_be_taken, queue_dir, recipe_dir, session_lost, sorted_children, wait_gone,
+    wait_pushed, Place, QueueNode,
 };
 use crate::{Client, Error, Op, OpResult, Result, SessionState};
 
-/// Prefix of lock queue nodes.
+/// Prefix of lock queue nodes (after the protection prefix: Curator's
+/// `InterProcessMutex` names its nodes `_c_<uuid>-lock-<seq>`).
 const PREFIX: &str = "lock-";
+
+/// Where named locks live.
+const LOCKS: &str = "/_baton/locks/";
 
 /// A held lock. Released by [`LockGuard::release`] or on drop.
 #[derive(Debug)]
@@ -168,41 +179,89 @@ pub(crate) fn woke() {
     WAKEUPS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A lock at any path (Curator's `InterProcessMutex` at the same path is
+/// the same lock: the module doc, "Curator's layout"). Cheap to clone;
+/// every [`Mutex::lock`] is a holder of its own.
+#[derive(Debug, Clone)]
+pub struct Mutex {
+    client: Client,
+    dir: String,
+}
+
 impl Client {
-    /// Waits until this client holds lock `name`.
+    /// The lock whose queue is the children of `path` (an absolute path;
+    /// created with its parents on the first lock). Nothing is sent yet.
+    pub fn mutex(&self, path: &str) -> Result<Mutex> {
+        queue_dir(path)?;
+        Ok(Mutex { client: self.clone(), dir: path.to_string() })
+    }
+
+    /// Waits until this client holds lock `name`: the lock at
+    /// `/_baton/locks/<name>`.
     pub async fn lock(&self, name: &str) -> Result<LockGuard> {
-        let dir = recipe_dir("locks", name)?;
-        let held = HeldMark::take(self, "lock", name)?;
-        let (node, place) = enqueue_first(self, &dir, PREFIX, Vec::new()).await?;
-        let wakeups = wait_pushed(&node.client.clone(), &dir, &node, place).await?;
-        Ok(LockGuard { node, name: name.to_string(), wakeups, _held: held })
+        self.named_mutex(name)?.lock().await
     }
 
     /// Takes lock `name` if it is free now; `None` if someone holds it.
     pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard>> {
-        let dir = recipe_dir("locks", name)?;
-        let held = HeldMark::take(self, "lock", name)?;
-        let (mut node, place) = enqueue_first(self, &dir, PREFIX, Vec::new()).await?;
+        self.named_mutex(name)?.try_lock().await
+    }
+
+    /// Waits at most `timeout` for lock `name`; `None` when it timed out
+    /// (the waiter's node is deleted). A zero timeout is [`Client::try_lock`].
+    pub async fn lock_with_timeout(&self, name: &str, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.named_mutex(name)?.lock_with_timeout(timeout).await
+    }
+
+    fn named_mutex(&self, name: &str) -> Result<Mutex> {
+        Ok(Mutex { client: self.clone(), dir: recipe_dir("locks", name)? })
+    }
+}
+
+impl Mutex {
+    /// The lock's path (the parent of its queue nodes).
+    pub fn path(&self) -> &str {
+        &self.dir
+    }
+
+    /// The name guards report: a named lock's name, or the path.
+    fn label(&self) -> String {
+        self.dir.strip_prefix(LOCKS).unwrap_or(&self.dir).to_string()
+    }
+
+    /// Waits until this client holds the lock.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        let held = HeldMark::take(&self.client, "lock", &self.dir)?;
+        let (node, place) = enqueue_first(&self.client, &self.dir, PREFIX, Vec::new()).await?;
+        let wakeups = wait_pushed(&node.client.clone(), &self.dir, &node, place).await?;
+        Ok(LockGuard { node, name: self.label(), wakeups, _held: held })
+    }
+
+    /// Takes the lock if it is free now; `None` if someone holds it
+    /// (nothing is left queued).
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        let held = HeldMark::take(&self.client, "lock", &self.dir)?;
+        let (mut node, place) = enqueue_first(&self.client, &self.dir, PREFIX, Vec::new()).await?;
         let first = match place {
             Place::First => true,
             Place::Behind(_) => false,
-            Place::Unknown => sorted_children(&node.client, &dir).await?.first() == Some(&node.name),
+            Place::Unknown => sorted_children(&node.client, &self.dir).await?.first() == Some(&node.name),
         };
         if first {
-            return Ok(Some(LockGuard { node, name: name.to_string(), wakeups: 0, _held: held }));
+            return Ok(Some(LockGuard { node, name: self.label(), wakeups: 0, _held: held }));
         }
         node.disarm();
         delete_own(&node.client, &node.path).await?;
         Ok(None)
     }
 
-    /// Waits at most `timeout` for lock `name`; `None` when it timed out
-    /// (the waiter's node is deleted). A zero timeout is [`Client::try_lock`].
-    pub async fn lock_with_timeout(&self, name: &str, timeout: Duration) -> Result<Option<LockGuard>> {
+    /// Waits at most `timeout` for the lock; `None` when it timed out (the
+    /// waiter's node is deleted). A zero timeout is [`Mutex::try_lock`].
+    pub async fn lock_with_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
         if timeout.is_zero() {
-            return self.try_lock(name).await;
+            return self.try_lock().await;
         }
-        match tokio::time::timeout(timeout, self.lock(name)).await {
+        match tokio::time::timeout(timeout, self.lock()).await {
             Ok(r) => r.map(Some),
             Err(_) => Ok(None),
         }

@@ -14,8 +14,8 @@ pub mod selector;
 pub mod semaphore;
 
 pub use cache::{CacheEvent, CachedNode, TreeCache};
-pub use election::{LeaderInfo, Leadership, Observer};
-pub use lock::LockGuard;
+pub use election::{Election, LeaderInfo, Leadership, Observer};
+pub use lock::{LockGuard, Mutex};
 pub use queue::RECIPE_ROOT;
 pub use rwlock::RwGuard;
 pub use selector::{LeaderSelector, LeaderTerm};

@@ -2,10 +2,16 @@
 //! participant under one parent, ordered by sequence number, each waiter
 //! watching exactly one node ahead of it (no herd effect).
 //!
-//! Names: `<prefix><attempt>-<10-digit seq>`, where `<attempt>` is random
-//! per enqueue (Curator's "protected" mode). After an ambiguous create the
-//! participant finds *its* node by that name, never an older leftover of the
-//! same session (a cancelled attempt whose delete is still on its way).
+//! Names: Curator's protected layout, `_c_<uuid>-<prefix><10-digit seq>`
+//! (`_c_<uuid>-lock-0000000007`), where `<uuid>` is random per enqueue.
+//! After an ambiguous create the participant finds *its* node by that
+//! name, never an older leftover of the same session (a cancelled attempt
+//! whose delete is still on its way). Every queue is ordered by the
+//! trailing sequence number alone (`baton_proto::queue_key`), which is how
+//! Curator (the part after `lock-`) and kazoo (the digits after its node
+//! name) order theirs, so a Curator or kazoo client on the ZooKeeper port
+//! that queues under the same path with the same `<prefix>` contends in
+//! the same queue (docs/zookeeper.md, "Recipes that interoperate").
 //!
 //! Cancellation: the create runs in its own task. If the caller is dropped
 //! before the reply, the task deletes the node when the reply arrives; if
@@ -35,6 +41,22 @@ pub(crate) fn recipe_dir(kind: &str, name: &str) -> Result<String> {
     let dir = format!("{RECIPE_ROOT}/{kind}/{name}");
     baton_proto::validate_path(&dir).map_err(Error::Invalid)?;
     Ok(dir)
+}
+
+/// Checks a queue's parent given as a path (absolute, valid, not `/`).
+pub(crate) fn queue_dir(path: &str) -> Result<()> {
+    baton_proto::validate_path(path).map_err(Error::Invalid)?;
+    if path == "/" {
+        return Err(Error::Invalid("a recipe's queue cannot be the root: give it a path of its own".into()));
+    }
+    Ok(())
+}
+
+/// Curator's protected name for one enqueue: `_c_<uuid>-<prefix>`.
+fn protected(prefix: &str) -> String {
+    let u: u128 = rand::random();
+    let h = format!("{u:032x}");
+    format!("_c_{}-{}-{}-{}-{}-{prefix}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
 /// One participant's node. Deleted in the background when dropped, unless
@@ -100,7 +122,7 @@ pub(crate) enum Place {
     Unknown,
 }
 
-/// Creates `dir/<prefix><attempt>-<seq>` (ephemeral, sequential, parents
+/// Creates `dir/_c_<uuid>-<prefix><seq>` (ephemeral, sequential, parents
 /// on demand).
 pub(crate) async fn enqueue(client: &Client, dir: &str, prefix: &str, data: Vec<u8>) -> Result<QueueNode> {
     Ok(enqueue_as(client, dir, prefix, data, false).await?.0)
@@ -127,8 +149,7 @@ async fn enqueue_as(
     // creates it (renew.rs).
     let client = &client.pinned();
     let (tx, rx) = oneshot::channel::<Result<(String, u64, Place)>>();
-    let attempt: u64 = rand::random();
-    let (c, d, p) = (client.clone(), dir.to_string(), format!("{prefix}{attempt:016x}-"));
+    let (c, d, p) = (client.clone(), dir.to_string(), protected(prefix));
     tokio::spawn(async move {
         let r = create_or_find(&c, &d, &p, data, placed).await;
         if let Err(Ok((path, _, _))) = tx.send(r) {

@@ -1,6 +1,7 @@
 //! A read-write lock (ZooKeeper's shared-lock recipe).
 //!
-//! Readers queue as `read-<seq>`, writers as `write-<seq>` in one queue
+//! Readers queue as `_c_<uuid>-read-<seq>`, writers as
+//! `_c_<uuid>-write-<seq>` in one queue
 //! under `/_baton/rwlocks/<name>`; the sequence counter is shared, so the
 //! queue is in arrival order. A reader holds the lock when no writer is
 //! ahead of it and waits for the nearest writer ahead; a writer holds it
@@ -53,8 +54,14 @@ impl RwGuard {
     }
 }
 
+/// A writer's node: `_c_<uuid>-write-<seq>` (a uuid holds no `-write-`),
+/// or `write-<seq>` from a client before Curator's names.
+fn is_writer(name: &str) -> bool {
+    name.starts_with(WRITE) || name.contains(&format!("-{WRITE}"))
+}
+
 fn nearest_writer_ahead(kids: &[String], me: usize) -> Option<String> {
-    kids[..me].iter().rev().find(|k| k.starts_with(WRITE)).cloned()
+    kids[..me].iter().rev().find(|k| is_writer(k)).cloned()
 }
 
 fn predecessor(kids: &[String], me: usize) -> Option<String> {
@@ -103,7 +110,7 @@ impl Client {
 
     async fn rw_enqueue(&self, name: &str, write: bool) -> Result<(String, HeldMark, QueueNode)> {
         let dir = recipe_dir("rwlocks", name)?;
-        let held = HeldMark::take(self, "rwlock", name)?;
+        let held = HeldMark::take(self, "rwlock", &dir)?;
         let node = enqueue(self, &dir, if write { WRITE } else { READ }, Vec::new()).await?;
         Ok((dir, held, node))
     }

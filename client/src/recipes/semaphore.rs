@@ -144,7 +144,7 @@ impl Client {
             return Err(Error::Invalid(format!("semaphore {name:?}: its size must be at least 1")));
         }
         let dir = recipe_dir("semaphores", name)?;
-        let held = HeldMark::take(self, "semaphore", name)?;
+        let held = HeldMark::take(self, "semaphore", &dir)?;
         self.agree_permits(&dir, name, permits).await?;
         let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
         Ok((dir, held, node))

@@ -1,0 +1,140 @@
+// Curator 5 on Baton's ZooKeeper port sharing recipes with baton-client on
+// the native port (and kazoo): run by tests/tests/zookeeper_clients.rs
+// (t80), which compiles this with javac.
+//
+//   java CuratorInterop mutex CONNECT WHO FLAG DEADLINE_S
+//   java CuratorInterop latch CONNECT WHO FLAG DEADLINE_S
+//
+// mutex: InterProcessMutex on /interop/lock, the same lock as
+//   baton-client's client.mutex("/interop/lock") and a kazoo Lock naming
+//   its nodes as Curator does. Under it, the fenced counter /interop/counter
+//   ("value token who"): the holder's token is its lock node's czxid (its
+//   node is the first participant, and its session owns it); a counter
+//   whose token is not below ours is a fence going backwards, a BadVersion
+//   on the versioned set a lost update. After each increment the worker's
+//   tally goes to /interop/tally/WHO. It stops once FLAG exists and prints
+//   "DONE WHO made".
+// latch: a LeaderLatch with id WHO on /interop/election, where a Baton
+//   client already leads (client.election(path).campaign): it prints
+//   "LATCH waiting" once it has queued, "LATCH not leader" if it still is
+//   not leader 2 s later, "LATCH leader" when it leads (after the Baton
+//   leader resigned), then closes the latch once FLAG exists.
+//
+// Any failure prints "FAIL: ..." and exits 1; every wait is bounded.
+
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.data.Stat;
+
+public class CuratorInterop {
+    static final String LOCK = "/interop/lock";
+    static final String COUNTER = "/interop/counter";
+    static final String ELECTION = "/interop/election";
+
+    static void fail(String msg) {
+        System.out.println("FAIL: " + msg);
+        System.out.flush();
+        System.exit(1);
+    }
+
+    public static void main(String[] a) throws Exception {
+        String mode = a[0], connect = a[1], who = a[2];
+        Path flag = Path.of(a[3]);
+        long deadline = System.currentTimeMillis() + Long.parseLong(a[4]) * 1000;
+        CuratorFramework c = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryNTimes(50, 200));
+        c.start();
+        if (!c.blockUntilConnected(30, TimeUnit.SECONDS)) {
+            fail(who + ": not connected in 30 s");
+        }
+        if (mode.equals("mutex")) {
+            mutex(c, who, flag, deadline);
+        } else {
+            latch(c, who, flag, deadline);
+        }
+        c.close();
+        System.exit(0);
+    }
+
+    static void mutex(CuratorFramework c, String who, Path flag, long deadline) throws Exception {
+        InterProcessMutex m = new InterProcessMutex(c, LOCK);
+        long session = c.getZookeeperClient().getZooKeeper().getSessionId();
+        int made = 0;
+        while (!Files.exists(flag)) {
+            if (System.currentTimeMillis() > deadline) {
+                fail(who + ": no FLAG before the deadline (" + made + " made)");
+            }
+            if (!m.acquire(30, TimeUnit.SECONDS)) {
+                fail(who + ": the lock was not acquired in 30 s");
+            }
+            try {
+                List<String> nodes = new ArrayList<>(m.getParticipantNodes());
+                Stat mine = c.checkExists().forPath(nodes.get(0));
+                if (mine == null || mine.getEphemeralOwner() != session) {
+                    fail(who + ": holds the lock, but the first node " + nodes.get(0) + " is not its own");
+                }
+                long token = mine.getCzxid();
+                Stat st = new Stat();
+                String[] f = new String(c.getData().storingStatIn(st).forPath(COUNTER), StandardCharsets.UTF_8).split(" ");
+                long value = Long.parseLong(f[0]);
+                long last = Long.parseLong(f[1]);
+                if (last >= token) {
+                    fail(who + ": fence: the counter's token " + last + " (" + f[2] + ") is not below ours " + token);
+                }
+                byte[] next = (value + 1 + " " + token + " " + who).getBytes(StandardCharsets.UTF_8);
+                try {
+                    c.setData().withVersion(st.getVersion()).forPath(COUNTER, next);
+                } catch (KeeperException.BadVersionException e) {
+                    fail(who + ": lost update: the counter changed under our lock (version " + st.getVersion() + ")");
+                }
+                made++;
+                byte[] tally = String.valueOf(made).getBytes(StandardCharsets.UTF_8);
+                c.create().orSetData().creatingParentsIfNeeded().forPath("/interop/tally/" + who, tally);
+            } finally {
+                m.release();
+            }
+        }
+        System.out.println("DONE " + who + " " + made);
+    }
+
+    static void latch(CuratorFramework c, String who, Path flag, long deadline) throws Exception {
+        LeaderLatch l = new LeaderLatch(c, ELECTION, who);
+        l.start();
+        long until = System.currentTimeMillis() + 10000;
+        while (l.getParticipants().stream().noneMatch(p -> p.getId().equals(who))) {
+            if (System.currentTimeMillis() > until) {
+                fail(who + ": the latch did not queue in 10 s");
+            }
+            Thread.sleep(50);
+        }
+        System.out.println("LATCH waiting");
+        Thread.sleep(2000);
+        if (l.hasLeadership()) {
+            fail(who + ": the latch leads while the Baton candidate ahead of it does");
+        }
+        System.out.println("LATCH not leader");
+        System.out.flush();
+        if (!l.await(30, TimeUnit.SECONDS)) {
+            fail(who + ": the latch did not lead within 30 s of queueing");
+        }
+        System.out.println("LATCH leader");
+        System.out.flush();
+        while (!Files.exists(flag)) {
+            if (System.currentTimeMillis() > deadline) {
+                fail(who + ": no FLAG before the deadline");
+            }
+            Thread.sleep(50);
+        }
+        l.close();
+    }
+}
