@@ -14,11 +14,13 @@ pub enum AclCmd {
     /// Print a node's ACL, one entry per line (ID:PERMS, perms of rwcda).
     Get {
         /// The node's path.
+        #[arg(value_parser = crate::parse_path)]
         path: String,
     },
     /// Replace a node's ACL, e.g. `user:alice:rwcda,world:anyone:r`.
     Set {
         /// The node's path.
+        #[arg(value_parser = crate::parse_path)]
         path: String,
         /// The new ACL: comma-separated SCHEME:ID:PERMS entries.
         acl: String,

@@ -246,14 +246,20 @@ fn print_members(m: &Members, out: Out) {
         println!("{:>3} {:<8} {:<24} {:<24} {:>10} {:>8}", "id", "role", "peer", "client", "matched", "lag");
     }
     for i in &m.members {
+        // The text's facts, and its footer's, on every line (issue 28, U8).
         let json = json!({"id": i.id, "peer_addr": i.peer_addr, "client_addr": i.client_addr, "role": admin::role(i),
                           "leader": i.id == m.leader_id, "matched": from_leader.then_some(i.matched),
-                          "lag": from_leader.then_some(i.lag), "auto_promote": i.auto_promote});
+                          "lag": from_leader.then_some(i.lag), "auto_promote": i.auto_promote,
+                          "cluster_id": m.cluster_id, "term": m.term, "leader_id": m.leader_id,
+                          "answered_by": m.answered_by});
         let (matched, lag) =
             if from_leader { (i.matched.to_string(), i.lag.to_string()) } else { ("?".into(), "?".into()) };
         let role = format!("{}{}", admin::role(i), if i.id == m.leader_id { "*" } else { "" });
-        let text =
-            format!("{:>3} {:<8} {:<24} {:<24} {:>10} {:>8}", i.id, role, i.peer_addr, i.client_addr, matched, lag);
+        let auto = if i.auto_promote { " auto-promote" } else { "" };
+        let text = format!(
+            "{:>3} {:<8} {:<24} {:<24} {:>10} {:>8}{auto}",
+            i.id, role, i.peer_addr, i.client_addr, matched, lag
+        );
         out.emit(json, text);
     }
     if !out.json {

@@ -152,13 +152,12 @@ impl SessionCmd {
 
     async fn run_on(self, c: &Client, out: Out) -> anyhow::Result<()> {
         match self {
-            SessionCmd::Get(_) | SessionCmd::Ls(_) | SessionCmd::Stat(_) => {
-                unreachable!("get, ls and stat run without a session (SessionCmd::run)")
+            SessionCmd::Get(_) | SessionCmd::Ls(_) | SessionCmd::Stat(_) | SessionCmd::Txn(_) => {
+                unreachable!("get, ls and stat are run by SessionCmd::run, txn by run")
             }
             SessionCmd::Create(x) => x.run(c, out).await,
             SessionCmd::Set(x) => x.run(c, out).await,
             SessionCmd::Rm(x) => x.run(c, out).await,
-            SessionCmd::Txn(x) => x.run(c, out).await,
             SessionCmd::Watch(x) => x.run(c, out).await,
             SessionCmd::Acl(x) => x.run(c, out).await,
             SessionCmd::Auth(x) => x.run(c, out).await,
@@ -228,6 +227,23 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
 /// A usage error for `anyhow` (exit 2).
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     Fail::Usage(msg.into()).into()
+}
+
+/// A node's path, checked before anything is sent (a usage error, exit 2:
+/// absolute, no empty or `.`/`..` part, no trailing `/`).
+pub fn parse_path(s: &str) -> Result<String, String> {
+    baton_proto::validate_path(s)?;
+    Ok(s.to_string())
+}
+
+/// A sequential create's path: like [`parse_path`], but it may end in
+/// `/` (the server appends the counter to it).
+pub fn parse_path_prefix(s: &str) -> Result<String, String> {
+    match s.strip_suffix('/') {
+        Some(dir) if !dir.is_empty() => baton_proto::validate_path(&format!("{dir}/0"))?,
+        _ => baton_proto::validate_path(s)?,
+    }
+    Ok(s.to_string())
 }
 
 /// `500ms`, `2s`, `1.5m`, `1h` (a bare number is seconds), to the nearest
@@ -314,9 +330,18 @@ fn usage_exit(sub: Option<&str>, kind: ErrorKind, msg: &str) -> ! {
 async fn run(cli: Cli) -> anyhow::Result<i32> {
     let conn = Conn::new(&cli.conn)?;
     let out = Out { json: cli.json };
+    // A transaction is read and parsed before any member is dialled.
+    let txn = match &cli.cmd {
+        Cmd::Session(SessionCmd::Txn(t)) => Some(t.prepare()?),
+        _ => None,
+    };
     conn.reach().await?;
     let done = |r: anyhow::Result<()>| r.map(|()| EXIT_OK);
     let result = match cli.cmd {
+        Cmd::Session(SessionCmd::Txn(_)) => match txn {
+            Some(txn) => done(conn.session(None, async |c| txn.run(c, out).await).await),
+            None => unreachable!("a txn is prepared above"),
+        },
         Cmd::Session(cmd) => done(cmd.run(&conn, out).await),
         Cmd::Status(c) => done(c.run(&conn, out).await),
         Cmd::Health(c) => done(c.run(&conn, out).await),

@@ -127,6 +127,7 @@ impl CreateFlags {
 #[derive(Args, Debug)]
 pub struct Create {
     /// The node's absolute path (with --sequential, the prefix of its name).
+    #[arg(value_parser = crate::parse_path_prefix)]
     path: String,
     #[command(flatten)]
     value: ValueSource,
@@ -154,6 +155,7 @@ impl Create {
 #[derive(Args, Debug)]
 pub struct Get {
     /// The node's path.
+    #[arg(value_parser = crate::parse_path)]
     path: String,
     /// Serve from the member's local state, without a ReadIndex round
     /// (faster; works without a quorum; may lag the leader).
@@ -192,6 +194,7 @@ fn write_file(f: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 #[command(mut_arg("data", |a| a.required_unless_present("file").help("The value; `-` reads it from stdin (required unless --file)")))]
 pub struct Set {
     /// The node's path.
+    #[arg(value_parser = crate::parse_path)]
     path: String,
     #[command(flatten)]
     value: ValueSource,
@@ -234,6 +237,7 @@ impl Set {
 #[derive(Args, Debug)]
 pub struct Rm {
     /// The node's path.
+    #[arg(value_parser = crate::parse_path)]
     path: String,
     /// Only if the node is at this version.
     #[arg(long, conflicts_with = "recursive")]
@@ -392,6 +396,7 @@ async fn delete_levels(c: &Client, levels: BTreeMap<usize, Vec<String>>) -> (usi
 #[derive(Args, Debug)]
 pub struct Ls {
     /// The node's path.
+    #[arg(value_parser = crate::parse_path)]
     path: String,
     /// The node and every node under it, as full paths, parents first.
     #[arg(short = 'R', long)]
@@ -466,6 +471,7 @@ pub(crate) async fn stats_of(
 #[derive(Args, Debug)]
 pub struct Stat {
     /// The node's path.
+    #[arg(value_parser = crate::parse_path)]
     path: String,
     /// Serve from the member's local state, without a ReadIndex round
     /// (works without a quorum; may lag the leader).

@@ -45,7 +45,8 @@ pub struct Txn {
 enum Line {
     /// Create a node.
     Create {
-        /// The node's path.
+        /// The node's path (with --sequential, the prefix of its name).
+        #[arg(value_parser = crate::parse_path_prefix)]
         path: String,
         /// Its value (default: empty).
         data: Option<String>,
@@ -55,6 +56,7 @@ enum Line {
     /// Set a node's value.
     Set {
         /// The node's path.
+        #[arg(value_parser = crate::parse_path)]
         path: String,
         /// The new value.
         data: String,
@@ -66,6 +68,7 @@ enum Line {
     #[command(alias = "delete")]
     Rm {
         /// The node's path.
+        #[arg(value_parser = crate::parse_path)]
         path: String,
         /// Only if the node is at this version.
         #[arg(long)]
@@ -74,6 +77,7 @@ enum Line {
     /// Fail unless a node exists (at a version).
     Check {
         /// The node's path.
+        #[arg(value_parser = crate::parse_path)]
         path: String,
         /// Only if the node is at this version.
         #[arg(long)]
@@ -87,8 +91,15 @@ enum Line {
     },
 }
 
+/// A transaction read and parsed, before any member is dialled: a
+/// malformed op is a usage error (exit 2) that sent nothing.
+pub struct Prepared {
+    lines: Vec<String>,
+    ops: Vec<Op>,
+}
+
 impl Txn {
-    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+    pub fn prepare(&self) -> anyhow::Result<Prepared> {
         let lines = if self.ops.is_empty() { stdin_lines()? } else { self.ops.clone() };
         if lines.is_empty() {
             return Err(crate::usage("txn: no operations (give them as arguments or on stdin)"));
@@ -98,6 +109,13 @@ impl Txn {
             .enumerate()
             .map(|(i, l)| parse(l, &self.enc).map_err(|e| crate::usage(format!("txn op {} `{l}`: {e}", i + 1))))
             .collect::<anyhow::Result<Vec<Op>>>()?;
+        Ok(Prepared { lines, ops })
+    }
+}
+
+impl Prepared {
+    pub async fn run(self, c: &Client, out: Out) -> anyhow::Result<()> {
+        let Prepared { lines, ops } = self;
         let results = c.multi(&ops).await.map_err(|e| name_failing(e, &lines))?;
         for (op, r) in ops.iter().zip(results) {
             print_result(op, &r, out);
@@ -144,11 +162,24 @@ fn failing_index(e: &Error) -> Option<usize> {
     message.split("multi op #").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
-/// `e` with the failing operation named, and what was applied.
+/// `e` with the failing operation named, and what was applied. The
+/// server counts ops from 0 (`multi op #1`), people from 1: only the
+/// second numbering is printed (`txn op 2 of 2 ...: bad version`).
 fn name_failing(e: Error, lines: &[String]) -> anyhow::Error {
     let what = match failing_index(&e) {
         Some(i) if i < lines.len() => {
-            format!("txn op {} of {} `{}` failed; nothing was applied", i + 1, lines.len(), lines[i])
+            let what = format!("txn op {} of {} `{}` failed; nothing was applied", i + 1, lines.len(), lines[i]);
+            let e = match e {
+                Error::Server { kind, message } => {
+                    let message = match message.split_once(" failed: ") {
+                        Some((head, rest)) if head.starts_with("multi op #") => rest.to_string(),
+                        _ => message,
+                    };
+                    Error::Server { kind, message }
+                }
+                other => other,
+            };
+            return anyhow::Error::new(e).context(what);
         }
         _ if e.is_ambiguous() => "txn outcome unknown (all or none of it may have been applied)".to_string(),
         _ => "txn failed; nothing was applied".to_string(),

@@ -27,6 +27,7 @@ use crate::signal::Interrupts;
 #[derive(Args, Debug)]
 pub struct Watch {
     /// The node's path (it need not exist yet).
+    #[arg(value_parser = crate::parse_path)]
     path: String,
     /// Every node below PATH, not only its children.
     #[arg(long, short = 'r')]

@@ -127,6 +127,9 @@ impl Reader {
                 Err(_) => tried.push(format!("{endpoint}: no answer within {left:?}")),
             }
         }
+        if tried.iter().all(|t| t.contains(baton_proto::NOT_A_CLIENT_PORT)) {
+            return Err(Error::Invalid(format!("no endpoint is a Baton client port ({})", tried.join("; "))));
+        }
         Err(Error::Unavailable(format!("no member served the read: {}", tried.join("; "))))
     }
 
@@ -147,11 +150,17 @@ impl Reader {
         let resp = loop {
             match conn.next().await {
                 None => return skip(&"connection closed"),
-                Some(Err(e)) => return skip(&e),
+                Some(Err(e)) => match crate::session::wrong_port(conn.read_buffer(), None) {
+                    Some(what) => return skip(&what),
+                    None => return skip(&e),
+                },
                 Some(Ok(frame)) => {
                     if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(r)) }) =
                         ServerFrame::decode(frame)
                     {
+                        if let Some(what) = crate::session::wrong_port(&[], Some(&r.message)) {
+                            return skip(&what);
+                        }
                         // 0: the server could not read the request's id.
                         if r.id == req.id || r.id == 0 {
                             break r;

@@ -317,8 +317,17 @@ pub(crate) async fn one_shot(
         let req = Request { id: want, body: Some(body), ..Default::default() };
         f.send(encode(&req)).await.map_err(|e| unavailable(&e))?;
         while let Some(frame) = f.next().await {
-            let frame = frame.map_err(|e| unavailable(&e))?;
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => match wrong_port(f.read_buffer(), None) {
+                    Some(what) => return Err(Error::Invalid(what)),
+                    None => return Err(unavailable(&e)),
+                },
+            };
             if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(r)) }) = ServerFrame::decode(frame) {
+                if let Some(what) = wrong_port(&[], Some(&r.message)) {
+                    return Err(Error::Invalid(what));
+                }
                 if r.id == 1 && want == 2 && r.error != 0 {
                     return Err(Error::NoAuth(format!("{endpoint}: {}", r.message)));
                 }
@@ -395,6 +404,17 @@ pub(crate) async fn start(cfg: ClientConfig, edges: broadcast::Sender<Connection
                 return Ok(Started { cmds: cmd_tx, state: state_rx, session_id: sid, timeout });
             }
             Err(Failed::NoAuth(e)) => return Err(Error::NoAuth(format!("{endpoint}: {e}"))),
+            Err(Failed::WrongPort(e)) => {
+                // Not a client port: no retry will make it one. When every
+                // endpoint is one, say so at once.
+                debug!("{endpoint}: {e}");
+                tried.insert(endpoint, e);
+                let distinct: BTreeSet<&String> = cfg.endpoints.iter().collect();
+                if tried.values().filter(|w| w.contains(baton_proto::NOT_A_CLIENT_PORT)).count() >= distinct.len() {
+                    let why: Vec<String> = tried.iter().map(|(e, w)| format!("{e}: {w}")).collect();
+                    return Err(Error::Invalid(format!("no endpoint is a Baton client port ({})", why.join("; "))));
+                }
+            }
             Err(Failed::Retry(e)) => {
                 debug!("{endpoint}: {e}");
                 tried.insert(endpoint, e);
@@ -419,7 +439,24 @@ enum Failed {
     /// TLS or the member refused this client's identity, or this client
     /// refused the member's: another try will not help.
     NoAuth(String),
+    /// The endpoint is another kind of port (HTTP, peer, ZooKeeper).
+    WrongPort(String),
     Retry(String),
+}
+
+/// What a port that answered a client's first request with something that
+/// is not Baton's protocol is, if it can be told: an HTTP port answers
+/// `HTTP/`, and Baton's peer and ZooKeeper ports answer
+/// `baton_proto::not_a_client_port`'s message.
+pub(crate) fn wrong_port(first_bytes: &[u8], answer: Option<&str>) -> Option<String> {
+    if first_bytes.starts_with(b"HTTP/") {
+        return Some(format!(
+            "this is an HTTP port (a member's metrics and health?), {}",
+            baton_proto::NOT_A_CLIENT_PORT
+        ));
+    }
+    let a = answer?;
+    a.contains(baton_proto::NOT_A_CLIENT_PORT).then(|| a.to_string())
 }
 
 impl From<std::io::Error> for Failed {
@@ -502,7 +539,17 @@ async fn create_session(
     // does not use up the whole budget.
     let resp = tokio::time::timeout(cfg.connect_timeout * 2, async {
         while let Some(frame) = r.next().await {
-            if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame?) {
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => match wrong_port(r.read_buffer(), None) {
+                    Some(what) => return Err(Failed::WrongPort(what)),
+                    None => return Err(e.into()),
+                },
+            };
+            if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }) = ServerFrame::decode(frame) {
+                if let Some(what) = wrong_port(&[], Some(&resp.message)) {
+                    return Err(Failed::WrongPort(what));
+                }
                 if resp.id == 1 && resp.error != 0 {
                     return Err(Failed::NoAuth(resp.message));
                 }

@@ -50,6 +50,34 @@ pub fn client_frame_bytes(req: &Request) -> bytes::Bytes {
     buf.into()
 }
 
+/// What a port that is not a client port answers a Baton client that
+/// dialled it by mistake: if `frame` (the first frame read, without its
+/// length) is a client request, a whole `ServerFrame` (with its 4-byte
+/// length) answering it `BAD_REQUEST` with [`NOT_A_CLIENT_PORT`] and what
+/// the port is (`this`: "a ZooKeeper port"). None for anything else:
+/// ZooKeeper's connect request starts with a zero byte, which no protobuf
+/// message does, and a peer hello has no field above 7 (a request's body
+/// is field 10 and up).
+pub fn not_a_client_port(frame: &[u8], this: &str) -> Option<bytes::Bytes> {
+    use prost::Message;
+    let req = ClientFrame::decode(frame).ok()?.request?;
+    req.body.as_ref()?;
+    let resp = Response {
+        id: req.id,
+        error: ErrorCode::BadRequest as i32,
+        message: format!("{NOT_A_CLIENT_PORT}: this is {this}"),
+        ..Default::default()
+    };
+    let body = ServerFrame { frame: Some(server_frame::Frame::Response(resp)) }.encode_to_vec();
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Some(out.into())
+}
+
+/// The words of [`not_a_client_port`]'s answer (the client looks for them).
+pub const NOT_A_CLIENT_PORT: &str = "not a Baton client port";
+
 /// A `PeerFrame` holding a raft message of `raft_len` bytes that `write`
 /// appends: field `raft`'s key and length, then the message written
 /// straight after them (one buffer, not a message buffer copied into a
@@ -149,6 +177,41 @@ pub fn parent_of(path: &str) -> Option<&str> {
 mod tests {
     use super::*;
     use prost::Message;
+
+    /// A client request that reached a peer or ZooKeeper port is answered
+    /// "not a Baton client port"; a peer hello (fields 1-7) and a
+    /// ZooKeeper connect request (its first byte is zero) never are.
+    #[test]
+    fn only_a_client_request_is_told_it_reached_the_wrong_port() {
+        let req = Request {
+            id: 2,
+            body: Some(request::Body::CreateSession(CreateSessionReq { timeout_ms: 10_000 })),
+            ..Default::default()
+        };
+        let frame = client_frame_bytes(&req);
+        let reply = not_a_client_port(&frame, "a ZooKeeper port").expect("a client request is answered");
+        assert_eq!(u32::from_be_bytes(reply[..4].try_into().expect("4 bytes")) as usize, reply.len() - 4);
+        let Some(server_frame::Frame::Response(r)) = ServerFrame::decode(&reply[4..]).expect("a server frame").frame
+        else {
+            panic!("a response")
+        };
+        assert_eq!((r.id, r.error), (2, ErrorCode::BadRequest as i32));
+        assert_eq!(r.message, "not a Baton client port: this is a ZooKeeper port");
+        let hello = PeerHello {
+            from: 2,
+            cluster_version: 9,
+            cluster_id: "c".into(),
+            to: 1,
+            to_joined: true,
+            incarnation: 77,
+            to_incarnation: 78,
+        };
+        let hello = PeerFrame { frame: Some(peer_frame::Frame::Hello(hello)) }.encode_to_vec();
+        assert!(not_a_client_port(&hello, "a Baton peer port").is_none(), "a real hello is left alone");
+        let zk_connect = [0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x75, 0x30];
+        assert!(not_a_client_port(&zk_connect, "a ZooKeeper port").is_none());
+        assert!(not_a_client_port(b"garbage", "a ZooKeeper port").is_none());
+    }
 
     /// The clone-free encoders write the bytes prost's own would.
     #[test]

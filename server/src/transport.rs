@@ -37,7 +37,7 @@ use futures::{SinkExt, StreamExt};
 use prost::Message as _;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
-use tokio::io::ReadHalf;
+use tokio::io::{AsyncWriteExt, ReadHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
@@ -397,6 +397,13 @@ async fn admit(tcp: TcpStream, auth: &PeerAuth) -> anyhow::Result<(u64, PeerRead
     let (rd, wr) = tokio::io::split(stream);
     let mut r = FramedRead::new(rd, baton_proto::codec(HELLO_FRAME_LIMIT));
     let first = r.next().await.ok_or_else(|| anyhow::anyhow!("closed before hello"))??;
+    // A Baton client that dialled this port by mistake is told so (a
+    // client's request would also decode as a hello).
+    if let Some(reply) = baton_proto::not_a_client_port(&first, "a Baton peer port") {
+        let mut wr = wr;
+        let _ = wr.write_all(&reply).await;
+        anyhow::bail!("a client request on the peer port");
+    }
     let hello = match PeerFrame::decode(first)?.frame {
         Some(peer_frame::Frame::Hello(h)) => h,
         _ => anyhow::bail!("first peer frame is not a hello"),

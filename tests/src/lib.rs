@@ -242,6 +242,11 @@ impl Cluster {
         self.kit.new_member().expect("new member")
     }
 
+    /// Member `id`'s HTTP (metrics and health) address.
+    pub fn http_addr(&self, id: u64) -> String {
+        self.kit.member(id).spec.http_addr.expect("http addr").to_string()
+    }
+
     /// `GET path` on member `id`'s HTTP port: (status code, body); None if
     /// it does not answer within 2 s.
     pub async fn http_get(&self, id: u64, path: &str) -> Option<(u16, String)> {

@@ -221,6 +221,8 @@ async fn t20_subtrees_stat_and_txn() {
     let out = baton(eps, &["txn", "create /x/b 1", "set /x/a 3 --version 9"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("txn op 2 of 2 `set /x/a 3 --version 9` failed"), "{}", stderr(&out));
+    // One numbering (issue 28, U8): not also the server's 0-based `#1`.
+    assert!(!stderr(&out).contains('#'), "{}", stderr(&out));
     assert_eq!(owner.exists("/x/b").await.expect("exists"), None, "a refused txn was applied in part");
     expect(baton_in(eps, &["txn"], b"# from stdin\ncreate /x/c\n\nrm /nope\n"), 4, "txn op on a missing node");
     let out = baton_in(eps, &["--json", "txn"], b"create /x/c 'a b'\nrm /x/c\n");
@@ -648,4 +650,61 @@ async fn t52_ttl_usage_clamped_sessions_and_durations_for_people() {
     assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
     assert_eq!(stdout(&o), "(no leader)\n");
     assert!(stderr(&o).contains("election nobody-campaigns has no leader"), "{}", stderr(&o));
+}
+
+/// Issue 28, U8: an endpoint that is not a Baton client port (the HTTP
+/// port, the peer port, the ZooKeeper port) is named as such, at once,
+/// instead of a protocol error or a long wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t53_an_endpoint_that_is_not_a_client_port_says_so() {
+    let c = Cluster::start_zk(1, &[]).await;
+    c.wait_leader(SECS(20)).await;
+    let cases = [
+        ("HTTP", c.http_addr(1), "an HTTP port"),
+        ("peer", c.peer_addr(1), "a Baton peer port"),
+        ("ZooKeeper", c.zk_endpoints()[0].clone(), "a ZooKeeper port"),
+    ];
+    let mut wrong = Vec::new();
+    for (what, ep, says) in cases {
+        for args in [&["get", "/"][..], &["create", "/x"], &["status"]] {
+            let started = Instant::now();
+            let o = baton(&ep, args);
+            let (err, took) = (stderr(&o), started.elapsed());
+            eprintln!("{what} {args:?}: {:?} in {took:?}: {err}", o.status.code());
+            if !(err.contains(says) && err.contains("not a Baton client port")) || took > SECS(8) {
+                wrong.push(format!("{what} {args:?} ({took:?}): {err}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Issue 28, U8: `--json member list` carries what the text says, its
+/// footer (cluster, term, leader, the member that answered) included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t54_member_list_json_and_text_say_the_same() {
+    let c = Cluster::start(1, &[]).await;
+    c.wait_leader(SECS(20)).await;
+    let eps = endpoints(&c);
+    let text = expect(baton(&eps, &["member", "list"]), 0, "member list");
+    let footer = text.lines().last().expect("a footer");
+    let json = expect(baton(&eps, &["--json", "member", "list"]), 0, "member list --json");
+    let rows = json_lines(&json);
+    assert_eq!(rows.len(), text.lines().count() - 2, "one object per member row:\n{text}\n{json}");
+    for r in &rows {
+        let said = format!(
+            "cluster {} term {}, leader {} (*), answered by member {}",
+            r["cluster_id"].as_str().expect("cluster_id"),
+            r["term"].as_u64().expect("term"),
+            r["leader_id"].as_u64().expect("leader_id"),
+            r["answered_by"].as_u64().expect("answered_by")
+        );
+        assert_eq!(said, footer, "{json}");
+        let id = r["id"].as_u64().expect("id");
+        let row = text.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string())).expect("a text row");
+        for key in ["peer_addr", "client_addr"] {
+            assert!(row.contains(r[key].as_str().expect(key)), "{key} of {id} in {row:?}");
+        }
+        assert_eq!(row.contains("auto-promote"), r["auto_promote"].as_bool() == Some(true), "{row}");
+    }
 }

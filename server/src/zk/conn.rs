@@ -35,7 +35,7 @@ use baton_proto::{
     WatchKind, WatchSpec, WhoAmIReq,
 };
 use futures::{SinkExt, StreamExt};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::debug;
@@ -101,6 +101,10 @@ pub(super) async fn handle(
     let connect = match ConnectRequest::decode(&frame) {
         Ok(c) => c,
         Err(e) => {
+            // A Baton client dialled the wrong port: tell it so.
+            if let Some(reply) = baton_proto::not_a_client_port(&frame, "a ZooKeeper port") {
+                let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.write_all(&reply)).await;
+            }
             debug!("zookeeper: undecodable connect request ({e}); closing");
             return;
         }
