@@ -621,6 +621,11 @@ async fn t52_ttl_usage_clamped_sessions_and_durations_for_people() {
         &["create", "/t", "x", "--ttl", "5", "--ephemeral"],
         &["create", "/t", "x", "--ttl", "5", "--container"],
         &["create", "/t", "x", "--container", "--ephemeral"],
+        // Malformed paths, found before any dial (cli.md's `baton get a`).
+        &["get", "a"],
+        &["ls", "/a//b"],
+        &["txn", "set a 1"],
+        &["watch", "/a/"],
     ] {
         expect(baton("127.0.0.1:1", args), 2, "a create-flags usage error");
     }
