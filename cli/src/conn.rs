@@ -21,7 +21,9 @@
 //!   of waiting out `--command-timeout`. Nothing was applied: no session
 //!   existed, so no request was sent. Once a session exists the watch is
 //!   over; a write that then gets no answer is ambiguous (exit 3), as
-//!   before.
+//!   before. A linearizable sessionless read (`get`, `ls`, `stat` without
+//!   `--stale`) runs under the same watch for its whole life ([`Conn::read`]):
+//!   it writes nothing, so stopping it is always safe.
 //!
 //! It does not retry on its own: the client library does, within
 //! `--command-timeout`.
@@ -209,6 +211,24 @@ impl Conn {
         let r = f(&c).await;
         close(&c).await;
         r
+    }
+
+    /// Runs a sessionless read under the quorum watch (a linearizable read
+    /// without a quorum stops like a session command, exit 5, instead of
+    /// waiting out `--command-timeout` on a member that hangs); a `--stale`
+    /// read needs no quorum and runs alone.
+    pub async fn read<T>(
+        &self,
+        stale: bool,
+        read: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        if stale {
+            return read.await;
+        }
+        tokio::select! {
+            r = read => r,
+            lost = self.quorum_lost() => Err(lost),
+        }
     }
 
     /// Sessionless reads (`get`, `ls`, `stat`) with these flags.

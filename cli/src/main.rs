@@ -143,9 +143,9 @@ enum SessionCmd {
 impl SessionCmd {
     async fn run(self, conn: &Conn, out: Out) -> anyhow::Result<()> {
         match self {
-            SessionCmd::Get(x) => x.run(&conn.reader()?, out).await,
-            SessionCmd::Ls(x) => x.run(&conn.reader()?, out).await,
-            SessionCmd::Stat(x) => x.run(&conn.reader()?, out).await,
+            SessionCmd::Get(x) => conn.read(x.stale(), x.run(&conn.reader()?, out)).await,
+            SessionCmd::Ls(x) => conn.read(x.stale(), x.run(&conn.reader()?, out)).await,
+            SessionCmd::Stat(x) => conn.read(x.stale(), x.run(&conn.reader()?, out)).await,
             cmd => conn.session(None, async |c| cmd.run_on(c, out).await).await,
         }
     }

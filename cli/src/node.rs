@@ -170,6 +170,13 @@ pub struct Get {
 }
 
 impl Get {
+    /// `--stale`: answered from one member's state, also without a quorum.
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
+}
+
+impl Get {
     pub async fn run(self, c: &Reader, out: Out) -> anyhow::Result<()> {
         let (data, stat) = c.get(&self.path, self.stale).await?;
         if let Some(f) = &self.file {
@@ -411,6 +418,13 @@ pub struct Ls {
 }
 
 impl Ls {
+    /// `--stale`: answered from one member's state, also without a quorum.
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
+}
+
+impl Ls {
     pub async fn run(self, c: &Reader, out: Out) -> anyhow::Result<()> {
         let nodes = match (self.recursive, self.stat) {
             (true, _) => walk(c, &self.path, self.stale).await?,
@@ -477,6 +491,13 @@ pub struct Stat {
     /// (works without a quorum; may lag the leader).
     #[arg(long)]
     stale: bool,
+}
+
+impl Stat {
+    /// `--stale`: answered from one member's state, also without a quorum.
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
 }
 
 impl Stat {

@@ -584,8 +584,15 @@ async fn t76_without_a_quorum_writes_fail_fast_and_definitely() {
         c.pause(id, true);
     }
     let flags = ["--dial-timeout", "300ms", "--command-timeout", "30s"];
-    let cases: [&[&str]; 3] =
-        [&["set", "/q", "after"], &["create", "/q2", "x"], &["lock", "--nonblock", "job", "--", "true"]];
+    let cases: [&[&str]; 5] = [
+        &["set", "/q", "after"],
+        &["create", "/q2", "x"],
+        &["lock", "--nonblock", "job", "--", "true"],
+        // A linearizable sessionless read too (it waited out the command
+        // timeout on the first, paused member).
+        &["get", "/q"],
+        &["ls", "/"],
+    ];
     for args in cases {
         let all: Vec<&str> = flags.iter().chain(args).copied().collect();
         let t = Instant::now();
