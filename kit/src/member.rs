@@ -100,10 +100,16 @@ impl Process {
         }
     }
 
-    /// SIGSTOP.
+    /// SIGSTOP, and wait (at most 1 s) until every thread of the process
+    /// is stopped: kill(2) returns once the signal is sent, not once it
+    /// took effect, and a busy member could still read and forward a
+    /// request sent right after (zookeeper/t22 saw it in CI).
     pub fn pause(&mut self) {
         self.signal(libc::SIGSTOP);
         self.paused = true;
+        if self.child.is_some() {
+            wait_stopped(self.pid(), std::time::Duration::from_secs(1));
+        }
     }
 
     /// SIGCONT.
@@ -169,6 +175,26 @@ pub fn stop_all(procs: impl IntoIterator<Item = Process>, bound: Duration) {
     procs.iter().for_each(Process::terminate);
     let deadline = Instant::now() + bound;
     procs.into_iter().for_each(|p| p.wait(deadline));
+}
+
+/// Waits until every thread of process `pid` is stopped (or gone), at most
+/// `limit`.
+fn wait_stopped(pid: u32, limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+        if tasks.flatten().all(|t| matches!(thread_state(&t.path()), None | Some('T' | 't' | 'Z' | 'X'))) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// A thread's state letter from `/proc/PID/task/TID/stat` (after its
+/// command name, which may hold spaces and parentheses).
+fn thread_state(task: &std::path::Path) -> Option<char> {
+    let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 #[cfg(test)]
