@@ -158,8 +158,11 @@ impl Reader {
                     if let Ok(ServerFrame { frame: Some(server_frame::Frame::Response(r)) }) =
                         ServerFrame::decode(frame)
                     {
-                        if let Some(what) = crate::session::wrong_port(&[], Some(&r.message)) {
-                            return skip(&what);
+                        // Only a refusal can be another port's answer.
+                        if r.error == ErrorCode::BadRequest as i32 {
+                            if let Some(what) = crate::session::wrong_port(&[], Some(&r.message)) {
+                                return skip(&what);
+                            }
                         }
                         // 0: the server could not read the request's id.
                         if r.id == req.id || r.id == 0 {

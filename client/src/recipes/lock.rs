@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use super::queue::{
     delete_own, enqueue_first, may_be_taken, queue_dir, recipe_dir, session_lost, sorted_children, wait_gone,
-    wait_pushed, Place, QueueNode,
+    wait_pushed, within, Place, QueueNode,
 };
 use crate::{Client, Error, Op, OpResult, Result, SessionState};
 
@@ -258,13 +258,7 @@ impl Mutex {
     /// Waits at most `timeout` for the lock; `None` when it timed out (the
     /// waiter's node is deleted). A zero timeout is [`Mutex::try_lock`].
     pub async fn lock_with_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        if timeout.is_zero() {
-            return self.try_lock().await;
-        }
-        match tokio::time::timeout(timeout, self.lock()).await {
-            Ok(r) => r.map(Some),
-            Err(_) => Ok(None),
-        }
+        within(timeout, self.try_lock(), self.lock()).await
     }
 }
 

@@ -197,6 +197,23 @@ async fn create_or_find(
     }
 }
 
+/// The timed acquire every recipe offers: `now` (take it if free, leave
+/// nothing queued) for a zero timeout, else `wait` for at most `timeout`
+/// (`None` when it ran out; dropping `wait` deletes its node).
+pub(crate) async fn within<G>(
+    timeout: Duration,
+    now: impl std::future::Future<Output = Result<Option<G>>>,
+    wait: impl std::future::Future<Output = Result<G>>,
+) -> Result<Option<G>> {
+    if timeout.is_zero() {
+        return now.await;
+    }
+    match tokio::time::timeout(timeout, wait).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
 /// Children of `dir` sorted by sequence number.
 ///
 /// Read from the member's local state, without a ReadIndex round: that is

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use super::lock::{still_mine, HeldMark};
 use super::queue::{
-    delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, QueueNode,
+    delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, within, QueueNode,
 };
 use crate::{Client, CreateOptions, Error, ErrorKind, Result, SessionState};
 
@@ -128,13 +128,7 @@ impl Semaphore {
     /// (the waiter's node is deleted). A zero timeout is
     /// [`Semaphore::try_acquire`].
     pub async fn acquire_with_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
-        if timeout.is_zero() {
-            return self.try_acquire().await;
-        }
-        match tokio::time::timeout(timeout, self.acquire()).await {
-            Ok(r) => r.map(Some),
-            Err(_) => Ok(None),
-        }
+        within(timeout, self.try_acquire(), self.acquire()).await
     }
 }
 
