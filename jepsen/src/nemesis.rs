@@ -5,7 +5,11 @@
 //! - `kill`: kill -9 a minority of members, restart them at the heal.
 //! - `pause`: SIGSTOP a member, or freeze a client process (its task stops
 //!   and its links stall, so its session expires while it still believes it
-//!   holds what it held): long enough to outlive session timeouts.
+//!   holds what it held): long enough to outlive session timeouts. Half
+//!   the client freezes take the longest waiter of a queue that has
+//!   a holder and another waiter ([`Run::mid_queue_waiter`]): its node
+//!   leaves from the middle of the queue when its session expires, and
+//!   the grant must still go only to the first waiter.
 //! - `partition`: isolate one member, split majority/minority, a majorities
 //!   ring (every member sees a majority, no two the same), or one-way drops.
 //! - `leader`: kill, pause or isolate the current leader.
@@ -229,7 +233,22 @@ async fn apply(
                 holders = run.holders();
             }
             let targets: Vec<usize> = if holders.is_empty() { client_slots.to_vec() } else { holders };
-            if !targets.is_empty() && rng.gen_bool(0.5) {
+            // One client freeze in two takes a waiter from the middle of
+            // a queue instead: its session expires while it waits, and its
+            // node leaves the queue while another client holds.
+            let waiter = if rng.gen_bool(0.5) { run.mid_queue_waiter() } else { None };
+            if let Some(slot) = waiter {
+                let at = run.now();
+                run.set_paused(slot, true);
+                db.proxies().stall_slot(slot, true);
+                Some((
+                    Fault::ClientPaused(slot),
+                    "pause",
+                    format!("client slot {slot}, waiting in a queue (process frozen, links stalled)"),
+                    None,
+                    at,
+                ))
+            } else if !targets.is_empty() && rng.gen_bool(0.5) {
                 let slot = *targets.choose(rng)?;
                 let at = run.now();
                 run.set_paused(slot, true);

@@ -50,6 +50,10 @@ pub struct Run {
     /// Client slots that currently hold a lock or leadership (the pause
     /// and isolate-peers nemeses prefer them).
     holders: Mutex<std::collections::BTreeMap<usize, Holder>>,
+    /// Client slots queued for a lock or leadership right now, with when
+    /// they began to wait (run time, ns): the pause nemesis freezes one
+    /// in the middle of a queue.
+    waiters: Mutex<std::collections::BTreeMap<usize, u64>>,
     /// Session timeout every client of the run asks for.
     pub session: Duration,
     /// TLS for every client of the run (None: plaintext).
@@ -181,6 +185,7 @@ impl Run {
             slot_endpoints,
             storage_endpoints,
             holders: Mutex::new(Default::default()),
+            waiters: Mutex::new(Default::default()),
             session,
             tls,
             door,
@@ -259,6 +264,27 @@ impl Run {
         } else {
             h.remove(&slot);
         }
+    }
+
+    /// Marks `slot` as queued (or no longer) for a lock or leadership.
+    pub fn set_waiting(&self, slot: usize, waits: bool) {
+        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if waits {
+            w.insert(slot, self.now());
+        } else {
+            w.remove(&slot);
+        }
+    }
+
+    /// A slot in the middle of a queue, likely: the one waiting longest
+    /// while another holds and at least one more waits behind it (None if
+    /// no queue is that long now).
+    pub fn mid_queue_waiter(&self) -> Option<usize> {
+        let w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if w.len() < 2 || self.holders().is_empty() {
+            return None;
+        }
+        w.iter().min_by_key(|(_, since)| **since).map(|(s, _)| *s)
     }
 
     /// Records which member a holder's client is talking to.

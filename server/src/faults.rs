@@ -72,10 +72,17 @@ pub struct Faults {
     /// a fast follower ends its session (sessions.rs, "not yet applied is
     /// not expired").
     pub not_yet_applied_expired: bool,
+    /// When a queue node is deleted, its successor's FIRST watch fires
+    /// `NODE_FIRST` whether or not the successor is now first: a waiter
+    /// leaving from the middle of a queue (it gave up, or its session
+    /// expired) wakes the one behind it while the holder still holds (the
+    /// "watch the predecessor, then trust its deletion" bug of the classic
+    /// recipe, on the pushed grant's path).
+    pub first_to_successor: bool,
 }
 
 /// The names `--server-fault` accepts.
-pub const NAMES: [&str; 18] = [
+pub const NAMES: [&str; 19] = [
     "stale-reads",
     "ack-before-commit",
     "no-fence-check",
@@ -94,6 +101,7 @@ pub const NAMES: [&str; 18] = [
     "zk-speak-unvouched",
     "no-first-watch",
     "not-yet-applied-expired",
+    "first-to-successor",
 ];
 
 impl Faults {
@@ -120,6 +128,7 @@ impl Faults {
                 "zk-speak-unvouched" => f.zk_speak_unvouched = true,
                 "no-first-watch" => f.no_first_watch = true,
                 "not-yet-applied-expired" => f.not_yet_applied_expired = true,
+                "first-to-successor" => f.first_to_successor = true,
                 other => return Err(format!("unknown server fault {other:?} (known: {})", NAMES.join(", "))),
             }
         }
@@ -160,4 +169,5 @@ impl Faults {
     query!(zk_speak_unvouched);
     query!(no_first_watch);
     query!(not_yet_applied_expired);
+    query!(first_to_successor);
 }

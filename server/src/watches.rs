@@ -154,6 +154,9 @@ pub struct Watches {
     /// Watches each connection holds (for the `max_watches` cap).
     per_conn: BTreeMap<ConnId, usize>,
     tally: Tally,
+    /// The deliberate bug `first-to-successor` (faults.rs): a deleted
+    /// queue node's successor is told it is first.
+    first_to_successor: bool,
 }
 
 /// Counts that keep a change from scanning what cannot fire.
@@ -219,6 +222,15 @@ pub fn predecessor(sm: &StateMachine, path: &str) -> Option<String> {
     sm.child_names(dir).map(baton_proto::queue_key).filter(|k| *k < own).max().map(|(_, name)| name.to_string())
 }
 
+/// The sibling just behind deleted node `path` in its queue (for the
+/// deliberate bug `first-to-successor` only).
+fn successor(sm: &StateMachine, path: &str) -> Option<String> {
+    let dir = parent(path);
+    let own = baton_proto::queue_key(path.rsplit('/').next().unwrap_or_default());
+    let (_, name) = sm.child_names(dir).map(baton_proto::queue_key).filter(|k| *k > own).min()?;
+    Some(child_path(dir, name))
+}
+
 /// A FIRST watch on `path` is due: the node is gone, or first.
 fn first_due(sm: &StateMachine, path: &str) -> Option<EventType> {
     match sm.stat_of(path) {
@@ -229,6 +241,12 @@ fn first_due(sm: &StateMachine, path: &str) -> Option<EventType> {
 }
 
 impl Watches {
+    /// An empty table; `first_to_successor` switches on that deliberate
+    /// bug (faults.rs; always false in a release build).
+    pub fn new(first_to_successor: bool) -> Watches {
+        Watches { first_to_successor, ..Watches::default() }
+    }
+
     /// Registers (or replaces) `conn`'s watch `spec.watch_id`, as of the
     /// state `sm` is in now. A FIRST watch that is due already is not
     /// kept: its event is returned, for the caller to send after the
@@ -319,6 +337,13 @@ impl Watches {
             Change::ChildrenChanged(p) => (p, EventType::NodeChildrenChanged, &[Children]),
         };
         let mut fired = Vec::new();
+        if let (Change::Deleted(p), true) = (change, self.first_to_successor) {
+            if self.tally.first_dirs.contains_key(parent(p)) {
+                if let Some(next) = successor(sm, p) {
+                    fired.extend(self.take(&next, EventType::NodeFirst, &[First]));
+                }
+            }
+        }
         if let Change::ChildrenChanged(dir) = change {
             if self.tally.first_dirs.contains_key(dir.as_str()) {
                 if let Some(first) = first_child(sm, dir) {

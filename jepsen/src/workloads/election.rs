@@ -47,7 +47,10 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
             Ok((lead, json!({"token": token})))
         };
         let call = Call::new("campaign", NAME).args(json!({"value": p})).definite();
-        let fresh = match run.op(p, call, campaign).await {
+        run.set_waiting(slot, true);
+        let campaigned = run.op(p, call, campaign).await;
+        run.set_waiting(slot, false);
+        let fresh = match campaigned {
             Ok(lead) => !lead_a_while(&run, slot, p, &c, lead, &mut rng).await,
             Err(OpError::TimedOut) => false,
             Err(_) => true,

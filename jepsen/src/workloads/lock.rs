@@ -1,7 +1,9 @@
 //! The lock workload: take the lock, read a counter, write it +1 guarded by
 //! `check_fence` with the lock's token (through a separate "storage"
 //! session, as an external resource would be), release. Checked by
-//! `baton_checker::lock`.
+//! `baton_checker::lock`. One acquire in four gives up after 5-60 ms
+//! ([`IMPATIENT`]), so waiters leave from the middle of the queue while
+//! another client holds the lock.
 //!
 //! History: `acquire` (ok `{"token"}`), `read-counter` (ok `{"token",
 //! "value"}`), `incr` (invoke `{"token", "from"}`, ok also `{"value",
@@ -29,6 +31,13 @@ const LOCK: &str = "jepsen";
 const FENCE: &str = "jepsen-counter";
 /// How long a worker waits for the lock before it gives up ("timeout").
 const ACQUIRE_WAIT: Duration = Duration::from_secs(4);
+/// Chance that a worker is impatient: it waits [`SHORT_WAIT`] only, so
+/// waiters leave from the middle of the queue while the holder holds (the
+/// grant must go to the first waiter, never to the one behind a leaver:
+/// the deliberate bug `first-to-successor` is caught by that).
+const IMPATIENT: f64 = 0.25;
+/// An impatient worker's wait, in ms (a hold is ~15-50 ms).
+const SHORT_WAIT: std::ops::Range<u64> = 5..60;
 
 pub(super) async fn setup(c: &Client) -> anyhow::Result<()> {
     create(c, COUNTER, "0").await
@@ -58,12 +67,17 @@ pub(super) async fn worker(run: Arc<Run>, slot: usize, mut rng: StdRng) {
     let Some(mut sc) = storage_client(&run, slot, p).await else { return };
     while !run.stopped() {
         run.checkpoint(slot).await;
+        let wait =
+            if rng.gen_bool(IMPATIENT) { Duration::from_millis(rng.gen_range(SHORT_WAIT)) } else { ACQUIRE_WAIT };
         let acquire = async {
-            let g = lc.lock(LOCK, ACQUIRE_WAIT).await?;
+            let g = lc.lock(LOCK, wait).await?;
             let token = g.token();
             Ok((g, json!({"token": token})))
         };
-        let fresh = match run.op(p, Call::new("acquire", LOCK).definite(), acquire).await {
+        run.set_waiting(slot, true);
+        let acquired = run.op(p, Call::new("acquire", LOCK).definite(), acquire).await;
+        run.set_waiting(slot, false);
+        let fresh = match acquired {
             Ok(g) => {
                 run.became_holder(slot, &lc);
                 let Some((storage, fresh)) = hold(&run, slot, p, &lc, sc, g, &mut rng).await else { return };

@@ -221,6 +221,11 @@ struct Io {
     /// Writes go through it (in order), never straight to the store.
     persist: Box<dyn Persist>,
     peers: Box<dyn PeerSink>,
+    /// The highest Ready number queued to `persist`, and the highest it
+    /// reported written: equal when no Ready's write is on its way
+    /// (driver/ready.rs, "A Ready with nothing to write").
+    queued: u64,
+    written: u64,
 }
 
 /// Leader, term and role as of the last `Ready`'s soft state, and this
@@ -381,9 +386,9 @@ impl Driver {
         let mut d = Driver {
             raw,
             sm: Arc::new(RwLock::new(sm)),
-            io: Io { persist, peers },
+            io: Io { persist, peers, queued: 0, written: 0 },
             conns: BTreeMap::new(),
-            watches: Watches::default(),
+            watches: Watches::new(cfg.faults.first_to_successor()),
             pending: Pending::new(rng.gen::<u64>() >> 1),
             // Random starts: an entry proposed before a restart may commit
             // after it and must not match a new request; a ReadIndex answer

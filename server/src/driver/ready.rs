@@ -11,7 +11,7 @@
 //! | 6. Stage new log entries (the in-memory store has them at once) | `RaftStore::append` |
 //! | 7. Stage the hard state if the term or vote changed (a new commit index waits for step 8) | `RaftStore::note_hard_state` |
 //! | 8. When due, stage the state machine's changed keys with the applied index and the commit index; when a compaction is due, mark the write for a snapshot (below) | `StateMachine::flush`, `RaftStore::stage_commit`, `state_flush_due`, `compaction_due` |
-//! | 9. Send forwarded proposals, ReadIndex requests and heartbeat answers at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer | `Persist::submit` |
+//! | 9. Send forwarded proposals, ReadIndex requests and heartbeat answers at once (below); `advance_append_async`; queue the batch, its `sync` flag and the other persisted messages to the syncer, or finish at once a Ready with nothing to write (below) | `Persist::submit`, `on_persisted` |
 //! | 10. Tell raft-rs what is applied, at most `min(committed, persisted)` | `advance_applied` |
 //!
 //! When the syncer reports the batch written, `on_persisted` sends the
@@ -22,6 +22,18 @@
 //! Ready (the async mode has no `LightReady`).
 //!
 //! Rules:
+//! - A Ready with nothing to write (an empty batch: no entries, no term or
+//!   vote, no snapshot, no state flush due) is finished in the same turn,
+//!   without the syncer, when every earlier Ready's write has been
+//!   reported (`Io::queued == Io::written`): its persisted messages (a
+//!   follower's answer to an append that only moved the commit index, a
+//!   rejection hint) speak of a log that is then wholly on disk, and
+//!   `on_persist_ready` for it only retires its record. Otherwise it goes
+//!   to the syncer behind the writes before it, as every Ready did before
+//!   (the order of `on_persist_ready` numbers must hold). That is most
+//!   Readies of an unbatched commit (the leader's that commits, each
+//!   follower's that learns the commit): each was a hand-off to the syncer
+//!   thread and back for nothing (issue 26; docs/perf/per-op.md).
 //! - The batch is synced when the Ready has new entries, a changed term or
 //!   vote (`must_sync`) or a snapshot: Raft needs those on disk before
 //!   anyone hears of them, and the messages that announce them wait for the
@@ -162,7 +174,15 @@ impl Driver {
         // them from there); the syncer makes them durable in order, and
         // `on_persisted` sends `after` and reports the number once it has.
         self.raw.advance_append_async(rd);
+        if batch.is_empty() && !must_sync && !compacting && self.io.queued == self.io.written {
+            // Nothing to write, and every earlier Ready is on disk: what
+            // its messages say is durable already (module doc, "A Ready
+            // with nothing to write").
+            self.on_persisted(Synced { number, after });
+            return Ok(());
+        }
         let job = SyncJob { number, batch, sync: must_sync, after, snapshot: compacting, backup: false };
+        self.io.queued = self.io.queued.max(number);
         self.io.persist.submit(job);
         self.advance_applied();
         Ok(())
@@ -181,6 +201,7 @@ impl Driver {
 
     /// A write the syncer finished: send what waited for it.
     pub fn on_persisted(&mut self, done: Synced) {
+        self.io.written = self.io.written.max(done.number);
         self.send_messages(done.after);
         if done.number > 0 {
             self.raw.on_persist_ready(done.number);
