@@ -148,6 +148,11 @@ fn batond_cluster_passes_its_member_flags_on_as_given() {
         }
         let _ = child.kill();
         let _ = child.wait();
+        // The member too, if it outlived its cluster (seen once, 2026-12-07:
+        // a member of case 1 still ran after the test; not explained yet).
+        if let Some(p) = pid {
+            let _ = std::process::Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
         let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         let log = std::fs::read_to_string(data.join("member-1.log")).unwrap_or_default();
         assert!(pid.is_some(), "no member pid printed (case {i})");

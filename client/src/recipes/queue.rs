@@ -18,9 +18,10 @@
 //! the reply is lost (ambiguous), the node is found again by its attempt
 //! name rather than orphaned. After that, [`QueueNode`]'s `Drop` deletes the
 //! node in the background unless it was handed to a guard. Every background
-//! delete retries (with backoff, for up to one session timeout) until the
-//! node is gone or the session is: a waiter that gave up never blocks the
-//! next one for longer than the cluster needs to answer. A process about to
+//! delete retries (with backoff) until the node is gone or the session is,
+//! however long the cluster cannot answer (a partition): a waiter that gave
+//! up never blocks the next one for longer than the cluster needs to
+//! answer. Only a refusal no retry can pass ends it early. A process about to
 //! exit should close its client instead, which ends the session and deletes
 //! every node it owns at once (the CLI does).
 
@@ -88,16 +89,21 @@ impl Drop for QueueNode {
     }
 }
 
-/// Deletes `path` until it is gone, the session is, or one session timeout
-/// has passed (backoff 50 ms doubling to 1 s).
+/// Deletes `path` until it is gone or the session is (or the client is
+/// closed), retrying what may pass (no leader, a busy or unreachable
+/// member, an unknown outcome) with backoff 50 ms doubling to 1 s, for as
+/// long as that takes: a waiter that gave up while its member was cut off
+/// must not leave its node ahead of everyone for the rest of its session
+/// (the harness found a lock stalled for 197 s when this stopped after
+/// one session timeout). A refusal that cannot pass (the node has
+/// children, no permission) ends it; the node then goes with the session.
 pub(crate) async fn delete_in_background(c: &Client, path: &str) {
-    let until = tokio::time::Instant::now() + c.session_timeout().max(Duration::from_secs(1));
     let mut pause = Duration::from_millis(50);
     loop {
         match c.delete(path, None).await {
             Ok(()) | Err(Error::SessionExpired) | Err(Error::Closed) => return,
             Err(e) if e.is_no_node() => return,
-            Err(_) if tokio::time::Instant::now() + pause >= until => return,
+            Err(e) if !may_pass(&e) => return,
             Err(_) => {}
         }
         if *c.state().borrow() == SessionState::Expired {
@@ -106,6 +112,21 @@ pub(crate) async fn delete_in_background(c: &Client, path: &str) {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
     }
+}
+
+/// A refusal that a retry may get past: nothing is wrong with the request,
+/// the cluster could not serve it (or its outcome is unknown).
+fn may_pass(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Ambiguous
+            | ErrorKind::Unavailable
+            | ErrorKind::NoLeader
+            | ErrorKind::Busy
+            | ErrorKind::ShuttingDown
+            | ErrorKind::Timeout
+            | ErrorKind::LeaderChanged
+    )
 }
 
 /// Where a queue create put its node (the pushed grant: watches.rs on the
@@ -178,23 +199,48 @@ async fn create_or_find(
     match created {
         Ok((path, stat, place)) => Ok((path, stat.czxid, place)),
         Err(e) if e.is_ambiguous() => {
-            // Did it happen? Our node carries this attempt's name (the
-            // prefix holds a random attempt id), and this session owns it.
-            for kid in c.children(dir).await.unwrap_or_default() {
-                if !kid.starts_with(prefix) || kid.len() != prefix.len() + 10 {
-                    continue;
+            // Did it happen? Ask until the cluster answers (or the session
+            // ends): a node created but not found would sit in the queue,
+            // owned by a live session, and once first stall it for good.
+            let mut pause = Duration::from_millis(50);
+            loop {
+                match find_attempt(c, dir, prefix).await {
+                    Ok(Some(found)) => return Ok(found),
+                    Ok(None) => return Err(e),
+                    Err(x @ (Error::SessionExpired | Error::Closed)) => return Err(x),
+                    Err(x) if !may_pass(&x) => return Err(x),
+                    Err(_) => {}
                 }
-                let path = format!("{dir}/{kid}");
-                if let Ok(Some(s)) = c.exists(&path).await {
-                    if s.ephemeral_owner == c.session_id() {
-                        return Ok((path, s.czxid, Place::Unknown));
-                    }
+                if *c.state().borrow() == SessionState::Expired {
+                    return Err(Error::SessionExpired);
                 }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
-            Err(e)
         }
         Err(e) => Err(e),
     }
+}
+
+/// This attempt's node, if it was created: it carries the attempt's name
+/// (the prefix holds a random attempt id), and this session owns it.
+async fn find_attempt(c: &Client, dir: &str, prefix: &str) -> Result<Option<(String, u64, Place)>> {
+    let kids = match c.children(dir).await {
+        Err(e) if e.is_no_node() => return Ok(None),
+        r => r?,
+    };
+    for kid in kids {
+        if !kid.starts_with(prefix) || kid.len() != prefix.len() + 10 {
+            continue;
+        }
+        let path = format!("{dir}/{kid}");
+        if let Some(s) = c.exists(&path).await? {
+            if s.ephemeral_owner == c.session_id() {
+                return Ok(Some((path, s.czxid, Place::Unknown)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The timed acquire every recipe offers: `now` (take it if free, leave
