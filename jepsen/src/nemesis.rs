@@ -237,29 +237,17 @@ async fn apply(
             // a queue instead: its session expires while it waits, and its
             // node leaves the queue while another client holds.
             let waiter = if rng.gen_bool(0.5) { run.mid_queue_waiter() } else { None };
-            if let Some(slot) = waiter {
+            let client = match waiter {
+                Some(slot) => Some((slot, ", waiting in a queue")),
+                None if !targets.is_empty() && rng.gen_bool(0.5) => Some((*targets.choose(rng)?, "")),
+                None => None,
+            };
+            if let Some((slot, what)) = client {
                 let at = run.now();
                 run.set_paused(slot, true);
                 db.proxies().stall_slot(slot, true);
-                Some((
-                    Fault::ClientPaused(slot),
-                    "pause",
-                    format!("client slot {slot}, waiting in a queue (process frozen, links stalled)"),
-                    None,
-                    at,
-                ))
-            } else if !targets.is_empty() && rng.gen_bool(0.5) {
-                let slot = *targets.choose(rng)?;
-                let at = run.now();
-                run.set_paused(slot, true);
-                db.proxies().stall_slot(slot, true);
-                Some((
-                    Fault::ClientPaused(slot),
-                    "pause",
-                    format!("client slot {slot} (process frozen, links stalled)"),
-                    None,
-                    at,
-                ))
+                let detail = format!("client slot {slot}{what} (process frozen, links stalled)");
+                Some((Fault::ClientPaused(slot), "pause", detail, None, at))
             } else {
                 let v = *members.choose(rng)?;
                 let at = run.now();
