@@ -97,17 +97,26 @@ impl Drop for QueueNode {
 /// (the harness found a lock stalled for 197 s when this stopped after
 /// one session timeout). A refusal that cannot pass (the node has
 /// children, no permission) ends it; the node then goes with the session.
+/// client/tests/queue_rules.rs holds it to that against a member that
+/// refuses for three session timeouts.
 pub(crate) async fn delete_in_background(c: &Client, path: &str) {
+    let _ = until_answered(c, || c.delete(path, None)).await;
+}
+
+/// Runs `attempt` until it gets an answer other than a refusal that may
+/// pass, or the session ends: backoff 50 ms doubling to 1 s, no limit.
+async fn until_answered<T, F: std::future::Future<Output = Result<T>>>(
+    c: &Client,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T> {
     let mut pause = Duration::from_millis(50);
     loop {
-        match c.delete(path, None).await {
-            Ok(()) | Err(Error::SessionExpired) | Err(Error::Closed) => return,
-            Err(e) if e.is_no_node() => return,
-            Err(e) if !may_pass(&e) => return,
-            Err(_) => {}
+        match attempt().await {
+            Err(e) if may_pass(&e) => {}
+            r => return r,
         }
         if *c.state().borrow() == SessionState::Expired {
-            return;
+            return Err(Error::SessionExpired);
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
@@ -202,20 +211,9 @@ async fn create_or_find(
             // Did it happen? Ask until the cluster answers (or the session
             // ends): a node created but not found would sit in the queue,
             // owned by a live session, and once first stall it for good.
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match find_attempt(c, dir, prefix).await {
-                    Ok(Some(found)) => return Ok(found),
-                    Ok(None) => return Err(e),
-                    Err(x @ (Error::SessionExpired | Error::Closed)) => return Err(x),
-                    Err(x) if !may_pass(&x) => return Err(x),
-                    Err(_) => {}
-                }
-                if *c.state().borrow() == SessionState::Expired {
-                    return Err(Error::SessionExpired);
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+            match until_answered(c, || find_attempt(c, dir, prefix)).await? {
+                Some(found) => Ok(found),
+                None => Err(e),
             }
         }
         Err(e) => Err(e),
