@@ -20,6 +20,13 @@
 //!   me as is" are reported and not restarted. A member that failed [`MAX_FAILURES`] times within
 //!   [`FAILURE_WINDOW`] is given up on, and the cluster stops.
 //! - A stopped (SIGSTOPped) member has not exited: it is left alone.
+//! - SIGTERM or Ctrl-C stops every member (SIGTERM, then SIGKILL after
+//!   5 s) and exits 0, also when it comes while the members start: it is
+//!   held from before the first member is spawned and acted on once the
+//!   start is over (main.rs `run_cluster`). Before 2026-12-07 one that came
+//!   before the banner killed `batond cluster` alone and orphaned its
+//!   members (server/tests/member.rs
+//!   `batond_cluster_terminated_while_starting_leaves_no_member_behind`).
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};

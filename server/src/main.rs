@@ -629,6 +629,17 @@ fn run_cluster(c: ClusterArgs, flags: Vec<String>) -> anyhow::Result<()> {
         }
     }
     supervise::ports_free(&ports)?;
+    // SIGTERM and Ctrl-C are ours before the first member starts: left at
+    // their default until the loop below, one that came while members
+    // started (or while the banner printed) killed this process at once
+    // and left its members running with no one to stop them. Now it is
+    // held and acted on as soon as the start is over (START_BOUND).
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _in = rt.enter();
+        (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?)
+    };
     let members = supervise::start_all(&specs, &exe)?;
     let endpoints: Vec<String> = specs.iter().map(|m| m.client_addr.to_string()).collect();
     let member_line = |m: &MemberSpec, pid: u32| {
@@ -664,11 +675,7 @@ fn run_cluster(c: ClusterArgs, flags: Vec<String>) -> anyhow::Result<()> {
 
     let mut watched: Vec<supervise::Supervised> =
         specs.into_iter().zip(members).map(|(s, p)| supervise::Supervised::new(s, p)).collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
         let mut tick = tokio::time::interval(supervise::CHECK_EVERY);
         loop {
             tokio::select! {
