@@ -4,7 +4,12 @@
 //! Three kinds, from the client library's recipes, each its own lock with
 //! its own nodes (a plain lock and a `--shared` one of the same NAME do
 //! not exclude each other):
-//! - plain: the mutex (`Client::lock`, `/_baton/locks/NAME`);
+//! - plain: the mutex (`Client::lock`, `/_baton/locks/NAME`), or with
+//!   `--path PATH` instead of NAME the mutex whose queue is PATH's
+//!   children (`Client::mutex`): the same lock as Curator's
+//!   `InterProcessMutex` or kazoo's `Lock` at PATH through the ZooKeeper
+//!   port, and as a Rust `client.mutex(PATH)` (docs/zookeeper.md,
+//!   "Recipes that interoperate");
 //! - `--shared` / `--write`: a read-write lock (`Client::read_lock` /
 //!   `write_lock`, `/_baton/rwlocks/NAME`): readers together, a writer alone;
 //! - `--limit N`: a semaphore of N permits (`Client::semaphore`,
@@ -37,8 +42,12 @@ A plain lock, a read-write lock (--shared, --write) and a semaphore (--limit) ar
 locks even with the same NAME: a plain `baton lock NAME` does not exclude --shared holders;
 use --write for the exclusive side of a read-write lock.
 
+--path PATH (a plain lock only) takes the lock whose queue is PATH's children instead of
+/_baton/locks/NAME: the lock a Curator InterProcessMutex, a kazoo Lock or client.mutex(PATH)
+at PATH takes.
+
 The command gets BATON_FENCE_TOKEN (pass it to what it writes: `baton set --fence`),
-BATON_LOCK_NAME and BATON_ENDPOINTS.
+BATON_LOCK_NAME (NAME, or PATH with --path) and BATON_ENDPOINTS.
 
 Exit: the command's code; 7 if the lock was not acquired (--nonblock, --timeout);
 75 if the lock was lost while the command ran; 130/143 if interrupted while waiting.";
@@ -48,7 +57,12 @@ Exit: the command's code; 7 if the lock was not acquired (--nonblock, --timeout)
 #[command(after_help = LOCK_HELP)]
 pub struct Lock {
     /// The lock's name (1 to 512 bytes, no `/`).
-    name: String,
+    #[arg(required_unless_present = "path")]
+    name: Option<String>,
+    /// A plain lock at any path instead of a name: its queue is PATH's
+    /// children (Curator's and kazoo's layout; created on demand).
+    #[arg(long, value_parser = parse_queue_path, conflicts_with_all = ["name", "shared", "write", "limit"])]
+    path: Option<String>,
     /// A shared (read) hold of read-write lock NAME: any number of --shared
     /// holders at once, none while a --write holder holds or waits.
     #[arg(long, conflicts_with_all = ["write", "limit"])]
@@ -77,6 +91,8 @@ pub struct Lock {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Mutex,
+    /// `--path`: the "name" is the queue's path.
+    MutexAt,
     Read,
     Write,
     Permits(usize),
@@ -87,6 +103,7 @@ impl Kind {
     async fn acquire(self, c: &Client, name: &str) -> baton_client::Result<Guard> {
         Ok(match self {
             Kind::Mutex => Guard::Mutex(c.lock(name).await?),
+            Kind::MutexAt => Guard::Mutex(c.mutex(name)?.lock().await?),
             Kind::Read => Guard::Rw(c.read_lock(name).await?),
             Kind::Write => Guard::Rw(c.write_lock(name).await?),
             Kind::Permits(n) => Guard::Permit(c.semaphore(name, n).acquire().await?),
@@ -97,6 +114,7 @@ impl Kind {
     async fn try_acquire(self, c: &Client, name: &str) -> baton_client::Result<Option<Guard>> {
         Ok(match self {
             Kind::Mutex => c.try_lock(name).await?.map(Guard::Mutex),
+            Kind::MutexAt => c.mutex(name)?.try_lock().await?.map(Guard::Mutex),
             Kind::Read => c.try_read_lock(name).await?.map(Guard::Rw),
             Kind::Write => c.try_write_lock(name).await?.map(Guard::Rw),
             Kind::Permits(n) => c.semaphore(name, n).try_acquire().await?.map(Guard::Permit),
@@ -106,6 +124,7 @@ impl Kind {
     fn describe(self, name: &str) -> String {
         match self {
             Kind::Mutex => format!("lock {name}"),
+            Kind::MutexAt => format!("the lock at {name}"),
             Kind::Read => format!("read lock {name}"),
             Kind::Write => format!("write lock {name}"),
             Kind::Permits(n) => format!("a permit of semaphore {name} (limit {n})"),
@@ -162,6 +181,7 @@ impl Guard {
 impl Lock {
     fn kind(&self) -> Kind {
         match (self.shared, self.write, self.limit) {
+            _ if self.path.is_some() => Kind::MutexAt,
             (true, _, _) => Kind::Read,
             (_, true, _) => Kind::Write,
             (_, _, Some(n)) => Kind::Permits(n as usize),
@@ -175,12 +195,17 @@ impl Lock {
         conn.session(Some(self.run.session_timeout), async |c| self.hold_and_run(c, conn).await).await
     }
 
+    /// NAME, or PATH with `--path` (clap requires one of them).
+    fn target(&self) -> &str {
+        self.path.as_deref().or(self.name.as_deref()).unwrap_or_default()
+    }
+
     async fn hold_and_run(&self, c: &Client, conn: &Conn) -> anyhow::Result<i32> {
-        let (kind, what) = (self.kind(), self.kind().describe(&self.name));
+        let (kind, what) = (self.kind(), self.kind().describe(self.target()));
         let hold = self.acquire(c, kind, &what).await?;
         let token = hold.token();
         eprintln!("baton: holding {what} (token {token})");
-        let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", self.name.clone())];
+        let env = [("BATON_FENCE_TOKEN", token.to_string()), ("BATON_LOCK_NAME", self.target().to_string())];
         let code = self.run.run(&env, &conn.endpoints, hold.lost(self.run.on_suspend), hold.verify(), &what).await?;
         // After a loss the session may be gone: bounded, best-effort release.
         let _ = tokio::time::timeout(RELEASE_TIMEOUT, hold.release()).await;
@@ -192,7 +217,7 @@ impl Lock {
         let wait = if self.nonblock { Some(Duration::ZERO) } else { self.timeout };
         let mut interrupts = Interrupts::new()?;
         let guard = tokio::select! {
-            g = acquire_within(c, kind, &self.name, wait) => g?,
+            g = acquire_within(c, kind, self.target(), wait) => g?,
             e = interrupts.fail(format!("while waiting for {what}")) => return Err(e),
         };
         let Some(guard) = guard else {
@@ -204,6 +229,15 @@ impl Lock {
         };
         Ok(guard)
     }
+}
+
+/// `--path`: a valid path other than `/` (a lock's queue is its own node).
+fn parse_queue_path(s: &str) -> Result<String, String> {
+    let p = crate::parse_path(s)?;
+    if p == "/" {
+        return Err("a lock's queue cannot be the root: give it a path of its own".into());
+    }
+    Ok(p)
 }
 
 /// A hold within `wait` (None: no limit; zero: only if free now); None if

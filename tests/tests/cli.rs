@@ -320,6 +320,27 @@ async fn t30_lock_kinds_nonblock_and_signals() {
     .await;
     held.release().await.expect("release");
     expect(baton(eps, &["--json", "lock", "m", "--", "true"]), 2, "--json with lock");
+    // --path: the lock whose queue is a path's children, the same lock as
+    // `client.mutex(path)` (and Curator's InterProcessMutex at that path).
+    let at = watcher.mutex("/app/locks/db").expect("mutex");
+    let held = at.lock().await.expect("lock at a path");
+    expect(baton(eps, &["lock", "--path", "/app/locks/db", "-n", "--", "true"]), 7, "--path -n while held");
+    let ran = d.join("path-lock");
+    let script = format!("echo \"$BATON_LOCK_NAME $BATON_FENCE_TOKEN\" > {}", ran.display());
+    let mut waiter = spawn_baton(eps, &["lock", "--path", "/app/locks/db", "--", "sh", "-c", &script]);
+    eventually(SECS(5), "the --path waiter queued under the path", || async {
+        (queue_len(&watcher, "/app/locks/db").await == 2).then_some(())
+    })
+    .await;
+    let token = held.fencing_token();
+    held.release().await.expect("release");
+    assert_eq!(exit_of(&mut waiter, SECS(10)).await, 0, "the --path waiter ran");
+    let out = std::fs::read_to_string(&ran).expect("the command's output");
+    let (name, next) = out.trim().split_once(' ').expect("name and token");
+    assert_eq!(name, "/app/locks/db");
+    assert!(next.parse::<u64>().expect("a token") > token, "{next} after {token}");
+    expect(baton(eps, &["lock", "--path", "/", "--", "true"]), 2, "--path /");
+    expect(baton(eps, &["lock", "--path", "/a", "--write", "--", "true"]), 2, "--path with --write");
     watcher.close().await.expect("close");
 }
 
