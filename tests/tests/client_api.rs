@@ -196,6 +196,40 @@ async fn c30_tree_cache_follows_a_subtree() {
     assert!(!cache.is_running() || cache.next_event().await.is_none());
 }
 
+/// A cache that falls behind its watch (a buffer of 1 event, 300 writes
+/// at once) watches again and reads again instead of stopping, and ends
+/// equal to the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c31_a_tree_cache_that_falls_behind_resumes() {
+    let c = Cluster::start(3, &[]).await;
+    let writer = c.client().await;
+    writer.create("/busy/k", "0", CreateOptions::persistent().with_parents()).await.expect("create");
+    let cfg = ClientConfig::new(c.endpoints()).watch_buffer(1);
+    let reader = Client::connect_with(cfg).await.expect("connect");
+    let mut cache = TreeCache::start(&reader, "/busy").await.expect("cache");
+    let writes: Vec<_> = (0..300)
+        .map(|i| {
+            let w = writer.clone();
+            tokio::spawn(async move { w.create(&format!("/busy/n{i}"), "v", CreateOptions::persistent()).await })
+        })
+        .collect();
+    for w in writes {
+        w.await.expect("task").expect("create");
+    }
+    writer.set("/busy/k", "last", None).await.expect("set");
+    eventually(SECS(20), "the cache to hold all 302 nodes", || async {
+        (cache.is_current() && cache.len() == 302 && cache.get("/busy/k").is_some_and(|n| n.data == "last"))
+            .then_some(())
+    })
+    .await;
+    let mut events = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(300), cache.next_event()).await {
+        events.push(e);
+    }
+    assert!(!events.iter().any(|e| matches!(e, CacheEvent::Stopped(_))), "the cache stopped");
+    reader.close().await.expect("close");
+}
+
 #[tokio::test]
 async fn c40_leader_selector_takes_turns_with_growing_tokens() {
     let c = Cluster::start(3, &[]).await;
@@ -323,9 +357,23 @@ async fn c60_a_renewing_client_opens_a_new_session_after_expiry() {
     };
     eventually(SECS(10), "the selector leads", || async { (!terms.lock().expect("terms").is_empty()).then_some(()) })
         .await;
+    // A tree cache on the renewing client.
+    for (path, data) in [("/renewcfg/a", "1"), ("/renewcfg/gone", "x"), ("/renewcfg/same", "s")] {
+        other.create(path, data, CreateOptions::persistent().with_parents()).await.expect("create");
+    }
+    let mut cache = TreeCache::start(&client, "/renewcfg").await.expect("cache");
+    while let Some(e) = tokio::time::timeout(SECS(5), cache.next_event()).await.expect("initial events") {
+        if e == CacheEvent::Initialized {
+            break;
+        }
+    }
 
-    // Cut off from every member until the cluster expires the session.
+    // Cut off from every member until the cluster expires the session;
+    // meanwhile the cached subtree changes.
     c.proxies().stall_slot(0, true);
+    other.set("/renewcfg/a", "2", None).await.expect("set");
+    other.create("/renewcfg/b", "3", CreateOptions::persistent()).await.expect("create");
+    other.delete("/renewcfg/gone", None).await.expect("delete");
     eventually(SECS(15), "the cluster expires the session", || async {
         other.exists("/eph").await.ok()?.is_none().then_some(())
     })
@@ -349,6 +397,35 @@ async fn c60_a_renewing_client_opens_a_new_session_after_expiry() {
     assert_eq!(client.session_id(), new);
     eventually(SECS(5), "the client is Connected", || async {
         (*client.state().borrow() == SessionState::Connected).then_some(())
+    })
+    .await;
+
+    // The cache resumed under the new session: read again, each
+    // difference reported, the copy equal to the cluster's.
+    eventually(SECS(15), "the cache resumes", || async {
+        let ok = cache.is_current()
+            && cache.get("/renewcfg/a").is_some_and(|n| n.data == "2")
+            && cache.get("/renewcfg/b").is_some()
+            && cache.get("/renewcfg/gone").is_none();
+        ok.then_some(())
+    })
+    .await;
+    let mut changes = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(300), cache.next_event()).await {
+        changes.push(e);
+    }
+    for want in [
+        CacheEvent::Changed("/renewcfg/a".into()),
+        CacheEvent::Created("/renewcfg/b".into()),
+        CacheEvent::Deleted("/renewcfg/gone".into()),
+    ] {
+        assert!(changes.contains(&want), "{want:?} not in {changes:?}");
+    }
+    assert!(!changes.iter().any(|e| matches!(e, CacheEvent::Stopped(_))), "{changes:?}");
+    assert!(!changes.contains(&CacheEvent::Changed("/renewcfg/same".into())), "{changes:?}");
+    other.set("/renewcfg/same", "t", None).await.expect("set");
+    eventually(SECS(10), "the resumed cache follows", || async {
+        cache.get("/renewcfg/same").is_some_and(|n| n.data == "t").then_some(())
     })
     .await;
 

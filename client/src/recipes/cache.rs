@@ -14,13 +14,26 @@
 //! - Reads are served from memory and may lag the cluster: a cache is for
 //!   reading configuration, never for deciding who holds a lock.
 //! - The root need not exist; it is cached once created.
-//! - The cache stops when its watch ends (the session expired, or it fell
-//!   `watch_buffer` events behind): [`TreeCache::next_event`] then yields
-//!   [`CacheEvent::Stopped`] and the copy stays as it was. Build a new one.
+//! - When its watch ends the cache resumes if it can: after it fell
+//!   `watch_buffer` events behind, at once; after its session expired,
+//!   once a client that renews sessions (`renew_session(true)`, renew.rs)
+//!   has opened the next one. It watches the root again *then* reads the
+//!   whole subtree again (the order of a start), replaces the copy with
+//!   what it read and reports each difference: `Created`, `Changed`, and
+//!   `Deleted` for every node gone. While it waits the copy stays as it
+//!   was (stale: [`TreeCache::is_current`] is false). A read that fails
+//!   meanwhile is tried again after a pause; a session that expires again
+//!   is waited out again.
+//! - It stops only when it cannot resume: the session expired and the
+//!   client does not renew, or the client was closed.
+//!   [`TreeCache::next_event`] then yields [`CacheEvent::Stopped`] and the
+//!   copy stays as it was. Curator's `CuratorCache` also survives a new
+//!   session; build a new cache for a new client.
 //! - Events for the caller are hints, bounded (1,024): unread ones beyond
 //!   that are dropped; the copy itself is always complete.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -63,6 +76,8 @@ pub struct TreeCache {
     root: String,
     nodes: Nodes,
     events: mpsc::Receiver<CacheEvent>,
+    /// False while the cache waits to resume (module doc).
+    current: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -76,14 +91,29 @@ impl TreeCache {
     /// Watches `root`, reads its subtree, and keeps following it. Returns
     /// once the first read is done.
     pub async fn start(client: &Client, root: &str) -> Result<TreeCache> {
+        let session = client.session_id();
         let watcher = client.watch(root, WatchKind::Recursive, WatchMode::Persistent).await?;
         let nodes: Nodes = Default::default();
         let (tx, events) = mpsc::channel(1024);
-        let mut follower = Follower { client: client.clone(), nodes: nodes.clone(), tx };
+        let current = Arc::new(AtomicBool::new(true));
+        let mut follower = Follower {
+            client: client.clone(),
+            root: root.to_string(),
+            nodes: nodes.clone(),
+            tx,
+            current: current.clone(),
+            session,
+        };
         follower.load(root).await?;
         follower.emit(CacheEvent::Initialized);
         let task = tokio::spawn(follower.follow(watcher));
-        Ok(TreeCache { root: root.to_string(), nodes, events, task })
+        Ok(TreeCache { root: root.to_string(), nodes, events, current, task })
+    }
+
+    /// True while the copy follows the cluster; false while the cache waits
+    /// to resume after its watch ended, and once it stopped (module doc).
+    pub fn is_current(&self) -> bool {
+        self.current.load(Ordering::SeqCst) && !self.task.is_finished()
     }
 
     /// The root this cache follows.
@@ -135,8 +165,12 @@ impl TreeCache {
 /// The task that applies events to the copy.
 struct Follower {
     client: Client,
+    root: String,
     nodes: Nodes,
     tx: mpsc::Sender<CacheEvent>,
+    current: Arc<AtomicBool>,
+    /// The session the watch was registered under.
+    session: u64,
 }
 
 /// Pause before reading again after a failed read (the client already
@@ -152,21 +186,99 @@ impl Follower {
         self.nodes.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Follows each watch until it ends, and resumes while it can (module
+    /// doc).
     async fn follow(mut self, mut watcher: Watcher) {
+        loop {
+            let end = self.follow_watch(&mut watcher).await;
+            drop(watcher);
+            self.current.store(false, Ordering::SeqCst);
+            match self.resume(end).await {
+                Some(w) => watcher = w,
+                None => {
+                    self.emit(CacheEvent::Stopped(end));
+                    return;
+                }
+            }
+            self.current.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Applies `watcher`'s events until it ends; why it ended.
+    async fn follow_watch(&mut self, watcher: &mut Watcher) -> Option<WatchEnd> {
         while let Some(ev) = watcher.next().await {
             loop {
                 match self.apply(ev.event_type, &ev.path).await {
                     Ok(()) => break,
-                    Err(Error::SessionExpired) | Err(Error::Closed) => {
-                        self.emit(CacheEvent::Stopped(Some(WatchEnd::SessionEnded)));
-                        return;
-                    }
+                    Err(Error::SessionExpired) | Err(Error::Closed) => return Some(WatchEnd::SessionEnded),
                     // Unavailable for a whole operation timeout: read again.
                     Err(_) => tokio::time::sleep(REREAD_PAUSE).await,
                 }
             }
         }
-        self.emit(CacheEvent::Stopped(watcher.end_reason()));
+        watcher.end_reason()
+    }
+
+    /// A new watch on the root with the copy read again, once the cache
+    /// can resume; None if it never can (module doc).
+    async fn resume(&mut self, mut end: Option<WatchEnd>) -> Option<Watcher> {
+        loop {
+            if end == Some(WatchEnd::SessionEnded) && !self.client.next_session(self.session).await {
+                return None;
+            }
+            self.session = self.client.session_id();
+            let watched = self.client.watch(&self.root, WatchKind::Recursive, WatchMode::Persistent).await;
+            let r = match watched {
+                Ok(w) => self.reread_all().await.map(|()| w),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(w) => return Some(w),
+                Err(Error::Closed) => return None,
+                // This session is gone too: wait for the next.
+                Err(Error::SessionExpired) => end = Some(WatchEnd::SessionEnded),
+                Err(_) => tokio::time::sleep(REREAD_PAUSE).await,
+            }
+        }
+    }
+
+    /// Reads the whole subtree again, makes it the copy, and reports what
+    /// differs from the copy it replaces.
+    async fn reread_all(&mut self) -> Result<()> {
+        let fresh = self.read_subtree().await?;
+        let old = std::mem::replace(&mut *self.write(), fresh.clone());
+        for gone in old.keys().filter(|p| !fresh.contains_key(*p)) {
+            self.emit(CacheEvent::Deleted(gone.clone()));
+        }
+        for (path, node) in &fresh {
+            match old.get(path) {
+                None => self.emit(CacheEvent::Created(path.clone())),
+                Some(o) if o != node => self.emit(CacheEvent::Changed(path.clone())),
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The subtree as it is now, read depth first (not into the copy).
+    async fn read_subtree(&self) -> Result<BTreeMap<String, CachedNode>> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(path) = stack.pop() {
+            let (data, stat) = match self.client.get(&path).await {
+                Ok(found) => found,
+                Err(e) if e.is_no_node() => continue,
+                Err(e) => return Err(e),
+            };
+            match self.client.children(&path).await {
+                Ok(kids) => stack.extend(kids.iter().rev().map(|k| format!("{}{k}", below(&path)))),
+                // Deleted between the two reads.
+                Err(e) if e.is_no_node() => continue,
+                Err(e) => return Err(e),
+            }
+            out.insert(path, CachedNode { data, stat });
+        }
+        Ok(out)
     }
 
     async fn apply(&mut self, ty: EventType, path: &str) -> Result<()> {
