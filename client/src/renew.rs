@@ -22,7 +22,8 @@
 //!   [`crate::LeaderSelector`], which campaigns again under the new session
 //!   (its term ends when the old one is lost, as on any loss).
 //!   Watches registered under the old session end (`SessionEnded`);
-//!   register them again.
+//!   register them again. A [`crate::TreeCache`] does that itself: it
+//!   resumes under the new session (recipes/cache.rs).
 //! - A call made while the old session is expired and the new one not yet
 //!   open fails with `SessionExpired` (it did not happen); retry it.
 //! - The new session is opened like the first ([`crate::ClientConfig`]'s

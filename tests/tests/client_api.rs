@@ -357,6 +357,10 @@ async fn c60_a_renewing_client_opens_a_new_session_after_expiry() {
     };
     eventually(SECS(10), "the selector leads", || async { (!terms.lock().expect("terms").is_empty()).then_some(()) })
         .await;
+    // An observer of that election on the renewing client.
+    let mut observer = client.observe("renew-sel").await.expect("observe");
+    let first = tokio::time::timeout(SECS(5), observer.next()).await.expect("the first leader");
+    let first = first.expect("the stream").expect("a leader");
     // A tree cache on the renewing client.
     for (path, data) in [("/renewcfg/a", "1"), ("/renewcfg/gone", "x"), ("/renewcfg/same", "s")] {
         other.create(path, data, CreateOptions::persistent().with_parents()).await.expect("create");
@@ -455,6 +459,19 @@ async fn c60_a_renewing_client_opens_a_new_session_after_expiry() {
     let leader = other.leader("renew-sel").await.expect("leader").expect("a leader");
     let owner = other.exists(&leader.path).await.expect("exists").expect("node").ephemeral_owner;
     assert_eq!(owner, new);
+    // The observer went on under the new session and saw the new term.
+    let seen = tokio::time::timeout(SECS(15), async {
+        loop {
+            match observer.next().await {
+                Some(Some(l)) if l.path == leader.path => return Ok(l),
+                Some(_) => {}
+                None => return Err("the observer's stream ended"),
+            }
+        }
+    })
+    .await;
+    let seen = seen.expect("the observer yields the new leader within 15 s").expect("observer");
+    assert!(seen.fencing_token > first.fencing_token, "{seen:?} after {first:?}");
     selector.close().await;
     again.release().await.expect("release");
     client.close().await.expect("close");

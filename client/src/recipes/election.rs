@@ -11,12 +11,22 @@
 //! A leader learns it may no longer be leader through
 //! [`Leadership::lost`] (session Suspended or Expired); once the session is
 //! expired it is never reported as leader again ([`Leadership::is_leader`]).
+//!
+//! Observing ([`Client::observe`], [`Election::observe`]): a task watches
+//! the candidates' queue, then reads the leader (in that order, so no
+//! change slips between) and yields it whenever it differs from the last
+//! one yielded; the leader's own node is watched too (a new value). A read
+//! the cluster cannot answer is tried again after 200 ms. When its session
+//! expires, an observer on a client that renews sessions goes on under the
+//! next one, and yields the leader as it then is; otherwise, or when the
+//! client is closed or a read is refused for good (no permission), the
+//! stream ends.
 
 use tokio::sync::mpsc;
 
 use super::lock::HeldMark;
 use super::queue::{
-    delete_in_background, enqueue_first, may_be_taken, queue_dir, recipe_dir, session_lost, sorted_children,
+    delete_in_background, enqueue_first, may_be_taken, may_pass, queue_dir, recipe_dir, session_lost, sorted_children,
     wait_pushed, QueueNode,
 };
 use crate::{Client, Error, Result, SessionState};
@@ -198,17 +208,19 @@ impl Client {
         tokio::spawn(async move {
             let mut last: Option<Option<LeaderInfo>> = None;
             loop {
+                let session = c.session_id();
                 // Watch the queue first, then read: no change slips between.
                 let w = c.children_watch(&dir).await;
                 let mut w = match w {
                     Ok((_, _, w)) => Some(w),
                     Err(e) if e.is_no_node() => None,
+                    Err(e) if goes_on(&c, &e, session).await => continue,
                     Err(_) => return,
                 };
                 let now = match leader_of(&c, &dir).await {
                     Ok(l) => l,
-                    Err(Error::SessionExpired) | Err(Error::Closed) => return,
-                    Err(_) => continue,
+                    Err(e) if goes_on(&c, &e, session).await => continue,
+                    Err(_) => return,
                 };
                 if last.as_ref() != Some(&now) {
                     if tx.send(now.clone()).await.is_err() {
@@ -239,6 +251,22 @@ impl Client {
             }
         });
         Observer { rx }
+    }
+}
+
+/// Whether an observer goes on after a failed read (the module doc,
+/// "Observing"): after a pause when the cluster could not answer; once a
+/// renewing client has opened its next session when `session` expired;
+/// never when the client was closed, did not renew, or was refused for
+/// good (no permission).
+async fn goes_on(c: &Client, e: &Error, session: u64) -> bool {
+    match e {
+        Error::SessionExpired => c.next_session(session).await,
+        e if may_pass(e) => {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            true
+        }
+        _ => false,
     }
 }
 

@@ -125,7 +125,7 @@ async fn until_answered<T, F: std::future::Future<Output = Result<T>>>(
 
 /// A refusal that a retry may get past: nothing is wrong with the request,
 /// the cluster could not serve it (or its outcome is unknown).
-fn may_pass(e: &Error) -> bool {
+pub(crate) fn may_pass(e: &Error) -> bool {
     matches!(
         e.kind(),
         ErrorKind::Ambiguous
