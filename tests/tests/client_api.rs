@@ -288,6 +288,12 @@ async fn c40_leader_selector_takes_turns_with_growing_tokens() {
         assert_eq!(kids.len(), 1, "a selector closed during its create left its candidacy: {kids:?}");
     }
     assert_eq!(lead.fencing_token(), client.leader("queued").await.expect("leader").expect("a leader").fencing_token);
+    // An invalid name or path ends a selector at once.
+    let bad = [
+        LeaderSelector::start(&waiter, "a/b", "x", |_| async {}),
+        LeaderSelector::start_at(&waiter, "/", "x", |_| async {}),
+    ];
+    assert!(bad.iter().all(|s| !s.is_running()), "a selector with an invalid name or path runs");
     lead.resign().await.expect("resign");
     let _ = Client::close(&waiter).await;
     let _ = Client::close(&client).await;

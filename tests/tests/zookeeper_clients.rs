@@ -19,8 +19,10 @@
 //! /interop/lock taken by 2 Curator InterProcessMutex processes and 2
 //! kazoo processes on the ZooKeeper port and 2 baton-client tasks on the
 //! native port, each incrementing one fenced counter (its lock node's
-//! czxid the token); and a Curator LeaderLatch queued behind a Baton
-//! election candidate at the same path, leading once it resigns.
+//! czxid the token); a Curator LeaderLatch queued behind a Baton
+//! election candidate at the same path, leading once it resigns; and a
+//! Curator LeaderSelector queued behind a Baton `LeaderSelector::start_at`
+//! at the same path, leading once the Baton term ends.
 //!
 //! t50 and t60: this side waits until the lock holders' counter (read through
 //! Baton's own port) reaches a third of the way, kills the leader with
@@ -437,6 +439,59 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(30)));
     assert_eq!(codes, vec![Some(0)], "the latch process:\n{}", latch.text());
     assert_eq!(election.leader().await.expect("leader"), None, "a closed latch leaves no leader");
+
+    // The selector: a Baton LeaderSelector::start_at leads; a Curator
+    // LeaderSelector queued behind it at the same path does not lead until
+    // the Baton term ends, then leads, and each reads the other's id as
+    // the leader's; the Baton selector, queued again, leads after it.
+    let (term_tx, mut terms) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let end_term = Arc::new(tokio::sync::Notify::new());
+    let selector = {
+        let (tx, end) = (term_tx.clone(), end_term.clone());
+        baton_client::LeaderSelector::start_at(&native, "/interop/selector", "baton-sel", move |term| {
+            let (tx, end) = (tx.clone(), end.clone());
+            async move {
+                let _ = tx.send(term.fencing_token);
+                end.notified().await;
+            }
+        })
+    };
+    let first = tokio::time::timeout(Duration::from_secs(20), terms.recv()).await.expect("a first term in 20 s");
+    let first = first.expect("terms");
+    let sel_flag = c.dir.path().join("selector-done");
+    let spec = vec!["selector".into(), eps.clone(), "curator-sel".into(), sel_flag.display().to_string(), "60".into()];
+    let mut procs = Procs(vec![java.spawn(spec)]);
+    let sel = Output::capture(&mut procs.0[0], "curator-selector");
+    let sel_line = |line: &'static str| {
+        let sel = &sel;
+        async move {
+            let until = Instant::now() + Duration::from_secs(40);
+            while !sel.text().contains(line) {
+                assert!(!sel.text().contains("FAIL"), "{}", sel.text());
+                assert!(Instant::now() < until, "no {line:?} from the selector in 40 s:\n{}", sel.text());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    sel_line("SELECTOR not leader").await;
+    let at = native.election("/interop/selector").expect("the selector's queue");
+    let now = at.leader().await.expect("leader").expect("a leader");
+    assert_eq!((now.value.as_slice(), now.fencing_token), (&b"baton-sel"[..], first));
+    let queued = native.children("/interop/selector").await.expect("candidates");
+    assert_eq!(queued.len(), 2, "one queue: {queued:?}");
+    assert!(queued.iter().all(|n| n.contains("-lock-")), "Curator's LeaderSelector layout: {queued:?}");
+    end_term.notify_one();
+    sel_line("SELECTOR leader curator-sel").await;
+    let now = at.leader().await.expect("leader").expect("a leader");
+    assert_eq!(now.value, b"curator-sel", "Baton reads the Curator selector as the leader");
+    assert!(terms.try_recv().is_err(), "the Baton selector led beside the Curator one");
+    std::fs::write(&sel_flag, b"done").expect("flag");
+    let second = tokio::time::timeout(Duration::from_secs(20), terms.recv()).await.expect("a second term in 20 s");
+    assert!(second.expect("terms") > first, "the next term's token is higher");
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(30)));
+    assert_eq!(codes, vec![Some(0)], "the Curator selector:\n{}", sel.text());
+    selector.close().await;
+    assert_eq!(at.leader().await.expect("leader"), None, "a closed selector leaves no leader");
 
     // The lock: two holders of each library, one fenced counter.
     native

@@ -4,6 +4,7 @@
 //
 //   java CuratorInterop mutex CONNECT WHO FLAG DEADLINE_S
 //   java CuratorInterop latch CONNECT WHO FLAG DEADLINE_S
+//   java CuratorInterop selector CONNECT WHO FLAG DEADLINE_S
 //
 // mutex: InterProcessMutex on /interop/lock, the same lock as
 //   baton-client's client.mutex("/interop/lock") and a kazoo Lock naming
@@ -19,6 +20,12 @@
 //   "LATCH waiting" once it has queued, "LATCH not leader" if it still is
 //   not leader 2 s later, "LATCH leader" when it leads (after the Baton
 //   leader resigned), then closes the latch once FLAG exists.
+// selector: a LeaderSelector with id WHO on /interop/selector, where a
+//   Baton LeaderSelector::start_at already leads: "SELECTOR waiting" once
+//   it has queued, "SELECTOR not leader" if it still does not lead 2 s
+//   later, "SELECTOR leader LEADER_ID" once takeLeadership runs (after the
+//   Baton selector's term ended; LEADER_ID is getLeader()'s id then), and
+//   it gives up leadership (returns) once FLAG exists.
 //
 // Any failure prints "FAIL: ..." and exits 1; every wait is bounded.
 
@@ -32,6 +39,8 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.KeeperException;
@@ -41,6 +50,7 @@ public class CuratorInterop {
     static final String LOCK = "/interop/lock";
     static final String COUNTER = "/interop/counter";
     static final String ELECTION = "/interop/election";
+    static final String SELECTOR = "/interop/selector";
 
     static void fail(String msg) {
         System.out.println("FAIL: " + msg);
@@ -59,6 +69,8 @@ public class CuratorInterop {
         }
         if (mode.equals("mutex")) {
             mutex(c, who, flag, deadline);
+        } else if (mode.equals("selector")) {
+            selector(c, who, flag, deadline);
         } else {
             latch(c, who, flag, deadline);
         }
@@ -136,5 +148,46 @@ public class CuratorInterop {
             Thread.sleep(50);
         }
         l.close();
+    }
+
+    static void selector(CuratorFramework c, String who, Path flag, long deadline) throws Exception {
+        java.util.concurrent.CountDownLatch led = new java.util.concurrent.CountDownLatch(1);
+        LeaderSelector sel = new LeaderSelector(c, SELECTOR, new LeaderSelectorListenerAdapter() {
+            @Override
+            public void takeLeadership(CuratorFramework cf) throws Exception {
+                led.countDown();
+                while (!Files.exists(flag) && System.currentTimeMillis() < deadline) {
+                    Thread.sleep(50);
+                }
+            }
+        });
+        sel.setId(who);
+        sel.start();
+        long until = System.currentTimeMillis() + 10000;
+        while (sel.getParticipants().stream().noneMatch(p -> p.getId().equals(who))) {
+            if (System.currentTimeMillis() > until) {
+                fail(who + ": the selector did not queue in 10 s");
+            }
+            Thread.sleep(50);
+        }
+        System.out.println("SELECTOR waiting");
+        Thread.sleep(2000);
+        if (sel.hasLeadership()) {
+            fail(who + ": the selector leads while the Baton selector ahead of it does");
+        }
+        System.out.println("SELECTOR not leader");
+        System.out.flush();
+        if (!led.await(30, TimeUnit.SECONDS)) {
+            fail(who + ": the selector did not lead within 30 s of queueing");
+        }
+        System.out.println("SELECTOR leader " + sel.getLeader().getId());
+        System.out.flush();
+        while (!Files.exists(flag)) {
+            if (System.currentTimeMillis() > deadline) {
+                fail(who + ": no FLAG before the deadline");
+            }
+            Thread.sleep(50);
+        }
+        sel.close();
     }
 }

@@ -35,6 +35,30 @@ use crate::{Client, Error, Result, SessionState};
 /// `LeaderLatch` names its nodes `_c_<uuid>-latch-<seq>`.
 const PREFIX: &str = "latch-";
 
+/// Where a candidate queues: the queue's path, its nodes' prefix, and the
+/// name its leaderships report.
+#[derive(Debug, Clone)]
+pub(crate) struct Seat {
+    pub dir: String,
+    pub prefix: &'static str,
+    pub label: String,
+}
+
+impl Seat {
+    /// Election `name` (`/_baton/election/<name>`, `latch-` nodes).
+    pub fn named(name: &str) -> Result<Seat> {
+        Ok(Seat { dir: recipe_dir("election", name)?, prefix: PREFIX, label: name.to_string() })
+    }
+
+    /// The queue at `path` as Curator's `LeaderSelector` lays it out: an
+    /// `InterProcessMutex` there (`lock-` nodes), the candidate's id as
+    /// each node's data (recipes/selector.rs).
+    pub fn curator_selector(path: &str) -> Result<Seat> {
+        queue_dir(path)?;
+        Ok(Seat { dir: path.to_string(), prefix: super::lock::PREFIX, label: path.to_string() })
+    }
+}
+
 /// An election at any path (Curator's `LeaderLatch` at the same path takes
 /// part in it: docs/zookeeper.md). Cheap to clone.
 #[derive(Debug, Clone)]
@@ -169,19 +193,19 @@ impl Client {
     /// request timeout); a stop during it is seen right after.
     pub(crate) async fn campaign_until(
         &self,
-        name: &str,
+        at: &Seat,
         value: Vec<u8>,
         stop: impl std::future::Future<Output = ()>,
     ) -> Result<Option<Leadership>> {
-        let dir = recipe_dir("election", name)?;
-        let held = HeldMark::take(self, "election", &dir)?;
-        let (mut node, place) = enqueue_first(self, &dir, PREFIX, value).await?;
+        let dir = at.dir.as_str();
+        let held = HeldMark::take(self, "election", dir)?;
+        let (mut node, place) = enqueue_first(self, dir, at.prefix, value).await?;
         tokio::pin!(stop);
         let c = node.client.clone();
         tokio::select! {
-            r = wait_pushed(&c, &dir, &node, place) => {
+            r = wait_pushed(&c, dir, &node, place) => {
                 r?;
-                Ok(Some(Leadership { node, name: name.to_string(), _held: held }))
+                Ok(Some(Leadership { node, name: at.label.clone(), _held: held }))
             }
             _ = &mut stop => {
                 node.disarm();

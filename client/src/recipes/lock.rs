@@ -57,7 +57,7 @@ use crate::{Client, Error, Op, OpResult, Result, SessionState};
 
 /// Prefix of lock queue nodes (after the protection prefix: Curator's
 /// `InterProcessMutex` names its nodes `_c_<uuid>-lock-<seq>`).
-const PREFIX: &str = "lock-";
+pub(crate) const PREFIX: &str = "lock-";
 
 /// Where named locks live.
 const LOCKS: &str = "/_baton/locks/";

@@ -21,6 +21,16 @@
 //!   did not answer for a whole session timeout, after which the session
 //!   ends it anyway).
 //! - A failed campaign (e.g. no member answered) is retried after a pause.
+//! - Where it queues: [`LeaderSelector::start`] in election `name`, the
+//!   election's queue (`/_baton/election/<name>`, Curator's `LeaderLatch`
+//!   layout, so it takes turns with [`Client::campaign`] candidates);
+//!   [`LeaderSelector::start_at`] in the queue at a path laid out as
+//!   Curator's `LeaderSelector` lays out its own (an `InterProcessMutex`
+//!   there: `_c_<uuid>-lock-<seq>` nodes, each candidate's id as its
+//!   node's data), so Baton and Curator selectors at one path take turns
+//!   and each reads the other's id as the leader's
+//!   ([`crate::Election::leader`] at that path, Curator's `getLeader()`).
+//!   An invalid name or path ends the selector at once.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +39,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::Client;
+use super::election::Seat;
+use crate::{Client, Result};
 
 /// Pause before campaigning again after a campaign failed.
 const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
@@ -37,7 +48,7 @@ const CAMPAIGN_RETRY: Duration = Duration::from_millis(500);
 /// One term as leader, handed to the work.
 #[derive(Debug, Clone)]
 pub struct LeaderTerm {
-    /// The election's name.
+    /// The election's name ([`LeaderSelector::start_at`]: its path).
     pub name: String,
     /// This term's fencing token.
     pub fencing_token: u64,
@@ -62,11 +73,38 @@ impl LeaderSelector {
         F: FnMut(LeaderTerm) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        Self::spawn(client, Seat::named(name), value.into(), work)
+    }
+
+    /// Starts campaigning in the queue at `path` (absolute, not `/`) laid
+    /// out as Curator's `LeaderSelector(client, path, listener)` with
+    /// `setId(value)`: the two take turns (the module doc).
+    pub fn start_at<F, Fut>(client: &Client, path: &str, value: impl Into<Vec<u8>>, work: F) -> LeaderSelector
+    where
+        F: FnMut(LeaderTerm) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Self::spawn(client, Seat::curator_selector(path), value.into(), work)
+    }
+
+    fn spawn<F, Fut>(client: &Client, seat: Result<Seat>, value: Vec<u8>, work: F) -> LeaderSelector
+    where
+        F: FnMut(LeaderTerm) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let (stop, stopped) = watch::channel(false);
         let terms = Arc::new(AtomicU64::new(0));
-        let run = Run { client: client.clone(), name: name.to_string(), value: value.into(), terms: terms.clone() };
-        let task = tokio::spawn(run.go(work, stopped));
-        LeaderSelector { stop, terms, task: Some(task) }
+        let task = match seat {
+            Ok(seat) => {
+                let run = Run { client: client.clone(), seat, value, terms: terms.clone() };
+                Some(tokio::spawn(run.go(work, stopped)))
+            }
+            Err(e) => {
+                tracing::warn!("leader selector not started: {e}");
+                None
+            }
+        };
+        LeaderSelector { stop, terms, task }
     }
 
     /// Terms led so far (a term counts from the moment it leads).
@@ -96,7 +134,7 @@ impl Drop for LeaderSelector {
 
 struct Run {
     client: Client,
-    name: String,
+    seat: Seat,
     value: Vec<u8>,
     terms: Arc<AtomicU64>,
 }
@@ -112,7 +150,7 @@ impl Run {
                 let _ = stopped.changed().await;
             };
             let session = self.client.session_id();
-            let lead = match self.client.campaign_until(&self.name, self.value.clone(), stop).await {
+            let lead = match self.client.campaign_until(&self.seat, self.value.clone(), stop).await {
                 Ok(Some(l)) => l,
                 // Stopped while queued: the candidacy is already withdrawn.
                 Ok(None) => return,
@@ -130,7 +168,7 @@ impl Run {
                 }
             };
             let number = self.terms.fetch_add(1, Ordering::SeqCst);
-            let term = LeaderTerm { name: self.name.clone(), fencing_token: lead.fencing_token(), number };
+            let term = LeaderTerm { name: self.seat.label.clone(), fencing_token: lead.fencing_token(), number };
             tokio::select! {
                 _ = work(term) => {}
                 _ = lead.lost() => {}
