@@ -22,7 +22,8 @@
 //! czxid the token); a Curator LeaderLatch queued behind a Baton
 //! election candidate at the same path, leading once it resigns; and a
 //! Curator LeaderSelector queued behind a Baton `LeaderSelector::start_at`
-//! at the same path, leading once the Baton term ends.
+//! at the same path, leading once the Baton term ends; and a Curator
+//! InterProcessReadWriteLock beside `client.rw_lock_at` at one path.
 //!
 //! t50 and t60: this side waits until the lock holders' counter (read through
 //! Baton's own port) reaches a third of the way, kills the leader with
@@ -492,6 +493,42 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     assert_eq!(codes, vec![Some(0)], "the Curator selector:\n{}", sel.text());
     selector.close().await;
     assert_eq!(at.leader().await.expect("leader"), None, "a closed selector leaves no leader");
+
+    // The read-write lock: Curator's InterProcessReadWriteLock and
+    // baton-client's rw_lock_at at one path exclude each other's writers
+    // and share with each other's readers.
+    let rw = native.rw_lock_at("/interop/rwlock").expect("rw lock");
+    let w = rw.write().await.expect("a Baton writer");
+    let rw_flag = c.dir.path().join("rw-reads");
+    let spec = vec!["rwlock".into(), eps.clone(), "curator-rw".into(), rw_flag.display().to_string(), "60".into()];
+    let mut procs = Procs(vec![java.spawn(spec)]);
+    let rwo = Output::capture(&mut procs.0[0], "curator-rwlock");
+    let rw_line = |line: &'static str| {
+        let rwo = &rwo;
+        async move {
+            let until = Instant::now() + Duration::from_secs(40);
+            while !rwo.text().contains(line) {
+                assert!(!rwo.text().contains("FAIL"), "{}", rwo.text());
+                assert!(Instant::now() < until, "no {line:?} from the rwlock in 40 s:\n{}", rwo.text());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    rw_line("RW read blocked by writer").await;
+    w.release().await.expect("release");
+    let r = rw.read().await.expect("a Baton reader");
+    std::fs::write(&rw_flag, b"go").expect("flag");
+    rw_line("RW read shared").await;
+    rw_line("RW write blocked by reader").await;
+    r.release().await.expect("release");
+    rw_line("RW write").await;
+    assert!(rw.try_read().await.expect("try_read").is_none(), "a Baton reader beside a Curator writer");
+    assert!(rw.try_write().await.expect("try_write").is_none(), "a Baton writer beside a Curator writer");
+    std::fs::write(c.dir.path().join("rw-reads.2"), b"go").expect("flag");
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(30)));
+    assert_eq!(codes, vec![Some(0)], "the Curator read-write lock:\n{}", rwo.text());
+    let w = tokio::time::timeout(Duration::from_secs(10), rw.write()).await.expect("free again").expect("write");
+    w.release().await.expect("release");
 
     // The lock: two holders of each library, one fenced counter.
     native

@@ -5,6 +5,7 @@
 //   java CuratorInterop mutex CONNECT WHO FLAG DEADLINE_S
 //   java CuratorInterop latch CONNECT WHO FLAG DEADLINE_S
 //   java CuratorInterop selector CONNECT WHO FLAG DEADLINE_S
+//   java CuratorInterop rwlock CONNECT WHO FLAG DEADLINE_S
 //
 // mutex: InterProcessMutex on /interop/lock, the same lock as
 //   baton-client's client.mutex("/interop/lock") and a kazoo Lock naming
@@ -26,6 +27,14 @@
 //   later, "SELECTOR leader LEADER_ID" once takeLeadership runs (after the
 //   Baton selector's term ended; LEADER_ID is getLeader()'s id then), and
 //   it gives up leadership (returns) once FLAG exists.
+// rwlock: an InterProcessReadWriteLock on /interop/rwlock, where a Baton
+//   client holds the write side (client.rw_lock_at(path).write()): its read
+//   lock is refused for 2 s ("RW read blocked by writer"); once FLAG
+//   exists (the Baton writer released and a Baton reader holds) its read
+//   lock is granted beside the Baton reader ("RW read shared"), released;
+//   its write lock is refused for 2 s ("RW write blocked by reader"), then
+//   granted once the Baton reader releases ("RW write"); it releases once
+//   FLAG.2 exists.
 //
 // Any failure prints "FAIL: ..." and exits 1; every wait is bounded.
 
@@ -42,6 +51,7 @@ import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -71,6 +81,8 @@ public class CuratorInterop {
             mutex(c, who, flag, deadline);
         } else if (mode.equals("selector")) {
             selector(c, who, flag, deadline);
+        } else if (mode.equals("rwlock")) {
+            rwlock(c, who, flag, deadline);
         } else {
             latch(c, who, flag, deadline);
         }
@@ -189,5 +201,42 @@ public class CuratorInterop {
             Thread.sleep(50);
         }
         sel.close();
+    }
+
+    static void waitFor(Path flag, long deadline, String who) throws Exception {
+        while (!Files.exists(flag)) {
+            if (System.currentTimeMillis() > deadline) {
+                fail(who + ": no " + flag + " before the deadline");
+            }
+            Thread.sleep(50);
+        }
+    }
+
+    static void rwlock(CuratorFramework c, String who, Path flag, long deadline) throws Exception {
+        InterProcessReadWriteLock rw = new InterProcessReadWriteLock(c, "/interop/rwlock");
+        if (rw.readLock().acquire(2, TimeUnit.SECONDS)) {
+            fail(who + ": a read lock granted while a Baton writer holds");
+        }
+        System.out.println("RW read blocked by writer");
+        System.out.flush();
+        waitFor(flag, deadline, who);
+        if (!rw.readLock().acquire(10, TimeUnit.SECONDS)) {
+            fail(who + ": the read lock not granted beside a Baton reader");
+        }
+        System.out.println("RW read shared");
+        System.out.flush();
+        rw.readLock().release();
+        if (rw.writeLock().acquire(2, TimeUnit.SECONDS)) {
+            fail(who + ": the write lock granted while a Baton reader holds");
+        }
+        System.out.println("RW write blocked by reader");
+        System.out.flush();
+        if (!rw.writeLock().acquire(30, TimeUnit.SECONDS)) {
+            fail(who + ": the write lock not granted within 30 s");
+        }
+        System.out.println("RW write");
+        System.out.flush();
+        waitFor(Path.of(flag.toString() + ".2"), deadline, who);
+        rw.writeLock().release();
     }
 }

@@ -17,6 +17,6 @@ pub use cache::{CacheEvent, CachedNode, TreeCache};
 pub use election::{Election, LeaderInfo, Leadership, Observer};
 pub use lock::{LockGuard, Mutex};
 pub use queue::RECIPE_ROOT;
-pub use rwlock::RwGuard;
+pub use rwlock::{RwGuard, RwLock};
 pub use selector::{LeaderSelector, LeaderTerm};
 pub use semaphore::{Permit, Semaphore};
