@@ -230,6 +230,40 @@ async fn c31_a_tree_cache_that_falls_behind_resumes() {
     reader.close().await.expect("close");
 }
 
+/// A semaphore at a path (Curator's InterProcessSemaphoreV2 protocol):
+/// two holders of 2, a third that times out leaves no lease behind and
+/// frees the mutex, and is admitted once a holder leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c45_a_semaphore_at_a_path_admits_its_size() {
+    let c = Cluster::start(3, &[]).await;
+    let (a, b, third) = (c.client().await, c.client().await, c.client().await);
+    let at = |cl: &Client| cl.semaphore_at("/pool", 2).expect("semaphore");
+    let pa = at(&a).acquire().await.expect("a");
+    let pb = at(&b).acquire().await.expect("b");
+    assert!(at(&third).try_acquire().await.expect("try").is_none(), "a third of 2 admitted");
+    let late = at(&third).acquire_with_timeout(Duration::from_millis(300)).await.expect("timed");
+    assert!(late.is_none(), "a third of 2 admitted");
+    eventually(SECS(5), "no lease or mutex node left by the waiter", || async {
+        let leases = a.children("/pool/leases").await.ok()?;
+        let locks = a.children("/pool/locks").await.unwrap_or_default();
+        (leases.len() == 2 && locks.is_empty()).then_some(())
+    })
+    .await;
+    let waiter = {
+        let t = third.clone();
+        tokio::spawn(async move { t.semaphore_at("/pool", 2).expect("semaphore").acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "admitted while two hold");
+    pa.release().await.expect("release");
+    let pc =
+        tokio::time::timeout(SECS(10), waiter).await.expect("admitted within 10 s").expect("task").expect("acquire");
+    assert!(pc.fencing_token() > pb.fencing_token());
+    assert!(a.semaphore_at("/", 2).is_err() && a.semaphore_at("/x", 0).is_err(), "bad path or size accepted");
+    pc.release().await.expect("release");
+    pb.release().await.expect("release");
+}
+
 #[tokio::test]
 async fn c40_leader_selector_takes_turns_with_growing_tokens() {
     let c = Cluster::start(3, &[]).await;

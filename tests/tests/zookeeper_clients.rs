@@ -22,8 +22,10 @@
 //! czxid the token); a Curator LeaderLatch queued behind a Baton
 //! election candidate at the same path, leading once it resigns; and a
 //! Curator LeaderSelector queued behind a Baton `LeaderSelector::start_at`
-//! at the same path, leading once the Baton term ends; and a Curator
-//! InterProcessReadWriteLock beside `client.rw_lock_at` at one path.
+//! at the same path, leading once the Baton term ends; a Curator
+//! InterProcessReadWriteLock beside `client.rw_lock_at` at one path; and a
+//! Curator InterProcessSemaphoreV2 sharing its permits with
+//! `client.semaphore_at`.
 //!
 //! t50 and t60: this side waits until the lock holders' counter (read through
 //! Baton's own port) reaches a third of the way, kills the leader with
@@ -529,6 +531,42 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     assert_eq!(codes, vec![Some(0)], "the Curator read-write lock:\n{}", rwo.text());
     let w = tokio::time::timeout(Duration::from_secs(10), rw.write()).await.expect("free again").expect("write");
     w.release().await.expect("release");
+
+    // The semaphore: Curator's InterProcessSemaphoreV2 and baton-client's
+    // semaphore_at of 2 at one path share their 2 permits.
+    // (One task holds one permit of a semaphore per client: the second
+    // holder is another client.)
+    let sem = native.semaphore_at("/interop/semaphore", 2).expect("semaphore");
+    let second = c.client().await;
+    let p1 = sem.acquire().await.expect("a first permit");
+    let p2 = second.semaphore_at("/interop/semaphore", 2).expect("semaphore").acquire().await.expect("a second");
+    let sem_flag = c.dir.path().join("sem-done");
+    let spec = vec!["semaphore".into(), eps.clone(), "curator-sem".into(), sem_flag.display().to_string(), "60".into()];
+    let mut procs = Procs(vec![java.spawn(spec)]);
+    let so = Output::capture(&mut procs.0[0], "curator-semaphore");
+    let sem_line = |line: &'static str| {
+        let so = &so;
+        async move {
+            let until = Instant::now() + Duration::from_secs(40);
+            while !so.text().contains(line) {
+                assert!(!so.text().contains("FAIL"), "{}", so.text());
+                assert!(Instant::now() < until, "no {line:?} from the semaphore in 40 s:\n{}", so.text());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    sem_line("SEM blocked").await;
+    assert!(p1.fencing_token() < p2.fencing_token());
+    p1.release().await.expect("release");
+    sem_line("SEM leased").await;
+    assert!(sem.try_acquire().await.expect("try_acquire").is_none(), "a third holder beside Curator's lease and ours");
+    std::fs::write(&sem_flag, b"done").expect("flag");
+    let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(30)));
+    assert_eq!(codes, vec![Some(0)], "the Curator semaphore:\n{}", so.text());
+    let p3 = sem.try_acquire().await.expect("try_acquire").expect("a permit once Curator's lease is returned");
+    p3.release().await.expect("release");
+    p2.release().await.expect("release");
+    second.close().await.expect("close");
 
     // The lock: two holders of each library, one fenced counter.
     native

@@ -6,6 +6,7 @@
 //   java CuratorInterop latch CONNECT WHO FLAG DEADLINE_S
 //   java CuratorInterop selector CONNECT WHO FLAG DEADLINE_S
 //   java CuratorInterop rwlock CONNECT WHO FLAG DEADLINE_S
+//   java CuratorInterop semaphore CONNECT WHO FLAG DEADLINE_S
 //
 // mutex: InterProcessMutex on /interop/lock, the same lock as
 //   baton-client's client.mutex("/interop/lock") and a kazoo Lock naming
@@ -35,6 +36,10 @@
 //   its write lock is refused for 2 s ("RW write blocked by reader"), then
 //   granted once the Baton reader releases ("RW write"); it releases once
 //   FLAG.2 exists.
+// semaphore: an InterProcessSemaphoreV2 of 2 leases on /interop/semaphore,
+//   where a Baton client holds both permits (client.semaphore_at(path, 2)):
+//   no lease within 2 s ("SEM blocked"); a lease once a Baton permit is
+//   released ("SEM leased"), returned once FLAG exists.
 //
 // Any failure prints "FAIL: ..." and exits 1; every wait is bounded.
 
@@ -52,6 +57,8 @@ import org.apache.curator.framework.recipes.leader.LeaderSelector;
 import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryNTimes;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -83,6 +90,8 @@ public class CuratorInterop {
             selector(c, who, flag, deadline);
         } else if (mode.equals("rwlock")) {
             rwlock(c, who, flag, deadline);
+        } else if (mode.equals("semaphore")) {
+            semaphore(c, who, flag, deadline);
         } else {
             latch(c, who, flag, deadline);
         }
@@ -238,5 +247,23 @@ public class CuratorInterop {
         System.out.flush();
         waitFor(Path.of(flag.toString() + ".2"), deadline, who);
         rw.writeLock().release();
+    }
+
+    static void semaphore(CuratorFramework c, String who, Path flag, long deadline) throws Exception {
+        InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(c, "/interop/semaphore", 2);
+        Lease early = sem.acquire(2, TimeUnit.SECONDS);
+        if (early != null) {
+            fail(who + ": a lease granted while two Baton permits are held");
+        }
+        System.out.println("SEM blocked");
+        System.out.flush();
+        Lease l = sem.acquire(30, TimeUnit.SECONDS);
+        if (l == null) {
+            fail(who + ": no lease within 30 s of a Baton permit's release");
+        }
+        System.out.println("SEM leased");
+        System.out.flush();
+        waitFor(flag, deadline, who);
+        sem.returnLease(l);
     }
 }

@@ -21,16 +21,34 @@
 //! semaphore never admit a third that asked for 3. A folder left without a
 //! count (made before counts were stored) takes the first count asked
 //! for, by a compare-and-set on its version.
+//!
+//! At a path ([`Client::semaphore_at`]) it follows Curator's
+//! `InterProcessSemaphoreV2` protocol instead, so Baton and Curator
+//! holders at one path share its permits: an acquirer takes the mutex at
+//! `<path>/locks` (an `InterProcessMutex` there), creates its lease
+//! `<path>/leases/_c_<uuid>-lease-<seq>`, and while it holds the mutex
+//! waits (watching `<path>/leases`) until at most `size` leases exist,
+//! then releases the mutex and holds its lease. Only the mutex's holder can
+//! wait, so at most `size` leases are held at once; a lease that vanished
+//! (the session expired) fails the acquire. There the size is not stored:
+//! every participant must pass the same one, as Curator requires.
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::lock::{still_mine, HeldMark};
 use super::queue::{
-    delete_own, enqueue, may_be_taken, recipe_dir, session_lost, sorted_children, wait_gone, within, QueueNode,
+    delete_own, enqueue, may_be_taken, queue_dir, recipe_dir, session_lost, sorted_children, wait_gone, within,
+    QueueNode,
 };
 use crate::{Client, CreateOptions, Error, ErrorKind, Result, SessionState};
 
 const PREFIX: &str = "permit-";
+/// Curator's `InterProcessSemaphoreV2` layout under its path.
+const V2_LOCKS: &str = "locks";
+const V2_LEASES: &str = "leases";
+const V2_LEASE: &str = "lease-";
 
 /// A held permit; returned on [`Permit::release`] or drop.
 #[derive(Debug)]
@@ -73,18 +91,31 @@ pub struct Semaphore {
     client: Client,
     name: String,
     size: usize,
+    /// At a path, Curator's protocol (the module doc).
+    curator: bool,
 }
 
 impl Client {
     /// Semaphore `name` admitting at most `size` holders at once. Nothing
     /// is sent until an acquire; every participant must use the same size.
     pub fn semaphore(&self, name: &str, size: usize) -> Semaphore {
-        Semaphore { client: self.clone(), name: name.to_string(), size }
+        Semaphore { client: self.clone(), name: name.to_string(), size, curator: false }
+    }
+
+    /// The semaphore at `path` (absolute, not `/`) admitting at most `size`
+    /// holders, shared with Curator's `InterProcessSemaphoreV2(client,
+    /// path, size)` (the module doc). Nothing is sent until an acquire.
+    pub fn semaphore_at(&self, path: &str, size: usize) -> Result<Semaphore> {
+        queue_dir(path)?;
+        if size == 0 {
+            return Err(Error::Invalid(format!("semaphore at {path}: its size must be at least 1")));
+        }
+        Ok(Semaphore { client: self.clone(), name: path.to_string(), size, curator: true })
     }
 }
 
 impl Semaphore {
-    /// The semaphore's name.
+    /// The semaphore's name (its path, made by [`Client::semaphore_at`]).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -95,6 +126,9 @@ impl Semaphore {
 
     /// Waits for one permit.
     pub async fn acquire(&self) -> Result<Permit> {
+        if self.curator {
+            return self.acquire_v2(None).await?.ok_or(Error::SessionExpired);
+        }
         let (dir, held, node) = self.client.permit_enqueue(&self.name, self.size).await?;
         let c = &node.client.clone();
         loop {
@@ -112,6 +146,9 @@ impl Semaphore {
     /// One permit if one is free now; `None` otherwise (nothing is left
     /// queued).
     pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        if self.curator {
+            return self.acquire_v2(Some(Instant::now())).await;
+        }
         let (dir, held, mut node) = self.client.permit_enqueue(&self.name, self.size).await?;
         let c = &node.client.clone();
         let kids = sorted_children(c, &dir).await?;
@@ -129,6 +166,52 @@ impl Semaphore {
     /// [`Semaphore::try_acquire`].
     pub async fn acquire_with_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
         within(timeout, self.try_acquire(), self.acquire()).await
+    }
+
+    /// One permit by Curator's protocol (the module doc), waiting until
+    /// `deadline` (None: no limit); None if it passed. A lease not granted
+    /// is deleted; the mutex is released either way.
+    async fn acquire_v2(&self, deadline: Option<Instant>) -> Result<Option<Permit>> {
+        let dir = &self.name;
+        let held = HeldMark::take(&self.client, "semaphore", dir)?;
+        let mutex = self.client.mutex(&format!("{dir}/{V2_LOCKS}"))?;
+        let guard = match deadline {
+            None => mutex.lock().await?,
+            Some(d) => match mutex.lock_with_timeout(d.saturating_duration_since(Instant::now())).await? {
+                Some(g) => g,
+                None => return Ok(None),
+            },
+        };
+        let leases = format!("{dir}/{V2_LEASES}");
+        let mut node = enqueue(&self.client, &leases, V2_LEASE, Vec::new()).await?;
+        let c = node.client.clone();
+        let granted = loop {
+            let (kids, _, mut changed) = c.children_watch(&leases).await?;
+            if !kids.contains(&node.name) {
+                return Err(Error::SessionExpired);
+            }
+            if kids.len() <= self.size {
+                break true;
+            }
+            match deadline {
+                None => {
+                    changed.next().await;
+                }
+                Some(d) => {
+                    if tokio::time::timeout_at(d, changed.next()).await.is_err() {
+                        break false;
+                    }
+                }
+            }
+        };
+        if !granted {
+            node.disarm();
+            delete_own(&c, &node.path).await?;
+        }
+        // The next acquirer may go: the guard's node is deleted in the
+        // background as it drops, retried until it is gone (queue.rs).
+        drop(guard);
+        Ok(granted.then_some(Permit { node, _held: held }))
     }
 }
 
