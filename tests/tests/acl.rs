@@ -224,10 +224,15 @@ async fn a40_the_superusers_are_the_clusters_not_each_members() {
     let other = baton_server::acl::digest("other", "other-pw");
     let mut c = Cluster::start(3, &[&format!("--superuser={root}")]).await;
     let eps = c.endpoints();
+    // Recorded, not only followed: until the first leader's entry that sets
+    // the cluster id (and seeds the settings from its flags) is applied, a
+    // member follows its own flags (settings.rs), so member 2 restarted
+    // before it would rightly open admin (a 2026-12-07 CI run saved a
+    // backup at index 3 that way).
     baton_tests::eventually(std::time::Duration::from_secs(10), "the settings recorded", || async {
         for ep in &eps {
             let s = baton_client::member_status(ep, std::time::Duration::from_secs(1)).await.ok()?;
-            if s.superusers != vec![root.clone()] {
+            if s.superusers != vec![root.clone()] || s.cluster_id.is_empty() {
                 return None;
             }
         }
