@@ -117,9 +117,15 @@ async fn t20_ack_before_commit_is_caught_by_the_linearizability_checker() {
     caught(Workload::Register, NemesisKind::Leader, 20, "ack-before-commit", "not-linearizable").await;
 }
 
+/// Caught when a frozen holder resumes and writes with its old token
+/// after a newer holder wrote. Since the pause nemesis freezes a waiter
+/// instead of a holder half of the time (stop 45), fewer runs have one:
+/// a CI run of 2026-12-07 missed it on seeds 1-3 (each caught it alone
+/// here), so up to six seeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t30_no_fence_check_is_caught_by_the_lock_checker() {
-    caught(Workload::Lock, NemesisKind::Pause, 20, "no-fence-check", "fence-regression").await;
+    let s = setup(Workload::Lock, NemesisKind::Pause, 20);
+    caught_in(s, &[1, 2, 3, 4, 5, 6], "no-fence-check", &["fence-regression"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
