@@ -87,6 +87,17 @@ impl Output {
     fn text(&self) -> String {
         self.0.lock().expect("lines").join("\n")
     }
+
+    /// Until a line holds `line` (at most 40 s); a "FAIL" line from `who`
+    /// fails the test at once.
+    async fn wait_for(&self, line: &str, who: &str) {
+        let until = Instant::now() + Duration::from_secs(40);
+        while !self.text().contains(line) {
+            assert!(!self.text().contains("FAIL"), "{}", self.text());
+            assert!(Instant::now() < until, "no {line:?} from {who} in 40 s:\n{}", self.text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// The first number of the counter node's data ("value owner n"), read
@@ -417,24 +428,13 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
         "60".into(),
     ])]);
     let latch = Output::capture(&mut procs.0[0], "curator-latch");
-    let wait_line = |line: &'static str| {
-        let latch = &latch;
-        async move {
-            let until = Instant::now() + Duration::from_secs(40);
-            while !latch.text().contains(line) {
-                assert!(!latch.text().contains("FAIL"), "{}", latch.text());
-                assert!(Instant::now() < until, "no {line:?} from the latch in 40 s:\n{}", latch.text());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    wait_line("LATCH not leader").await;
+    latch.wait_for("LATCH not leader", "the latch").await;
     let now = election.leader().await.expect("leader").expect("a leader");
     assert_eq!((now.value.as_slice(), now.fencing_token), (&b"baton"[..], lead.fencing_token()));
     let latch_node = native.children("/interop/election").await.expect("candidates");
     assert_eq!(latch_node.len(), 2, "the latch queued in the same election: {latch_node:?}");
     lead.resign().await.expect("resign");
-    wait_line("LATCH leader").await;
+    latch.wait_for("LATCH leader", "the latch").await;
     let now = election.leader().await.expect("leader").expect("a leader");
     assert_eq!(now.value, b"curator-latch", "Baton reads the latch as the leader");
     assert!(now.path.contains("-latch-"), "{}", now.path);
@@ -465,18 +465,7 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     let spec = vec!["selector".into(), eps.clone(), "curator-sel".into(), sel_flag.display().to_string(), "60".into()];
     let mut procs = Procs(vec![java.spawn(spec)]);
     let sel = Output::capture(&mut procs.0[0], "curator-selector");
-    let sel_line = |line: &'static str| {
-        let sel = &sel;
-        async move {
-            let until = Instant::now() + Duration::from_secs(40);
-            while !sel.text().contains(line) {
-                assert!(!sel.text().contains("FAIL"), "{}", sel.text());
-                assert!(Instant::now() < until, "no {line:?} from the selector in 40 s:\n{}", sel.text());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    sel_line("SELECTOR not leader").await;
+    sel.wait_for("SELECTOR not leader", "the selector").await;
     let at = native.election("/interop/selector").expect("the selector's queue");
     let now = at.leader().await.expect("leader").expect("a leader");
     assert_eq!((now.value.as_slice(), now.fencing_token), (&b"baton-sel"[..], first));
@@ -484,7 +473,7 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     assert_eq!(queued.len(), 2, "one queue: {queued:?}");
     assert!(queued.iter().all(|n| n.contains("-lock-")), "Curator's LeaderSelector layout: {queued:?}");
     end_term.notify_one();
-    sel_line("SELECTOR leader curator-sel").await;
+    sel.wait_for("SELECTOR leader curator-sel", "the selector").await;
     let now = at.leader().await.expect("leader").expect("a leader");
     assert_eq!(now.value, b"curator-sel", "Baton reads the Curator selector as the leader");
     assert!(terms.try_recv().is_err(), "the Baton selector led beside the Curator one");
@@ -505,25 +494,14 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     let spec = vec!["rwlock".into(), eps.clone(), "curator-rw".into(), rw_flag.display().to_string(), "60".into()];
     let mut procs = Procs(vec![java.spawn(spec)]);
     let rwo = Output::capture(&mut procs.0[0], "curator-rwlock");
-    let rw_line = |line: &'static str| {
-        let rwo = &rwo;
-        async move {
-            let until = Instant::now() + Duration::from_secs(40);
-            while !rwo.text().contains(line) {
-                assert!(!rwo.text().contains("FAIL"), "{}", rwo.text());
-                assert!(Instant::now() < until, "no {line:?} from the rwlock in 40 s:\n{}", rwo.text());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    rw_line("RW read blocked by writer").await;
+    rwo.wait_for("RW read blocked by writer", "the rwlock").await;
     w.release().await.expect("release");
     let r = rw.read().await.expect("a Baton reader");
     std::fs::write(&rw_flag, b"go").expect("flag");
-    rw_line("RW read shared").await;
-    rw_line("RW write blocked by reader").await;
+    rwo.wait_for("RW read shared", "the rwlock").await;
+    rwo.wait_for("RW write blocked by reader", "the rwlock").await;
     r.release().await.expect("release");
-    rw_line("RW write").await;
+    rwo.wait_for("RW write", "the rwlock").await;
     assert!(rw.try_read().await.expect("try_read").is_none(), "a Baton reader beside a Curator writer");
     assert!(rw.try_write().await.expect("try_write").is_none(), "a Baton writer beside a Curator writer");
     std::fs::write(c.dir.path().join("rw-reads.2"), b"go").expect("flag");
@@ -544,21 +522,10 @@ async fn t80_curator_kazoo_and_baton_client_share_one_lock_and_one_election() {
     let spec = vec!["semaphore".into(), eps.clone(), "curator-sem".into(), sem_flag.display().to_string(), "60".into()];
     let mut procs = Procs(vec![java.spawn(spec)]);
     let so = Output::capture(&mut procs.0[0], "curator-semaphore");
-    let sem_line = |line: &'static str| {
-        let so = &so;
-        async move {
-            let until = Instant::now() + Duration::from_secs(40);
-            while !so.text().contains(line) {
-                assert!(!so.text().contains("FAIL"), "{}", so.text());
-                assert!(Instant::now() < until, "no {line:?} from the semaphore in 40 s:\n{}", so.text());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    sem_line("SEM blocked").await;
+    so.wait_for("SEM blocked", "the semaphore").await;
     assert!(p1.fencing_token() < p2.fencing_token());
     p1.release().await.expect("release");
-    sem_line("SEM leased").await;
+    so.wait_for("SEM leased", "the semaphore").await;
     assert!(sem.try_acquire().await.expect("try_acquire").is_none(), "a third holder beside Curator's lease and ours");
     std::fs::write(&sem_flag, b"done").expect("flag");
     let codes = tokio::task::block_in_place(|| wait_all(&mut procs, Duration::from_secs(30)));
