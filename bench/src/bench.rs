@@ -122,6 +122,48 @@ pub struct RunFigures {
     /// finished nor failed within [`DRAIN`] after it (module doc).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late: Option<u64>,
+    /// lock-contended: where a hand-off's time goes ([`handoff`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
+}
+
+/// A contended lock's hand-offs, from the clients' side: each measured
+/// grant's (granted, release returned) instants, in grant order. A grant
+/// to the next waiter is the holder's delete applied, so the period from
+/// one grant to the next is the holder's release round trip (`release`)
+/// plus what passes between that release returning to its holder and the
+/// next grant reaching its waiter (`to_next`, negative when the grant came
+/// first). p50 and p90 in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Handoff {
+    pub release_us: (f64, f64),
+    pub to_next_us: (f64, f64),
+    pub period_us: (f64, f64),
+}
+
+/// [`Handoff`] from (granted, release returned) pairs; None with fewer
+/// than two grants.
+pub fn handoff(mut grants: Vec<(Instant, Instant)>) -> Option<Handoff> {
+    if grants.len() < 2 {
+        return None;
+    }
+    grants.sort();
+    let us = |a: Instant, b: Instant| {
+        if b >= a {
+            b.duration_since(a).as_secs_f64() * 1e6
+        } else {
+            -(a.duration_since(b).as_secs_f64() * 1e6)
+        }
+    };
+    let q = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+        (at(0.5), at(0.9))
+    };
+    let release = grants.iter().map(|(g, r)| us(*g, *r)).collect();
+    let to_next = grants.windows(2).map(|w| us(w[0].1, w[1].0)).collect();
+    let period = grants.windows(2).map(|w| us(w[0].0, w[1].0)).collect();
+    Some(Handoff { release_us: q(release), to_next_us: q(to_next), period_us: q(period) })
 }
 
 /// CPU time (µs) of the members and of this process at one moment.
@@ -223,6 +265,8 @@ struct Shared {
     /// Grant instants (failover only).
     grants: Mutex<Vec<Instant>>,
     record_grants: bool,
+    /// lock-contended: measured grants' (granted, release returned).
+    handoffs: Mutex<Vec<(Instant, Instant)>>,
     errors: AtomicU64,
     /// Open loop: the schedule; errors then count only for operations due
     /// in the window.
@@ -313,10 +357,14 @@ async fn client_loop<T: Target>(
                         _ = sh.until_stopped() => return Ok(Some(Duration::ZERO)),
                     };
                     let waited = t.elapsed();
+                    let granted = Instant::now();
                     if sh.record_grants && sh.measuring.load(Ordering::SeqCst) {
                         sh.grants.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now());
                     }
                     c.unlock(held).await?;
+                    if w == BenchWorkload::LockContended && sh.measuring.load(Ordering::SeqCst) {
+                        sh.handoffs.lock().unwrap_or_else(|p| p.into_inner()).push((granted, Instant::now()));
+                    }
                     let contended = matches!(w, BenchWorkload::LockContended | BenchWorkload::Failover);
                     Ok(contended.then_some(waited))
                 }
@@ -368,6 +416,7 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         measuring: AtomicBool::new(false),
         grants: Mutex::new(Vec::new()),
         record_grants: o.workload == BenchWorkload::Failover,
+        handoffs: Mutex::new(Vec::new()),
         errors: AtomicU64::new(0),
         pacer: o.rate.map(|r| Pacer::new(Instant::now(), r, o.warmup, o.duration)),
     });
@@ -433,6 +482,8 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
             Err(_) => anyhow::bail!("a bench client did not stop within 15 s"),
         }
     }
+    let handoffs = std::mem::take(&mut *sh.handoffs.lock().unwrap_or_else(|p| p.into_inner()));
+    let handoff = handoff(handoffs);
     let ops = hist.len();
     let errors = sh.errors.load(Ordering::SeqCst);
     let late = sh.pacer.as_ref().map(|p| p.due_in_window().saturating_sub(ops + errors));
@@ -451,6 +502,7 @@ pub async fn run_once<T: Target>(target: Arc<T>, o: &RunOpts) -> anyhow::Result<
         p999_ms: (ops > 0).then(|| ms(hist.value_at_quantile(0.999))),
         offered_ops_per_sec: o.rate,
         late,
+        handoff,
     })
 }
 
@@ -747,6 +799,28 @@ mod tests {
             gap_ms: gap,
             ..RunFigures::default()
         }
+    }
+
+    /// Grants reported out of order are put in grant order; the release
+    /// round trip is each grant's own, the gap to the next grant runs from
+    /// a release returning to the grant after it (negative when the grant
+    /// reached its waiter first).
+    #[test]
+    fn handoffs_split_the_period_into_release_and_what_follows() {
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // Grants at 0, 700, 1500, 2300 µs; each release returns 650, 750,
+        // 700 and 700 µs after its grant; the next grant comes 50, 50, and
+        // then 100 µs after the release.
+        let pairs = vec![(at(1500), at(2200)), (at(0), at(650)), (at(2300), at(3000)), (at(700), at(1450))];
+        let h = handoff(pairs).expect("four grants");
+        assert_eq!(h.period_us, (800.0, 800.0), "periods 700, 800, 800");
+        assert_eq!(h.release_us, (700.0, 750.0), "releases 650, 700, 700, 750");
+        assert_eq!(h.to_next_us, (50.0, 100.0), "gaps 50, 50, 100");
+        // A grant that reached its waiter before the release returned.
+        let early = handoff(vec![(at(0), at(700)), (at(600), at(1300))]).expect("two grants");
+        assert_eq!(early.to_next_us, (-100.0, -100.0));
+        assert_eq!(handoff(vec![(at(0), at(1))]), None, "one grant has no hand-off");
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //!   (`baton_peer_messages_sent_total`, one frame each), socket writes of
 //!   peer frames (`baton_peer_flushes_total`) and Readies with new entries
 //!   (`baton_ready_entries_count`), summed over the members' /metrics.
+//! - lock-contended only: the hand-off as the clients see it
+//!   ([`crate::bench::Handoff`]): grant to next grant, the holder's release
+//!   round trip, and from that release returning to the next grant.
 //!
 //! The samples are taken right before and right after the measured
 //! seconds (after the warm-up), so set-up and shutdown are not counted;
@@ -25,7 +28,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::bench::{run_once, BenchWorkload, RunFigures, RunOpts};
+use crate::bench::{run_once, BenchWorkload, Handoff, RunFigures, RunOpts};
 use crate::scale::cluster::{metrics, Scalable};
 use crate::targets::baton::{BatonOpts, BatonTarget};
 use crate::targets::Target;
@@ -64,6 +67,8 @@ pub struct Cost {
     pub slow_fsyncs: Vec<(u32, f64)>,
     /// The run's latencies (ms): p50, p99, p99.9.
     pub latency_ms: (f64, f64, f64),
+    /// lock-contended: where a hand-off's time goes, from the clients.
+    pub handoff: Option<Handoff>,
 }
 
 /// The thresholds of [`Cost::slow_fsyncs`]: bucket bounds of
@@ -206,6 +211,7 @@ pub fn per_op(before: &Sample, after: &Sample, run: &RunFigures) -> Cost {
         peer_messages,
         slow_fsyncs: SLOW_FSYNC_MS.iter().map(|ms| (*ms, slow_fsyncs(before, after, *ms))).collect(),
         latency_ms: (run.p50_ms, run.p99_ms, run.p999_ms.unwrap_or(0.0)),
+        handoff: run.handoff,
     }
 }
 
@@ -261,6 +267,13 @@ pub fn table(workload: BenchWorkload, clients: usize, c: &Cost) -> String {
     row("peer socket writes (3 members)", c.peer_flushes);
     let (p50, p99, p999) = c.latency_ms;
     out.push_str(&format!("| latency p50 / p99 / p99.9 ms | {p50:.2} / {p99:.2} / {p999:.2} |\n"));
+    if let Some(h) = &c.handoff {
+        let mut pair =
+            |k: &str, (p50, p90): (f64, f64)| out.push_str(&format!("| {k}, p50 / p90 µs | {p50:.0} / {p90:.0} |\n"));
+        pair("hand-off: grant to the next grant", h.period_us);
+        pair("hand-off: the holder's release round trip", h.release_us);
+        pair("hand-off: release returned to the next grant", h.to_next_us);
+    }
     for (ms, n) in &c.slow_fsyncs {
         out.push_str(&format!("| fsyncs over {ms} ms in the run (3 members, not per op) | {n:.0} |\n"));
     }

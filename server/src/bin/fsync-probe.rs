@@ -16,8 +16,12 @@
 //!   written (the blocks are allocated but marked unwritten, so the first
 //!   write to each still changes its extent).
 //!
-//! It prints, per mode and writer count, the syncs per second and the
-//! latency of one write plus fdatasync at p50, p90, p99 and the maximum.
+//! It prints, per mode and writer count, the syncs per second, the
+//! latency of one write plus fdatasync at p50, p90, p99 and the maximum,
+//! and what one sync costs the thread that makes it: CPU µs (its
+//! `CLOCK_THREAD_CPUTIME_ID`, kernel time included: on a virtual machine
+//! each I/O is an exit to the host) and voluntary context switches (its
+//! `RUSAGE_THREAD` `ru_nvcsw`: each wait for an I/O is one).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -56,20 +60,23 @@ fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     std::fs::create_dir_all(&a.dir)?;
     println!("fsync-probe: {} s per row, {} B records, files in {}", a.secs, a.record, a.dir.display());
-    println!("| mode | writers | syncs/s | p50 µs | p90 µs | p99 µs | max µs |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| mode | writers | syncs/s | p50 µs | p90 µs | p99 µs | max µs | CPU µs / sync | switches / sync |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for mode in &a.modes {
         for &n in &a.writers {
-            let lat = run(&a, mode, n)?;
+            let (lat, cost) = run(&a, mode, n)?;
             let secs = a.secs as f64;
             let q = |p: f64| percentile(&lat, p);
+            let syncs = lat.len().max(1) as f64;
             println!(
-                "| {mode} | {n} | {:.0} | {} | {} | {} | {} |",
+                "| {mode} | {n} | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} |",
                 lat.len() as f64 / secs,
                 q(0.50),
                 q(0.90),
                 q(0.99),
-                lat.last().copied().unwrap_or(0)
+                lat.last().copied().unwrap_or(0),
+                cost.cpu_us / syncs,
+                cost.switches / syncs
             );
             let _ = std::io::stdout().flush();
         }
@@ -77,8 +84,35 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every write-and-sync latency (µs) of `n` writers in `mode`, sorted.
-fn run(a: &Args, mode: &str, n: usize) -> anyhow::Result<Vec<u64>> {
+/// What the writer threads spent, summed.
+#[derive(Default)]
+struct Spent {
+    cpu_us: f64,
+    switches: f64,
+}
+
+impl Spent {
+    /// The calling thread's CPU time and voluntary switches so far.
+    fn now() -> Spent {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime and getrusage write into values we own.
+        let cpu = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let usage = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        Spent {
+            cpu_us: if cpu == 0 { ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3 } else { 0.0 },
+            switches: if usage == 0 { ru.ru_nvcsw as f64 } else { 0.0 },
+        }
+    }
+
+    fn since(self, before: &Spent) -> Spent {
+        Spent { cpu_us: self.cpu_us - before.cpu_us, switches: self.switches - before.switches }
+    }
+}
+
+/// Every write-and-sync latency (µs) of `n` writers in `mode`, sorted,
+/// and what their threads spent.
+fn run(a: &Args, mode: &str, n: usize) -> anyhow::Result<(Vec<u64>, Spent)> {
     let files: Vec<PathBuf> = (0..n).map(|i| a.dir.join(format!("probe-{mode}-{i}"))).collect();
     for f in &files {
         make(f, mode, a.size)?;
@@ -93,14 +127,18 @@ fn run(a: &Args, mode: &str, n: usize) -> anyhow::Result<Vec<u64>> {
         })
         .collect();
     let mut all = Vec::new();
+    let mut spent = Spent::default();
     for h in handles {
-        all.extend(h.join().map_err(|_| anyhow::anyhow!("a writer panicked"))??);
+        let (lat, s) = h.join().map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+        all.extend(lat);
+        spent.cpu_us += s.cpu_us;
+        spent.switches += s.switches;
     }
     for f in &files {
         let _ = std::fs::remove_file(f);
     }
     all.sort_unstable();
-    Ok(all)
+    Ok((all, spent))
 }
 
 /// The file as `mode` makes it, synced (its directory entry too).
@@ -135,11 +173,12 @@ fn make(path: &Path, mode: &str, size: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_until(path: &Path, mode: &str, record: usize, size: u64, until: Instant) -> anyhow::Result<Vec<u64>> {
+fn write_until(path: &Path, mode: &str, record: usize, size: u64, until: Instant) -> anyhow::Result<(Vec<u64>, Spent)> {
     let f = OpenOptions::new().write(true).open(path)?;
     let rec = vec![0x5a_u8; record];
     let mut at = 0u64;
     let mut out = Vec::new();
+    let start = Spent::now();
     while Instant::now() < until {
         let t = Instant::now();
         if mode == "append" {
@@ -154,7 +193,7 @@ fn write_until(path: &Path, mode: &str, record: usize, size: u64, until: Instant
         out.push(t.elapsed().as_micros() as u64);
         at += record as u64;
     }
-    Ok(out)
+    Ok((out, Spent::now().since(&start)))
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
