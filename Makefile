@@ -64,7 +64,7 @@ test:
 CHECK_SIM_SEEDS ?= 300
 check: lint
 	$(CARGO) test --workspace --lib --bins -- --test-threads=2
-	$(CARGO) test -p baton-server --test golden --test failures --test member
+	$(CARGO) test -p baton-server --test golden --test failures --test member --test admin
 	$(CARGO) test -p baton-proto --tests
 	BATON_SIM_SEEDS=$(CHECK_SIM_SEEDS) $(MAKE) --no-print-directory sim
 

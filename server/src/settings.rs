@@ -15,7 +15,14 @@
 //! - every member follows the recorded settings ([`effective`]); one whose
 //!   flags disagree logs it, once per change, and follows the record. Until
 //!   the record has settings (the first seconds of a new cluster), a member
-//!   uses its own flags.
+//!   uses its own flags;
+//! - checked again: a member that has not yet applied the record (cut off
+//!   when it was written, or restarted from a checkpoint older than it)
+//!   also uses its own flags, so a new backup and `list_users`, which wait
+//!   for a ReadIndex, are checked a second time when they are served,
+//!   against the settings as applied by then (driver/requests.rs
+//!   `power_as_applied`): a superuser by one member's flags alone is
+//!   refused there what the record refuses (server/tests/admin.rs).
 
 use baton_proto::ClusterSettings;
 

@@ -17,6 +17,18 @@ impl Driver {
         Caller::new(ids, &self.followed.current.superusers)
     }
 
+    /// The settings as the state applied so far has them, and whether
+    /// `conn`'s caller is one of their superusers: what an admin request
+    /// is checked against again once its ReadIndex is applied (route.rs;
+    /// settings.rs, "checked again"). [`Driver::settings`] catches up with
+    /// the state only on the next tick.
+    fn power_as_applied(&self, conn: ConnId) -> (baton_proto::ClusterSettings, bool) {
+        let settings = crate::settings::effective(self.sm().cluster().settings.as_ref(), &self.cfg);
+        let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
+        let superuser = Caller::new(ids, &settings.superusers).superuser;
+        (settings, superuser)
+    }
+
     /// The cluster-wide settings this member follows (settings.rs; never
     /// locks the state: see `Driver::settings`).
     pub(super) fn settings(&self) -> baton_proto::ClusterSettings {
@@ -163,6 +175,10 @@ impl Driver {
     /// on a member (a snapshot or a backup): `BUSY` meanwhile, which the
     /// client retries.
     fn take_backup(&mut self, conn: ConnId, id: u64) {
+        let (settings, superuser) = self.power_as_applied(conn);
+        if !crate::settings::admin_allowed(&settings, superuser) {
+            return self.reply_err(conn, id, ErrorCode::NoAuth, crate::settings::admin_refusal(&settings, "backups"));
+        }
         if self.snapshot_building.is_some() || self.backup_building.is_some() {
             let msg = "a snapshot or another backup is being built on this member; retry";
             return self.reply_err(conn, id, ErrorCode::Busy, msg);
@@ -216,6 +232,16 @@ impl Driver {
         let id = req.id;
         if let Some(B::Snapshot(_)) = &req.body {
             return self.take_backup(conn, id);
+        }
+        if let Some(B::ListUsers(_)) = &req.body {
+            if !self.power_as_applied(conn).1 {
+                return self.reply_err(conn, id, ErrorCode::NoAuth, super::route::LIST_USERS_REFUSED);
+            }
+            let sm = self.sm();
+            let body = response::Body::Names(baton_proto::NamesResp { names: sm.user_names() });
+            let r = Response { id, zxid: sm.applied(), body: Some(body), ..Default::default() };
+            drop(sm);
+            return self.reply(conn, r);
         }
         let caller = self.caller(conn);
         let (zxid, result) = {

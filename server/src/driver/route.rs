@@ -29,9 +29,14 @@
 //! - **`create_session`**: `BUSY` over `--max-sessions`, else the timeout
 //!   is negotiated (`Config::negotiate_timeout`), a random secret drawn and
 //!   a `NewSession` entry proposed; the connection is bound when it applies.
-//! - **Linearizable reads** (`get`, `exists`, `children`, `get_acl`) and a
-//!   new backup (`snapshot` with `backup_id` 0) wait for the turn's
-//!   ReadIndex (reads.rs) and are served by `serve`. A watch in a read is
+//! - **Linearizable reads** (`get`, `exists`, `children`, `get_acl`), a
+//!   new backup (`snapshot` with `backup_id` 0) and `list_users` wait for
+//!   the turn's ReadIndex (reads.rs) and are served by `serve`. The two
+//!   admin requests are checked twice: here, against the settings this
+//!   member follows now, and in `serve`, against the settings as applied
+//!   once the ReadIndex is (settings.rs, "checked again"): a member that
+//!   had not yet applied the cluster's settings, and so followed its own
+//!   flags, cannot grant by them what the record refuses. A watch in a read is
 //!   checked first (`check_spec`: a valid path and a known kind, and room
 //!   under `--max-watches`) and registered in `serve`, in the same step
 //!   that reads the state.
@@ -47,8 +52,7 @@
 //!   once a quorum recorded the touch (sessions.rs).
 //! - **Answered at once from local state**: stale reads with a watch,
 //!   `add_watch` (registered at the current applied index, nothing replayed),
-//!   `remove_watch`, `status`, `whoami`, `members`, `list_users`, a backup's
-//!   next chunk.
+//!   `remove_watch`, `status`, `whoami`, `members`, a backup's next chunk.
 //! - **`member_change`**: driver/members.rs (the rules: membership.rs).
 //! - **Stale reads without a watch** never reach the driver: the listener
 //!   answers them from the shared state (view.rs `fast_read`; not when deliberate
@@ -210,13 +214,20 @@ fn admin_route(
         }
         Some(B::ListUsers(_)) => {
             if !(conn.caller)().superuser {
-                return refuse(ErrorCode::NoAuth, "list-users needs a superuser (--superuser)".into());
+                return refuse(ErrorCode::NoAuth, LIST_USERS_REFUSED.into());
             }
-            answer(id, sm, response::Body::Names(NamesResp { names: sm.user_names() }))
+            // Served after a ReadIndex, its power checked again then.
+            if !leader_alive {
+                return refuse(ErrorCode::NoLeader, "this member has no contact with a leader".into());
+            }
+            Route::ReadIndex { req, min_index: 0 }
         }
         _ => refuse(ErrorCode::BadRequest, "not an admin request".into()),
     }
 }
+
+/// Why `list_users` was refused.
+pub(super) const LIST_USERS_REFUSED: &str = "list-users needs a superuser (--superuser)";
 
 /// A refusal: nothing happened.
 fn refusal(id: u64, sm: &StateMachine, code: ErrorCode, msg: String) -> Route {
@@ -488,8 +499,13 @@ mod tests {
             route(snap(5), &conn, &sm, &cfg, &open, true),
             Route::BackupChunk { id: 9, backup_id: 5, offset: 3 }
         ));
-        let users = req(request::Body::ListUsers(ListUsersReq {}));
-        assert_eq!(refused(&run(users, None, &sm, &cfg, true, 0)), Some(ErrorCode::NoAuth));
+        let users = || req(request::Body::ListUsers(ListUsersReq {}));
+        assert_eq!(refused(&run(users(), None, &sm, &cfg, true, 0)), Some(ErrorCode::NoAuth));
+        // A superuser's list waits for a ReadIndex (checked again when served).
+        let root = || Caller { identities: vec!["user:root".into()], superuser: true };
+        let su = ConnFacts { session: None, secret: Default::default(), caller: &root, watches: 0 };
+        assert!(matches!(route(users(), &su, &sm, &cfg, &open, true), Route::ReadIndex { .. }));
+        assert_eq!(refused(&route(users(), &su, &sm, &cfg, &open, false)), Some(ErrorCode::NoLeader));
     }
 
     #[test]

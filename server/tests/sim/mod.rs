@@ -69,6 +69,9 @@ pub struct Opts {
     /// on one machine tick almost in step).
     pub aligned_ticks: bool,
     pub faults: Faults,
+    /// Changes member `id`'s configuration before each boot (flags that
+    /// differ between members).
+    pub config_of: Option<fn(u64, &mut Config)>,
 }
 
 impl Default for Opts {
@@ -85,6 +88,7 @@ impl Default for Opts {
             max_inputs_per_turn: baton_server::driver::MAX_INPUTS_PER_TURN,
             aligned_ticks: false,
             faults: Faults::default(),
+            config_of: None,
         }
     }
 }
@@ -288,7 +292,7 @@ impl Sim {
 
     fn config(&self, id: u64) -> Config {
         let peers = (1..=self.opts.nodes).map(|i| (i, format!("127.0.0.1:{}", 20000 + i))).collect();
-        Config {
+        let mut cfg = Config {
             id,
             data_dir: "/nonexistent".into(),
             client_addr: "127.0.0.1:1".into(),
@@ -310,7 +314,11 @@ impl Sim {
             open_admin: true,
             slow_request_ms: 0,
             faults: self.opts.faults,
+        };
+        if let Some(f) = self.opts.config_of {
+            f(id, &mut cfg);
         }
+        cfg
     }
 
     fn boot(&mut self, id: u64) {
@@ -933,8 +941,17 @@ impl Sim {
 
     /// Opens a connection to `member` that the test drives by hand.
     pub fn raw_conn(&mut self, member: u64) -> RawConn {
+        self.raw_conn_as(member, &[])
+    }
+
+    /// [`Sim::raw_conn`] for a caller with `identities` (as if
+    /// authenticated: `user:NAME`, `x509:CN`).
+    pub fn raw_conn_as(&mut self, member: u64, identities: &[&str]) -> RawConn {
         let life = self.members.get(&member).map(|m| m.life).unwrap_or(0);
         let (tx, rx) = ConnTx::new(usize::MAX);
+        for id in identities {
+            tx.add_identity(id.to_string());
+        }
         let conn = self.next_conn;
         self.next_conn += 1;
         self.send_net(CLIENT_NET + 999, member, life, Input::ConnOpened { conn, tx });
@@ -1028,6 +1045,14 @@ impl Sim {
             self.run_for(Duration::from_millis(10));
         }
         false
+    }
+
+    /// `member`'s raft-rs role and term, and its applied index (None: not
+    /// running).
+    pub fn member_role(&self, member: u64) -> Option<(StateRole, u64, u64)> {
+        let d = self.members.get(&member)?.driver.as_ref()?;
+        let (role, term) = d.raft_role();
+        Some((role, term, d.applied()))
     }
 
     /// Every running member's state-machine dump, by member.
