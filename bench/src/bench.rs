@@ -359,7 +359,7 @@ async fn client_loop<T: Target>(
                     let waited = t.elapsed();
                     let granted = Instant::now();
                     if sh.record_grants && sh.measuring.load(Ordering::SeqCst) {
-                        sh.grants.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now());
+                        sh.grants.lock().unwrap_or_else(|p| p.into_inner()).push(granted);
                     }
                     c.unlock(held).await?;
                     if w == BenchWorkload::LockContended && sh.measuring.load(Ordering::SeqCst) {

@@ -13,8 +13,12 @@ use crate::sessions::not_live_msg;
 impl Driver {
     /// Who is asking on `conn` (acl.rs).
     pub(super) fn caller(&self, conn: ConnId) -> Caller {
-        let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
-        Caller::new(ids, &self.followed.current.superusers)
+        Caller::new(self.identities(conn), &self.followed.current.superusers)
+    }
+
+    /// What `conn` authenticated as.
+    fn identities(&self, conn: ConnId) -> Vec<String> {
+        self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default()
     }
 
     /// The settings as the state applied so far has them, and whether
@@ -24,8 +28,7 @@ impl Driver {
     /// the state only on the next tick.
     fn power_as_applied(&self, conn: ConnId) -> (baton_proto::ClusterSettings, bool) {
         let settings = crate::settings::effective(self.sm().cluster().settings.as_ref(), &self.cfg);
-        let ids = self.conns.get(&conn).map(|c| c.tx.identities()).unwrap_or_default();
-        let superuser = Caller::new(ids, &settings.superusers).superuser;
+        let superuser = Caller::new(self.identities(conn), &settings.superusers).superuser;
         (settings, superuser)
     }
 
