@@ -22,7 +22,12 @@
 //!   for a ReadIndex, are checked a second time when they are served,
 //!   against the settings as applied by then (driver/requests.rs
 //!   `power_as_applied`): a superuser by one member's flags alone is
-//!   refused there what the record refuses (server/tests/admin.rs).
+//!   refused there what the record refuses (server/tests/admin.rs). A
+//!   membership change goes to the leader, which takes one only once it
+//!   has applied every entry before its term (`NO_LEADER`, retry, until
+//!   then: a new leader may hold the record in its log unapplied), and
+//!   checks it against the settings as applied (driver/members.rs); a
+//!   snapshot's settings are followed as soon as it is installed.
 
 use baton_proto::ClusterSettings;
 

@@ -55,11 +55,6 @@ impl Driver {
 
     /// A change request (membership.rs rules 2-5).
     pub(super) fn on_member_change(&mut self, conn: ConnId, id: u64, req: &MemberChangeReq, now: Instant) {
-        let settings = self.settings();
-        if !crate::settings::admin_allowed(&settings, self.caller(conn).superuser) {
-            let msg = crate::settings::admin_refusal(&settings, "membership changes");
-            return self.reply_err(conn, id, ErrorCode::NoAuth, msg);
-        }
         if self.raw.raft.state != StateRole::Leader {
             let leader = self.raw.raft.leader_id;
             let msg = match leader {
@@ -67,6 +62,19 @@ impl Driver {
                 l => format!("member {l} is the leader; membership changes go to it"),
             };
             return self.reply_err(conn, id, ErrorCode::NotLeader, msg);
+        }
+        // Power as of every entry before this term (settings.rs, "checked
+        // again"): until then a new leader may not have applied the
+        // settings record its log holds.
+        if !self.sessions.caught_up(self.sm().applied()) {
+            let msg =
+                format!("member {} was just elected and is applying the entries before its term; retry", self.cfg.id);
+            return self.reply_err(conn, id, ErrorCode::NoLeader, msg);
+        }
+        let (settings, superuser) = self.power_as_applied(conn);
+        if !crate::settings::admin_allowed(&settings, superuser) {
+            let msg = crate::settings::admin_refusal(&settings, "membership changes");
+            return self.reply_err(conn, id, ErrorCode::NoAuth, msg);
         }
         match self.view_with(|v| membership::plan(v, req)) {
             Err((code, msg)) => self.reply_err(conn, id, code, msg),

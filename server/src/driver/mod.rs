@@ -479,6 +479,11 @@ impl Driver {
         self.sm().applied()
     }
 
+    /// The last index in raft-rs's log (persisted or not).
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
     pub fn session_exists(&self, sid: u64) -> bool {
         self.sm().session_exists(sid)
     }

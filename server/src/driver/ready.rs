@@ -257,6 +257,10 @@ impl Driver {
         self.sm_mut().restore(&snap.data)?;
         crate::metrics::snapshot("installed", t.elapsed());
         self.raw.mut_store().apply_snapshot(snap, batch)?;
+        // The settings the snapshot carries are followed at once, as an
+        // applied settings entry's are (apply_command), not a tick later.
+        let settings = crate::settings::effective(self.sm().cluster().settings.as_ref(), &self.cfg);
+        self.followed.current = settings;
         // Watches registered before may have missed changes in between.
         let st = self.state();
         let sm = read(&st);

@@ -26,7 +26,7 @@ impl Driver {
     /// is checked against again once its ReadIndex is applied (route.rs;
     /// settings.rs, "checked again"). [`Driver::settings`] catches up with
     /// the state only on the next tick.
-    fn power_as_applied(&self, conn: ConnId) -> (baton_proto::ClusterSettings, bool) {
+    pub(super) fn power_as_applied(&self, conn: ConnId) -> (baton_proto::ClusterSettings, bool) {
         let settings = crate::settings::effective(self.sm().cluster().settings.as_ref(), &self.cfg);
         let superuser = Caller::new(self.identities(conn), &settings.superusers).superuser;
         (settings, superuser)

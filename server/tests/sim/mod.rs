@@ -1055,6 +1055,11 @@ impl Sim {
         Some((role, term, d.applied()))
     }
 
+    /// The last index of `member`'s Raft log (None: not running).
+    pub fn member_last_index(&self, member: u64) -> Option<u64> {
+        Some(self.members.get(&member)?.driver.as_ref()?.last_index())
+    }
+
     /// Every running member's state-machine dump, by member.
     pub fn dumps(&self) -> BTreeMap<u64, (u64, String)> {
         self.members.values().filter_map(|m| m.driver.as_ref().map(|d| (m.id, (d.applied(), d.dump())))).collect()
