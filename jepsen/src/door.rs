@@ -1,8 +1,10 @@
-//! The doors a client comes through: the native protocol (`baton-client`)
-//! or the ZooKeeper port (the `zookeeper-client` crate, a real ZooKeeper
-//! client with its own session state machine and timeouts). Every
-//! workload runs through [`DoorClient`], so every check and every nemesis
-//! of `baton-jepsen test` runs through either door (`--door`).
+//! The doors a client comes through: the native protocol (`baton-client`),
+//! the ZooKeeper port (the `zookeeper-client` crate, a real ZooKeeper
+//! client with its own session state machine and timeouts), or `baton
+//! lock` / `baton elect` processes (cli_door.rs: the lock and election
+//! workloads, the ones through which a client holds). Every workload runs
+//! through [`DoorClient`], so every check and every nemesis of
+//! `baton-jepsen test` runs through each door (`--door`).
 //!
 //! Through the ZooKeeper door the workloads use ZooKeeper's own recipes,
 //! as Curator and kazoo users do:
@@ -46,6 +48,7 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 use zookeeper_client::{Acls, CreateMode, CreateOptions};
 
+use crate::cli_door::{CliClient, CliHold};
 use crate::record::OpError;
 
 /// Bound on one ZooKeeper call (the native client's op timeout is 5 s).
@@ -124,6 +127,9 @@ pub enum Door {
     Native,
     /// The ZooKeeper port, through the `zookeeper-client` crate.
     Zookeeper,
+    /// `baton lock` and `baton elect` processes (cli_door.rs): the lock
+    /// and election workloads.
+    Cli,
 }
 
 impl Door {
@@ -131,6 +137,7 @@ impl Door {
         match self {
             Door::Native => "native",
             Door::Zookeeper => "zookeeper",
+            Door::Cli => "cli",
         }
     }
 }
@@ -140,6 +147,12 @@ impl Door {
 pub enum DoorClient {
     Native(Client),
     Zk(Arc<ZkSession>),
+    Cli(Arc<CliClient>),
+}
+
+/// What a CLI client cannot do: it only holds (cli_door.rs).
+fn cli_only() -> OpError {
+    OpError::Cli("the CLI door only locks and campaigns".into())
 }
 
 /// A ZooKeeper session and its state as a `SessionState` channel.
@@ -340,6 +353,7 @@ impl ZkSession {
 pub enum DoorLock {
     Native(baton_client::LockGuard),
     Zk { s: Arc<ZkSession>, path: String, token: u64 },
+    Cli(CliHold),
 }
 
 /// What a fenced write needs of its lock: the token (native fence), and
@@ -355,6 +369,7 @@ impl DoorLock {
         match self {
             DoorLock::Native(g) => g.fencing_token(),
             DoorLock::Zk { token, .. } => *token,
+            DoorLock::Cli(h) => h.token(),
         }
     }
 
@@ -362,6 +377,7 @@ impl DoorLock {
         match self {
             DoorLock::Native(g) => Fence { token: g.fencing_token(), node: None },
             DoorLock::Zk { path, token, .. } => Fence { token: *token, node: Some(path.clone()) },
+            DoorLock::Cli(h) => Fence { token: h.token(), node: None },
         }
     }
 
@@ -369,6 +385,7 @@ impl DoorLock {
         match self {
             DoorLock::Native(g) => Ok(g.release().await?),
             DoorLock::Zk { s, path, .. } => s.delete(&path).await,
+            DoorLock::Cli(h) => h.release().await,
         }
     }
 }
@@ -377,6 +394,7 @@ impl DoorLock {
 pub enum DoorLeadership {
     Native(baton_client::Leadership),
     Zk { s: Arc<ZkSession>, path: String, token: u64 },
+    Cli(CliHold),
 }
 
 impl DoorLeadership {
@@ -384,6 +402,7 @@ impl DoorLeadership {
         match self {
             DoorLeadership::Native(l) => l.fencing_token(),
             DoorLeadership::Zk { token, .. } => *token,
+            DoorLeadership::Cli(h) => h.token(),
         }
     }
 
@@ -393,6 +412,7 @@ impl DoorLeadership {
         match self {
             DoorLeadership::Native(l) => l.is_leader(),
             DoorLeadership::Zk { s, .. } => *s.state.borrow() == SessionState::Connected,
+            DoorLeadership::Cli(h) => h.holds(),
         }
     }
 
@@ -400,6 +420,7 @@ impl DoorLeadership {
         match self {
             DoorLeadership::Native(l) => Ok(l.resign().await?),
             DoorLeadership::Zk { s, path, .. } => s.delete(&path).await,
+            DoorLeadership::Cli(h) => h.release().await,
         }
     }
 }
@@ -496,6 +517,7 @@ impl DoorClient {
         match self {
             DoorClient::Native(c) => c.session_id(),
             DoorClient::Zk(s) => s.sid,
+            DoorClient::Cli(c) => c.session_id(),
         }
     }
 
@@ -504,6 +526,7 @@ impl DoorClient {
         match self {
             DoorClient::Native(c) => c.state(),
             DoorClient::Zk(s) => s.state.clone(),
+            DoorClient::Cli(c) => c.state(),
         }
     }
 
@@ -516,7 +539,7 @@ impl DoorClient {
     pub async fn member(&self) -> Option<u64> {
         match self {
             DoorClient::Native(c) => c.status().await.ok().map(|s| s.id),
-            DoorClient::Zk(_) => None,
+            DoorClient::Zk(_) | DoorClient::Cli(_) => None,
         }
     }
 
@@ -524,6 +547,10 @@ impl DoorClient {
         match self {
             DoorClient::Native(c) => Ok(c.close().await?),
             DoorClient::Zk(s) => s.close().await,
+            DoorClient::Cli(c) => {
+                c.close();
+                Ok(())
+            }
         }
     }
 
@@ -541,6 +568,7 @@ impl DoorClient {
                 let (d, st) = s.call(false, async |c| c.get_data(path).await).await?;
                 Ok((d, st.version))
             }
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -549,6 +577,7 @@ impl DoorClient {
         match self {
             DoorClient::Native(c) => Ok(c.set(path, data.to_vec(), version).await?.version),
             DoorClient::Zk(s) => Ok(s.call(true, async |c| c.set_data(path, data, version).await).await?.version),
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -574,6 +603,7 @@ impl DoorClient {
                 Some((path, token)) => Ok(DoorLock::Zk { s: s.clone(), path, token }),
                 None => Err(OpError::TimedOut),
             },
+            DoorClient::Cli(c) => Ok(DoorLock::Cli(c.lock(name, wait).await?)),
         }
     }
 
@@ -612,6 +642,7 @@ impl DoorClient {
                     | Ok(Err(zk::MultiWriteError::RequestFailed { source })) => Err(zk_err(source, true)),
                 }
             }
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -627,6 +658,7 @@ impl DoorClient {
                 Some((path, token)) => Ok(DoorLeadership::Zk { s: s.clone(), path, token }),
                 None => Err(OpError::TimedOut),
             },
+            DoorClient::Cli(c) => Ok(DoorLeadership::Cli(c.campaign(name, &value, wait).await?)),
         }
     }
 
@@ -640,6 +672,7 @@ impl DoorClient {
                 s.call(true, async |c| ensure_path(&c, &dir).await).await?;
                 Ok(DoorObserver::Zk { s: s.clone(), dir, last: None })
             }
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -654,6 +687,7 @@ impl DoorClient {
                 let opts = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
                 Ok(s.call(true, async |c| c.create(path, &[], &opts).await).await?.0.czxid as u64)
             }
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -663,6 +697,7 @@ impl DoorClient {
         match self {
             DoorClient::Native(c) => Ok(c.exists(path).await?.is_some()),
             DoorClient::Zk(s) => Ok(s.call(false, async |c| c.check_stat(path).await).await?.is_some()),
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -678,6 +713,7 @@ impl DoorClient {
                 let (st, w) = s.call(false, async |c| c.check_and_watch_stat(path).await).await?;
                 Ok((st.is_some(), DoorWatcher::ZkOnce(Some(w))))
             }
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -692,6 +728,7 @@ impl DoorClient {
                 let (_, st) = s.call(false, async |c| c.get_data(path).await).await?;
                 (st.version, st.mzxid)
             }
+            DoorClient::Cli(_) => return Err(cli_only()),
         };
         Ok(json!({"version": version, "mzxid": mzxid}))
     }
@@ -701,6 +738,7 @@ impl DoorClient {
         match self {
             DoorClient::Native(c) => Ok(c.children_opts(path, true).await?.0.len()),
             DoorClient::Zk(s) => Ok(s.call(false, async |c| c.list_children(path).await).await?.len()),
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 
@@ -718,6 +756,7 @@ impl DoorClient {
                 };
                 Ok(DoorWatcher::ZkPersistent(s.call(false, async |c| c.watch(path, mode).await).await?))
             }
+            DoorClient::Cli(_) => Err(cli_only()),
         }
     }
 }

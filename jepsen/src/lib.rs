@@ -12,8 +12,9 @@
 //!     every link; [`nemesis`]: the fault schedule.
 //!   - [`record`]: shared run state and the recorder ([`record::Run::op`]).
 //!   - [`door`]: the door the workload clients come through (`--door`):
-//!     the native client, or a ZooKeeper client through the ZooKeeper
-//!     port with ZooKeeper's recipes.
+//!     the native client, a ZooKeeper client through the ZooKeeper port
+//!     with ZooKeeper's recipes, or ([`cli_door`]) `baton lock` and
+//!     `baton elect` processes.
 //!   - [`workloads`]: one file per workload (`workloads/register.rs`,
 //!     `lock.rs`, `election.rs`, `session.rs`), its client loop beside the
 //!     call into its checker.
@@ -26,6 +27,7 @@
 //!   `baton-bench`'s (the runtime, Ctrl-C, the verdict's exit code).
 
 pub mod cli;
+pub mod cli_door;
 pub mod db;
 pub mod door;
 pub mod nemesis;

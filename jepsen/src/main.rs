@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_jepsen::cli::{self, interruptible, stamp, verdict};
+use baton_jepsen::cli_door;
 use baton_jepsen::db::{check_session_ms, SESSION_MS};
 use baton_jepsen::door::{Door, ZkReads};
 use baton_jepsen::nemesis::NemesisKind;
@@ -75,9 +76,19 @@ struct TestArgs {
     /// that is not linearizable under partition).
     #[arg(long, value_enum, default_value = "sync")]
     zk_reads: ZkReads,
+    /// `--door cli`, a planted fault: the held command calls `setsid`,
+    /// leaving the process group `baton`'s keeper stops, so it outlives
+    /// a `baton` killed by `kill-client` (what finding Z3 saw).
+    #[arg(long)]
+    cli_command_leaves_group: bool,
 }
 
 fn main() {
+    // A CLI-door hold's command (cli_door.rs), not a test.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(cli_door::HOLD_ARG) {
+        std::process::exit(cli_door::hold_main(&args[2..]));
+    }
     let cli = Cli::parse();
     cli::run(PROG, async {
         match cli.cmd {
@@ -112,6 +123,7 @@ async fn test(a: TestArgs) -> i32 {
         tls: a.tls,
         door: a.door,
         zk_reads: a.zk_reads,
+        cli_leaves_group: a.cli_command_leaves_group,
     };
     // Ctrl-C: stop and tear down (the cluster dies with `Db`'s drop).
     let r = interruptible(run_test(opts)).await;

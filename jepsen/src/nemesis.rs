@@ -41,7 +41,14 @@
 //!   At the heal the file is put back and the member restarted. A member
 //!   that starts on damaged data, or crashes on it, is the anomaly
 //!   `damaged-data-not-refused` of the `storage` check (runner.rs).
-//! - `all`: a random mix of the above.
+//! - `kill-client` (the CLI door only: cli_door.rs): kill -9 the `baton`
+//!   process of a current holder (a long-lived leader first, granted less
+//!   than half a session timeout ago, waiting up to 2 s, then any holder),
+//!   as the OOM killer would; its command must stop at once, not run on
+//!   beside the next holder, who is granted once the session expires. The
+//!   window is 1.5-2 session timeouts, so that grant falls inside it.
+//! - `all`: a random mix of the above (`kill-client` only through the CLI
+//!   door).
 //!
 //! Every fault is recorded as a [`FaultWindow`] (kind = the label printed,
 //! from the moment it is applied to its heal) for the checkers and plots.
@@ -55,6 +62,7 @@ use rand::Rng;
 use tokio::sync::Mutex;
 
 use crate::db::Db;
+use crate::door::Door;
 use crate::record::Run;
 use baton_checker::history::FaultWindow;
 
@@ -69,6 +77,7 @@ pub enum NemesisKind {
     PauseLeaderLong,
     Membership,
     Corrupt,
+    KillClient,
     All,
 }
 
@@ -78,6 +87,8 @@ enum Fault {
     Paused(u64),
     ClientPaused(usize),
     Partitioned,
+    /// `kill-client`: a holder's `baton` killed -9.
+    ClientKilled,
     /// Members added by `membership`, removed at the heal (after handing
     /// them leadership, when `true`).
     Added(bool),
@@ -89,7 +100,8 @@ enum Fault {
 /// data dir with exit code 3 (it started anyway, or crashed).
 pub const DAMAGE_NOT_REFUSED: &str = "NOT REFUSED";
 
-/// The kinds `all` mixes.
+/// The kinds `all` mixes (and [`NemesisKind::KillClient`] through the CLI
+/// door).
 const MIX: [NemesisKind; 8] = [
     NemesisKind::Kill,
     NemesisKind::Pause,
@@ -114,6 +126,7 @@ pub async fn run(run: Arc<Run>, db: Arc<Mutex<Db>>, kind: NemesisKind, mut rng: 
             break;
         }
         let k = match kind {
+            NemesisKind::All if run.door == Door::Cli && rng.gen_bool(1.0 / 9.0) => NemesisKind::KillClient,
             NemesisKind::All => *MIX.choose(&mut rng).unwrap_or(&NemesisKind::Partition),
             k => k,
         };
@@ -412,8 +425,44 @@ async fn apply(
             let detail = format!("member {victim}: {flips} bits flipped in {name}; {verdict}");
             Some((Fault::Damaged(victim, file, original), "corrupt", detail, None, at))
         }
+        NemesisKind::KillClient => {
+            let (slot, h) = cli_holder(run).await?;
+            let pid = h.pid?;
+            let at = run.now();
+            crate::cli_door::kill9(pid);
+            let t = run.session.as_millis() as u64;
+            let hold = Duration::from_millis(rng.gen_range(t * 3 / 2..=t * 2));
+            let long = if h.long { ", long hold" } else { "" };
+            let age = at.saturating_sub(h.since) / 1_000_000;
+            let detail = format!("kill -9 baton (pid {pid}) of holder slot {slot}{long}, granted {age} ms ago");
+            Some((Fault::ClientKilled, "kill-client", detail, Some(hold), at))
+        }
         NemesisKind::None | NemesisKind::All => None,
     }
+}
+
+/// A holder through the CLI door (its `baton`'s pid known): for 2 s only
+/// one that means to hold on for long and was granted less than half a
+/// session timeout ago, if the run has such holds, then any; None after
+/// 4 s or through another door.
+async fn cli_holder(run: &Run) -> Option<(usize, crate::record::Holder)> {
+    if run.door != Door::Cli {
+        return None;
+    }
+    let fresh = run.session.as_nanos() as u64 / 2;
+    for i in 0..200 {
+        let now = run.now();
+        let any = i >= 100 || !run.has_long_holds();
+        let found = run
+            .holder_list()
+            .into_iter()
+            .find(|(_, h)| h.pid.is_some() && (any || (h.long && now.saturating_sub(h.since) < fresh)));
+        if found.is_some() || run.stopped() {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 async fn heal(db: &mut Db, run: &Run, fault: Fault) {
@@ -429,6 +478,8 @@ async fn heal(db: &mut Db, run: &Run, fault: Fault) {
             run.set_paused(slot, false);
         }
         Fault::Partitioned => db.proxies().heal(),
+        // Nothing to undo: the worker goes on with a new `baton`.
+        Fault::ClientKilled => {}
         Fault::Added(lead) => {
             if lead {
                 if let Err(e) = db.lead_added().await {

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use baton_client::{Client, ClientConfig, Error, SessionState};
 
+use crate::cli_door::{CliClient, CliOpts};
 use crate::door::{Door, DoorClient, ZkSession};
 use serde_json::Value;
 
@@ -66,6 +67,8 @@ pub struct Run {
     finished: AtomicBool,
     /// Some holder meant to hold on for long (see `Holder::long`).
     long_holds: AtomicBool,
+    /// Through the CLI door: how its `baton` processes are run.
+    pub cli: std::sync::OnceLock<CliOpts>,
 }
 
 /// What the run knows about a current holder (for targeted faults).
@@ -78,6 +81,8 @@ pub struct Holder {
     pub long: bool,
     /// When it was granted (run time, ns).
     pub since: u64,
+    /// Through the CLI door: the pid of the `baton` that holds.
+    pub pid: Option<u32>,
 }
 
 /// Why an operation did not complete `ok`, as the history records it.
@@ -93,6 +98,10 @@ pub enum OpError {
     /// A ZooKeeper client's error (the ZooKeeper door's, or baton-bench's
     /// zk-register test's): it may have happened iff `ambiguous`.
     Zk { error: String, ambiguous: bool },
+    /// The CLI door's: `baton` ended without a hold, or ended a hold
+    /// otherwise than by a release (cli_door.rs); definite: each hold is a
+    /// session of its own, closed (or expired) when `baton` ends.
+    Cli(String),
 }
 
 impl OpError {
@@ -103,6 +112,7 @@ impl OpError {
             OpError::TimedOut => false,
             OpError::Unconfirmed(_) => true,
             OpError::Zk { ambiguous, .. } => *ambiguous,
+            OpError::Cli(_) => false,
         }
     }
 }
@@ -120,6 +130,7 @@ impl std::fmt::Display for OpError {
             OpError::TimedOut => f.write_str("timeout"),
             OpError::Unconfirmed(why) => f.write_str(why),
             OpError::Zk { error, .. } => f.write_str(error),
+            OpError::Cli(e) => f.write_str(e),
         }
     }
 }
@@ -192,6 +203,7 @@ impl Run {
             zk_sync_reads,
             finished: AtomicBool::new(false),
             long_holds: AtomicBool::new(false),
+            cli: std::sync::OnceLock::new(),
         })
     }
 
@@ -321,6 +333,11 @@ impl Run {
     /// state and vouches for nothing; the worker does not wait for it).
     pub fn became_holder(self: &Arc<Self>, slot: usize, c: &DoorClient) {
         self.set_holder(slot, true);
+        if let DoorClient::Cli(cli) = c {
+            if let Some(h) = self.holders.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&slot) {
+                h.pid = cli.pid();
+            }
+        }
         let (run, c) = (self.clone(), c.clone());
         tokio::spawn(async move {
             if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(200), c.member()).await {
@@ -357,16 +374,31 @@ impl Run {
     /// A new client (session) for `slot`, retrying until it connects or the
     /// run stops.
     pub async fn connect_slot(&self, slot: usize) -> Option<DoorClient> {
-        self.connect(self.slot_endpoints[slot].clone()).await
+        self.connect(self.door, self.slot_endpoints[slot].clone()).await
     }
 
+    /// An election observer's client: through the run's door, except the
+    /// CLI door's, which only holds (a native client then).
+    pub async fn connect_observer(&self, slot: usize) -> Option<DoorClient> {
+        self.connect(self.resource_door(), self.slot_endpoints[slot].clone()).await
+    }
+
+    /// The storage ("resource") client: through the run's door, except the
+    /// CLI door's (a script's `baton set --fence` is a native client).
     pub async fn connect_storage(&self, home: usize) -> Option<DoorClient> {
-        self.connect(self.storage_endpoints[home % self.storage_endpoints.len()].clone()).await
+        self.connect(self.resource_door(), self.storage_endpoints[home % self.storage_endpoints.len()].clone()).await
     }
 
-    async fn connect(&self, endpoints: Vec<String>) -> Option<DoorClient> {
+    fn resource_door(&self) -> Door {
+        match self.door {
+            Door::Cli => Door::Native,
+            d => d,
+        }
+    }
+
+    async fn connect(&self, door: Door, endpoints: Vec<String>) -> Option<DoorClient> {
         while !self.stopped() {
-            let c = match self.door {
+            let c = match door {
                 Door::Native => {
                     let cfg = ClientConfig::new(endpoints.clone())
                         .session_timeout(self.session)
@@ -376,6 +408,10 @@ impl Run {
                 }
                 Door::Zookeeper => {
                     ZkSession::connect(&endpoints, self.session, self.zk_sync_reads).await.ok().map(DoorClient::Zk)
+                }
+                Door::Cli => {
+                    let o = self.cli.get()?;
+                    Some(DoorClient::Cli(CliClient::new(o.clone(), endpoints.clone())))
                 }
             };
             match c {

@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use crate::cli_door::CliOpts;
 use crate::db::{locate_bin, Db, DbOpts};
 use crate::door::Door;
 use crate::door::ZkReads;
@@ -46,6 +47,9 @@ pub struct TestOpts {
     /// first, or members with `--zk-linearizable-reads`, or the `local`
     /// control).
     pub zk_reads: ZkReads,
+    /// Through the CLI door, planted: the held command leaves `baton`'s
+    /// process group (cli_door.rs).
+    pub cli_leaves_group: bool,
 }
 
 pub struct Outcome {
@@ -58,7 +62,24 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     if o.tls && o.door == Door::Zookeeper {
         anyhow::bail!("--tls runs through the native door only (the harness's ZooKeeper client speaks plaintext)");
     }
+    if o.nemesis == NemesisKind::KillClient && o.door != Door::Cli {
+        anyhow::bail!("kill-client kills a `baton lock`/`baton elect` process: it needs --door cli");
+    }
+    if o.tls && o.door == Door::Cli {
+        anyhow::bail!("--tls runs through the native door only");
+    }
     let workloads = o.workload.expand();
+    let workloads = if o.door == Door::Cli {
+        // The CLI holds; it has no register or session workload to run.
+        let w: Vec<Workload> =
+            workloads.into_iter().filter(|w| matches!(w, Workload::Lock | Workload::Election)).collect();
+        if w.is_empty() {
+            anyhow::bail!("the CLI door runs the lock and election workloads (baton lock, baton elect)");
+        }
+        w
+    } else {
+        workloads
+    };
     let per = o.concurrency.max(2);
     let slots = per * workloads.len();
     let bin = locate_bin(!o.server_faults.is_empty())?;
@@ -110,6 +131,14 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     }
     let db = Arc::new(Mutex::new(db));
     let run = Run::new(slot_eps, storage_eps, o.session_timeout, tls, o.door, o.zk_reads == ZkReads::Sync);
+    if o.door == Door::Cli {
+        let dir = o.out.join("cli");
+        std::fs::create_dir_all(&dir)?;
+        let baton = baton_kit::locate(baton_kit::Bin::Baton)?;
+        let holder = crate::cli_door::holder_bin()?;
+        let opts = CliOpts { baton, holder, dir, session: o.session_timeout, leaves_group: o.cli_leaves_group };
+        let _ = run.cli.set(opts);
+    }
 
     println!("[phase] run: {} clients", slots);
     let mut tasks = Vec::new();

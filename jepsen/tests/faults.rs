@@ -33,10 +33,13 @@ struct Setup {
     session_ms: u64,
     /// The door the workload clients come through.
     door: Door,
+    /// Through the CLI door, planted: the held command leaves `baton`'s
+    /// process group (jepsen/src/cli_door.rs).
+    cli_leaves_group: bool,
 }
 
 fn setup(workload: Workload, nemesis: NemesisKind, secs: u64) -> Setup {
-    Setup { workload, nemesis, secs, session_ms: SESSION_MS, door: Door::Native }
+    Setup { workload, nemesis, secs, session_ms: SESSION_MS, door: Door::Native, cli_leaves_group: false }
 }
 
 async fn run(s: Setup, fault: Option<&str>, seed: u64) -> Outcome {
@@ -51,7 +54,7 @@ async fn run(s: Setup, fault: Option<&str>, seed: u64) -> Outcome {
 }
 
 async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Outcome> {
-    let Setup { workload, nemesis, secs, session_ms, door } = s;
+    let Setup { workload, nemesis, secs, session_ms, door, cli_leaves_group } = s;
     let dir = tempfile::Builder::new().prefix("baton-jepsen-").tempdir().expect("tempdir");
     let opts = TestOpts {
         workload,
@@ -66,6 +69,7 @@ async fn try_run(s: Setup, fault: Option<&str>, seed: u64) -> anyhow::Result<Out
         tls: false,
         door,
         zk_reads: baton_jepsen::door::ZkReads::Sync,
+        cli_leaves_group,
     };
     let o = run_test(opts).await;
     if std::env::var_os("BATON_JEPSEN_KEEP").is_some() {
@@ -237,6 +241,38 @@ async fn t55_zk_speak_unvouched_is_caught_through_the_zookeeper_door() {
     let s = Setup { door: Door::Zookeeper, ..setup(Workload::All, NemesisKind::IsolatePeers, 40) };
     let wanted = ["holder-connected-after-expiry", "ephemeral-vanished-while-session-alive"];
     caught_in(s, &[1, 2, 3], "zk-speak-unvouched", &wanted).await;
+}
+
+/// Through the CLI door (`baton lock`, `baton elect`), a held command that
+/// leaves `baton`'s process group (planted, as a daemonizing command
+/// would; before the keeper, every command did) runs on after
+/// `kill-client` kills its `baton`: another leader is elected once the
+/// session expires while the first one's command still runs. Caught by
+/// `holder-connected-after-expiry` (a long leadership takes the kill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t56_a_command_outliving_its_baton_is_caught_through_the_cli_door() {
+    let s = Setup { door: Door::Cli, cli_leaves_group: true, ..setup(Workload::All, NemesisKind::KillClient, 30) };
+    let mut seen = Vec::new();
+    for seed in [1, 2, 3] {
+        let o = run(s, None, seed).await;
+        let names = anomalies(&o);
+        if o.valid == Validity::Invalid && names.iter().any(|n| n == "holder-connected-after-expiry") {
+            println!("caught on seed {seed}: {names:?}");
+            return;
+        }
+        seen.push((seed, o.valid, names));
+    }
+    panic!("a command outliving its baton was not caught: {seen:?}");
+}
+
+/// The CLI door on the real server and the real `baton`, under the client
+/// kills and client freezes that target it (the mix of every nemesis runs
+/// through it in `make jepsen-smoke`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t64_the_real_cli_is_valid_through_the_cli_door() {
+    let cli = |s: Setup| Setup { door: Door::Cli, ..s };
+    valid(&[cli(setup(Workload::All, NemesisKind::KillClient, 30)), cli(setup(Workload::All, NemesisKind::Pause, 30))])
+        .await;
 }
 
 /// Every workload through the ZooKeeper door on the real server, under

@@ -26,7 +26,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_checker::history::role::MAIN;
+use baton_checker::history::role::{MAIN, OBSERVER};
 use baton_checker::history::{FaultWindow, History};
 use baton_checker::CheckResult;
 use baton_client::{Client, CreateOptions, Error, ErrorKind};
@@ -141,7 +141,7 @@ async fn create(c: &Client, path: &str, data: &'static str) -> anyhow::Result<()
 /// A fresh process for `slot`: a new client (None once the run stops), a
 /// new process id, and its client's session states noted in `role`.
 async fn new_process(run: &Arc<Run>, slot: usize, role: &'static str) -> Option<(DoorClient, u64)> {
-    let c = run.connect_slot(slot).await?;
+    let c = if role == OBSERVER { run.connect_observer(slot).await? } else { run.connect_slot(slot).await? };
     let p = run.new_process();
     run.watch_state(&c, p, role, slot);
     Some((c, p))
