@@ -134,11 +134,12 @@ scale: release rival-deps
 	  --runs 2 --duration 3 --lock-window 3 --interval 5 \
 	  --out bench/store/scale-$$(date +%s)
 
-# Each workload ~30 s under a random mix of every nemesis, the lock workload
-# once more with TLS on both ports, every workload at once through the
-# ZooKeeper door (a ZooKeeper client on the ZooKeeper port), and the lock
-# and election workloads through the CLI door (`baton lock`, `baton elect`,
-# with `kill-client` in the mix); any invalid result fails the build.
+# Each workload ~30 s under a random mix of every nemesis, the lock
+# workload once more with TLS on both ports, every workload at once through
+# the ZooKeeper door (a ZooKeeper client on the ZooKeeper port), and the
+# lock, election and rwlock workloads through the CLI door (`baton lock`,
+# `baton elect`, with `kill-client` in the mix); any invalid result fails
+# the build.
 JEPSEN_SECS ?= 30
 jepsen-smoke: build
 	@CARGO="$(CARGO)" JEPSEN_SECS=$(JEPSEN_SECS) ./scripts/jepsen-smoke.sh

@@ -1,6 +1,11 @@
-//! What the lock and election checkers share: the hold intervals of a
-//! lock-like grant (a lock, or leadership), mutual exclusion outside
-//! faults, and `holder-connected-after-expiry`.
+//! What the lock, election and read-write lock checkers share: the hold
+//! intervals of a lock-like grant (a lock, leadership, a read or write
+//! hold), mutual exclusion outside faults, and
+//! `holder-connected-after-expiry`.
+//!
+//! Two holds conflict unless both are shared: a grant whose `ok` value has
+//! `"write": false` (a read hold) is shared, every other grant exclusive.
+//! Shared holds may overlap each other; neither check counts them.
 //!
 //! Every client's session state changes are recorded as history notes
 //! ([`crate::history`], module doc). Grants are judged against them:
@@ -88,9 +93,16 @@ struct Hold {
     granted: u64,
     /// When its release was invoked (the end of the run if never).
     released: u64,
+    /// A read hold (module doc).
+    shared: bool,
 }
 
 impl Hold {
+    /// Whether `self` and `other` may not be held at once.
+    fn conflicts(&self, other: &Hold) -> bool {
+        !(self.shared && other.shared)
+    }
+
     fn to_json(&self) -> Value {
         let (from_s, to_s) = (self.granted as f64 / 1e9, self.released as f64 / 1e9);
         json!({"process": self.process, "token": self.token, "from_s": from_s, "to_s": to_s})
@@ -100,24 +112,25 @@ impl Hold {
 /// Hold intervals [granted, release invoked] per process, by grant time.
 fn holds(h: &History, grant: &str, release: &str) -> Vec<Hold> {
     let pairs = h.pairs();
-    // process -> (token, granted)
-    let mut open: HashMap<u64, (u64, u64)> = HashMap::new();
+    // process -> (token, granted, shared)
+    let mut open: HashMap<u64, (u64, u64, bool)> = HashMap::new();
     let mut out = Vec::new();
     let end_of_run = h.ops.last().map(|o| o.time).unwrap_or(0);
     for p in &pairs {
         let Some(c) = p.complete else { continue };
         if p.invoke.f == grant && c.ty == OpType::Ok {
             if let Some(t) = c.u64("token") {
-                open.insert(p.invoke.process, (t, c.time));
+                let shared = c.value.get("write").and_then(Value::as_bool) == Some(false);
+                open.insert(p.invoke.process, (t, c.time, shared));
             }
         } else if p.invoke.f == release {
-            if let Some((token, granted)) = open.remove(&p.invoke.process) {
-                out.push(Hold { process: p.invoke.process, token, granted, released: p.invoke.time });
+            if let Some((token, granted, shared)) = open.remove(&p.invoke.process) {
+                out.push(Hold { process: p.invoke.process, token, granted, released: p.invoke.time, shared });
             }
         }
     }
-    for (process, (token, granted)) in open {
-        out.push(Hold { process, token, granted, released: end_of_run });
+    for (process, (token, granted, shared)) in open {
+        out.push(Hold { process, token, granted, released: end_of_run, shared });
     }
     out.sort_by_key(|x| x.granted);
     out
@@ -133,7 +146,7 @@ fn overlaps(hs: &[Hold], faults: &[FaultWindow], grace: u64) -> (usize, Vec<Valu
             if b.granted >= a.released {
                 continue;
             }
-            if a.process == b.process {
+            if a.process == b.process || !a.conflicts(b) {
                 continue;
             }
             total += 1;
@@ -176,7 +189,7 @@ fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duratio
         let mut first: Option<(&Hold, u64)> = None;
         let mut offending = 0;
         for b in hs[i + 1..].iter().take_while(|b| b.granted < a.released) {
-            if b.process == a.process {
+            if b.process == a.process || !a.conflicts(b) {
                 continue;
             }
             judged.grants += 1;
@@ -252,5 +265,50 @@ mod tests {
         assert_eq!(state_slack(Duration::from_millis(1000)), 50 * MS);
         assert_eq!(state_slack(Duration::from_millis(600)), 30 * MS);
         assert_eq!(state_slack(Duration::from_millis(5000)), 50 * MS);
+    }
+
+    fn push(h: &mut History, process: u64, ty: OpType, f: &str, value: Value, at: u64) {
+        let op =
+            crate::history::Op { index: 0, process, ty, f: f.into(), key: None, value, time: at * MS, error: None };
+        h.ops.push(op);
+    }
+
+    /// Process `p` holds from `from` to `to` (ms), `write` or not.
+    fn hold(h: &mut History, p: u64, token: u64, write: Option<bool>, from: u64, to: u64) {
+        push(h, p, OpType::Invoke, "get", Value::Null, from - 1);
+        let ok = match write {
+            Some(w) => json!({"token": token, "write": w}),
+            None => json!({"token": token}),
+        };
+        push(h, p, OpType::Ok, "get", ok, from);
+        push(h, p, OpType::Invoke, "put", Value::Null, to);
+        push(h, p, OpType::Ok, "put", Value::Null, to + 1);
+    }
+
+    fn overlapping(h: &mut History) -> usize {
+        h.ops.sort_by_key(|o| o.time);
+        let g = Grants { grant: "get", release: "put", what: "test", name: "t" };
+        judge(h, &g, &[], Duration::from_secs(1)).overlapping
+    }
+
+    #[test]
+    fn read_holds_share_and_every_other_pair_conflicts() {
+        // Two readers at once: no conflict.
+        let mut h = History::default();
+        hold(&mut h, 1, 10, Some(false), 10, 50);
+        hold(&mut h, 2, 11, Some(false), 20, 60);
+        assert_eq!(overlapping(&mut h), 0);
+        // A writer beside a reader, and a writer beside a writer: conflicts.
+        hold(&mut h, 3, 12, Some(true), 30, 40);
+        assert_eq!(overlapping(&mut h), 2);
+        let mut h = History::default();
+        hold(&mut h, 1, 10, Some(true), 10, 50);
+        hold(&mut h, 2, 11, Some(true), 20, 60);
+        assert_eq!(overlapping(&mut h), 1);
+        // A grant that says nothing (a lock, leadership) is exclusive.
+        let mut h = History::default();
+        hold(&mut h, 1, 10, None, 10, 50);
+        hold(&mut h, 2, 11, Some(false), 20, 60);
+        assert_eq!(overlapping(&mut h), 1);
     }
 }

@@ -12,10 +12,10 @@
 //!   over any sequential [`linearizability::Model`].
 //! - [`register`]: the register model and the per-key checker of the
 //!   register workload.
-//! - [`lock`], [`election`], [`session`]: the checkers of the lock,
-//!   election and session workloads; [`holds`] what lock and election
-//!   share (mutual exclusion outside faults,
-//!   `holder-connected-after-expiry`).
+//! - [`lock`], [`election`], [`rwlock`], [`session`]: the checkers of the
+//!   lock, election, read-write lock and session workloads; [`holds`] what
+//!   the first three share (mutual exclusion outside faults, read holds
+//!   shared, `holder-connected-after-expiry`).
 
 pub mod election;
 pub mod history;
@@ -23,6 +23,7 @@ pub mod holds;
 pub mod linearizability;
 pub mod lock;
 pub mod register;
+pub mod rwlock;
 pub mod session;
 pub mod verdict;
 

@@ -1,6 +1,7 @@
-//! The CLI door: `baton lock` and `baton elect`, the commands through which
-//! a script holds a lock or leads (finding Z3: `kill -9` of `baton` left
-//! its command running while the next holder was granted). Each hold is a
+//! The CLI door: `baton lock` (plain, `--shared`, `--write`) and `baton
+//! elect`, the commands through which a script holds a lock or leads
+//! (finding Z3: `kill -9` of `baton` left its command running while the
+//! next holder was granted). Each hold is a
 //! `baton` process of its own, with a session of its own, whose command is
 //! this harness's binary in its hidden `cli-hold` role ([`hold_main`]):
 //! - the command connects to a Unix socket the worker listens on and sends
@@ -129,6 +130,13 @@ impl CliClient {
     pub async fn lock(self: &Arc<Self>, name: &str, wait: Duration) -> Result<CliHold, OpError> {
         let timeout = format!("{}ms", wait.as_millis().max(1));
         self.hold(&["lock", name, "--timeout", &timeout], None).await
+    }
+
+    /// `baton lock NAME --shared|--write --timeout WAIT -- <hold>`.
+    pub async fn rw_lock(self: &Arc<Self>, name: &str, write: bool, wait: Duration) -> Result<CliHold, OpError> {
+        let timeout = format!("{}ms", wait.as_millis().max(1));
+        let side = if write { "--write" } else { "--shared" };
+        self.hold(&["lock", name, side, "--timeout", &timeout], None).await
     }
 
     /// `baton elect NAME --value VALUE -- <hold>`, given up after `wait`.

@@ -1,8 +1,8 @@
 //! The doors a client comes through: the native protocol (`baton-client`),
 //! the ZooKeeper port (the `zookeeper-client` crate, a real ZooKeeper
 //! client with its own session state machine and timeouts), or `baton
-//! lock` / `baton elect` processes (cli_door.rs: the lock and election
-//! workloads, the ones through which a client holds). Every workload runs
+//! lock` / `baton elect` processes (cli_door.rs: the lock, election and
+//! read-write lock workloads, the ones through which a client holds). Every workload runs
 //! through [`DoorClient`], so every check and every nemesis of
 //! `baton-jepsen test` runs through each door (`--door`).
 //!
@@ -15,6 +15,10 @@
 //!   created it: the same fencing token as the native recipe's). A wait
 //!   that gives up deletes its node; if that fails the error is not
 //!   `TimedOut`, so the worker retires the session (and the node with it).
+//! - read-write lock: Curator's `InterProcessReadWriteLock` recipe, nodes
+//!   `<session>-__READ__` and `<session>-__WRIT__` with a sequence in one
+//!   queue; a read hold waits (exists-watch) for the nearest writer ahead,
+//!   a write hold for its predecessor.
 //! - the lock's fence: a multi of `check` on the holder's lock node and
 //!   the write (ZooKeeper's fence: the write applies only while the lock
 //!   node exists, i.e. while no later holder can have been granted).
@@ -56,6 +60,20 @@ pub const ZK_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the ZooKeeper door's recipes keep their queues.
 const ZK_LOCKS: &str = "/jepsen/zk-locks";
 const ZK_ELECTIONS: &str = "/jepsen/zk-elections";
+const ZK_RWLOCKS: &str = "/jepsen/zk-rwlocks";
+/// Curator's `InterProcessReadWriteLock` node names: a writer is a node
+/// whose name holds `__WRIT__`.
+const ZK_READ: &str = "__READ__";
+const ZK_WRITE: &str = "__WRIT__";
+
+/// Whose turn a queue node waits for.
+#[derive(Clone, Copy)]
+enum Turn {
+    /// The lowest node (a lock, a candidate, a write hold).
+    First,
+    /// No writer ahead (a read hold).
+    Read,
+}
 
 /// How reads go through the ZooKeeper port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -261,10 +279,11 @@ impl ZkSession {
         tokio::time::timeout(ZK_OP_TIMEOUT, closed).await.map_err(|_| OpError::Unconfirmed("close not confirmed"))
     }
 
-    /// Creates this session's node in queue `dir` (data `value`); returns
-    /// its path and czxid. A lost answer is looked for by name.
-    async fn enqueue(&self, dir: &str, value: &[u8]) -> Result<(String, u64), OpError> {
-        let prefix = format!("{dir}/{:x}-n-", self.sid);
+    /// Creates this session's node in queue `dir` (data `value`), named
+    /// `<session>-<tag>` and a sequence; returns its path and czxid. A lost
+    /// answer is looked for by name.
+    async fn enqueue(&self, dir: &str, tag: &str, value: &[u8]) -> Result<(String, u64), OpError> {
+        let prefix = format!("{dir}/{:x}-{tag}", self.sid);
         let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         for attempt in 0..3 {
             let r = self.raw(true, async |c| c.create(&prefix, value, &opts).await).await;
@@ -274,12 +293,12 @@ impl ZkSession {
                     self.call(true, async |c| ensure_path(&c, dir).await).await?;
                 }
                 Ok(Err(e)) if attempt < 2 && !write_surely_failed(&e) && !e.to_string().contains("expired") => {
-                    if let Some(found) = self.find_own(dir).await? {
+                    if let Some(found) = self.find_own(dir, tag).await? {
                         return Ok(found);
                     }
                 }
                 Err(_) if attempt < 2 => {
-                    if let Some(found) = self.find_own(dir).await? {
+                    if let Some(found) = self.find_own(dir, tag).await? {
                         return Ok(found);
                     }
                 }
@@ -290,9 +309,9 @@ impl ZkSession {
         Err(OpError::Zk { error: "could not create the queue node".into(), ambiguous: false })
     }
 
-    async fn find_own(&self, dir: &str) -> Result<Option<(String, u64)>, OpError> {
+    async fn find_own(&self, dir: &str, tag: &str) -> Result<Option<(String, u64)>, OpError> {
         let kids = self.call(false, async |c| c.list_children(dir).await).await?;
-        let own = format!("{:x}-n-", self.sid);
+        let own = format!("{:x}-{tag}", self.sid);
         for k in kids.iter().filter(|k| k.starts_with(&own)) {
             let path = format!("{dir}/{k}");
             if let Some(s) = self.call(false, async |c| c.check_stat(&path).await).await? {
@@ -302,8 +321,10 @@ impl ZkSession {
         Ok(None)
     }
 
-    /// Waits until `path` is the lowest node of `dir`.
-    async fn wait_first(&self, dir: &str, path: &str) -> Result<(), OpError> {
+    /// Waits until `path` is the lowest node of `dir` (`turn` [`Turn::First`]),
+    /// or for a read hold until no writer is ahead of it (Curator's read
+    /// lock, [`Turn::Read`]), watching the node it waits for.
+    async fn wait_first(&self, dir: &str, path: &str, turn: Turn) -> Result<(), OpError> {
         let mine = path.rsplit('/').next().unwrap_or_default();
         loop {
             let mut kids = self.call(false, async |c| c.list_children(dir).await).await?;
@@ -311,10 +332,12 @@ impl ZkSession {
             let Some(pos) = kids.iter().position(|k| k == mine) else {
                 return Err(OpError::Zk { error: "queue node vanished (session expired)".into(), ambiguous: false });
             };
-            if pos == 0 {
-                return Ok(());
-            }
-            let ahead = format!("{dir}/{}", kids[pos - 1]);
+            let blocker = match turn {
+                Turn::First => pos.checked_sub(1).map(|i| &kids[i]),
+                Turn::Read => kids[..pos].iter().rev().find(|k| k.contains(ZK_WRITE)),
+            };
+            let Some(blocker) = blocker else { return Ok(()) };
+            let ahead = format!("{dir}/{blocker}");
             let (stat, w) = self.call(false, async |c| c.check_and_watch_stat(&ahead).await).await?;
             if stat.is_some() {
                 let ev = w.changed().await;
@@ -328,8 +351,21 @@ impl ZkSession {
     /// Queues in `dir` for up to `wait`: the node's path and czxid once
     /// first, None (node deleted) when the wait ran out.
     async fn queue(&self, dir: &str, value: &[u8], wait: Duration) -> Result<Option<(String, u64)>, OpError> {
-        let (path, czxid) = self.enqueue(dir, value).await?;
-        match tokio::time::timeout(wait, self.wait_first(dir, &path)).await {
+        self.queue_as(dir, "n-", Turn::First, value, wait).await
+    }
+
+    /// [`ZkSession::queue`] with the node named `tag` and waiting for
+    /// `turn` (a read-write lock's holds).
+    async fn queue_as(
+        &self,
+        dir: &str,
+        tag: &str,
+        turn: Turn,
+        value: &[u8],
+        wait: Duration,
+    ) -> Result<Option<(String, u64)>, OpError> {
+        let (path, czxid) = self.enqueue(dir, tag, value).await?;
+        match tokio::time::timeout(wait, self.wait_first(dir, &path, turn)).await {
             Ok(Ok(())) => Ok(Some((path, czxid))),
             Ok(Err(e)) => Err(e),
             Err(_) => {
@@ -352,6 +388,7 @@ impl ZkSession {
 /// A held lock (its fence and its release).
 pub enum DoorLock {
     Native(baton_client::LockGuard),
+    NativeRw(baton_client::RwGuard),
     Zk { s: Arc<ZkSession>, path: String, token: u64 },
     Cli(CliHold),
 }
@@ -368,6 +405,7 @@ impl DoorLock {
     pub fn token(&self) -> u64 {
         match self {
             DoorLock::Native(g) => g.fencing_token(),
+            DoorLock::NativeRw(g) => g.fencing_token(),
             DoorLock::Zk { token, .. } => *token,
             DoorLock::Cli(h) => h.token(),
         }
@@ -376,6 +414,7 @@ impl DoorLock {
     pub fn fence(&self) -> Fence {
         match self {
             DoorLock::Native(g) => Fence { token: g.fencing_token(), node: None },
+            DoorLock::NativeRw(g) => Fence { token: g.fencing_token(), node: None },
             DoorLock::Zk { path, token, .. } => Fence { token: *token, node: Some(path.clone()) },
             DoorLock::Cli(h) => Fence { token: h.token(), node: None },
         }
@@ -384,6 +423,7 @@ impl DoorLock {
     pub async fn release(self) -> Result<(), OpError> {
         match self {
             DoorLock::Native(g) => Ok(g.release().await?),
+            DoorLock::NativeRw(g) => Ok(g.release().await?),
             DoorLock::Zk { s, path, .. } => s.delete(&path).await,
             DoorLock::Cli(h) => h.release().await,
         }
@@ -607,6 +647,37 @@ impl DoorClient {
         }
     }
 
+    /// Waits up to `wait` for a read hold (`write` false) or the write
+    /// hold of read-write lock `name`: `TimedOut` when the wait ran out
+    /// (and the place was given up). Native: `read_lock`/`write_lock`;
+    /// ZooKeeper: Curator's `InterProcessReadWriteLock` recipe; CLI:
+    /// `baton lock NAME --shared|--write`.
+    pub async fn rw_lock(&self, name: &str, write: bool, wait: Duration) -> Result<DoorLock, OpError> {
+        match self {
+            DoorClient::Native(c) => {
+                let hold = async {
+                    if write {
+                        c.write_lock(name).await
+                    } else {
+                        c.read_lock(name).await
+                    }
+                };
+                match tokio::time::timeout(wait, hold).await {
+                    Ok(g) => Ok(DoorLock::NativeRw(g?)),
+                    Err(_) => Err(OpError::TimedOut),
+                }
+            }
+            DoorClient::Zk(s) => {
+                let (tag, turn) = if write { (ZK_WRITE, Turn::First) } else { (ZK_READ, Turn::Read) };
+                match s.queue_as(&format!("{ZK_RWLOCKS}/{name}"), tag, turn, &[], wait).await? {
+                    Some((path, token)) => Ok(DoorLock::Zk { s: s.clone(), path, token }),
+                    None => Err(OpError::TimedOut),
+                }
+            }
+            DoorClient::Cli(c) => Ok(DoorLock::Cli(c.rw_lock(name, write, wait).await?)),
+        }
+    }
+
     /// Writes `data` to `path` only while `fence` holds (native: the
     /// fence `resource` accepts the token; ZooKeeper: the lock node
     /// exists), atomically; returns the write's mzxid.
@@ -765,7 +836,7 @@ impl DoorClient {
 /// ZooKeeper session), so a queue's create never races a parent's.
 pub async fn zk_setup(endpoints: &[String], session: Duration) -> anyhow::Result<()> {
     let s = ZkSession::connect(endpoints, session, true).await?;
-    for dir in [ZK_LOCKS, ZK_ELECTIONS] {
+    for dir in [ZK_LOCKS, ZK_ELECTIONS, ZK_RWLOCKS] {
         s.call(true, async |c| ensure_path(&c, dir).await).await.map_err(|e| anyhow::anyhow!("setup {dir}: {e}"))?;
     }
     let _ = s.close().await;

@@ -159,6 +159,13 @@ async fn t42_first_to_successor_is_caught_by_the_election_checker() {
     caught_in(setup(Workload::Election, NemesisKind::Pause, 20), &[1, 2, 3], "first-to-successor", &wanted).await;
 }
 
+/// The same bug through the read-write lock: a hold that sees no other
+/// node is granted at once, so write holds overlap other holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t43_grant_without_predecessor_is_caught_by_the_rwlock_checker() {
+    caught(Workload::RwLock, NemesisKind::None, 8, "grant-without-predecessor", "concurrent-holders").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t50_expire_without_grace_is_caught_by_the_session_checker() {
     caught(

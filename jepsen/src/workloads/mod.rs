@@ -7,6 +7,9 @@
 //! - [`lock`]: take the lock, read a counter, write it +1 guarded by
 //!   `check_fence` with the lock's token (through a separate "storage"
 //!   session, as an external resource would be), release.
+//! - [`rwlock`]: take a read hold (seven times in ten) or the write hold
+//!   of one read-write lock, hold it briefly, release; read holds share,
+//!   a write hold shares with nothing.
 //! - [`election`]: campaign, lead a while (half the time 2-4 session
 //!   timeouts, until `is_leader()` turns false), resign; observers record
 //!   every leader change.
@@ -39,6 +42,7 @@ use crate::record::{retire, Run};
 pub mod election;
 pub mod lock;
 pub mod register;
+pub mod rwlock;
 pub mod session;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -48,13 +52,18 @@ pub enum Workload {
     Register,
     Election,
     Session,
+    #[value(name = "rwlock")]
+    #[serde(rename = "rwlock")]
+    RwLock,
     All,
 }
 
 impl Workload {
     pub fn expand(self) -> Vec<Workload> {
         match self {
-            Workload::All => vec![Workload::Register, Workload::Lock, Workload::Election, Workload::Session],
+            Workload::All => {
+                vec![Workload::Register, Workload::Lock, Workload::Election, Workload::Session, Workload::RwLock]
+            }
             w => vec![w],
         }
     }
@@ -65,6 +74,7 @@ impl Workload {
             Workload::Register => "register",
             Workload::Election => "election",
             Workload::Session => "session",
+            Workload::RwLock => "rwlock",
             Workload::All => "all",
         }
     }
@@ -75,7 +85,7 @@ impl Workload {
             Workload::Register => register::setup(c).await,
             Workload::Lock => lock::setup(c).await,
             Workload::Session => session::setup(c).await,
-            Workload::Election | Workload::All => Ok(()),
+            Workload::Election | Workload::RwLock | Workload::All => Ok(()),
         }
     }
 
@@ -92,6 +102,7 @@ impl Workload {
             Workload::Election => election::worker(run, slot, rng).await,
             // Half the slots also poll stale reads and churn watches on the side.
             Workload::Session => session::worker(run, slot, idx % 2 == 1, rng).await,
+            Workload::RwLock => rwlock::worker(run, slot, rng).await,
             Workload::All => {}
         }
     }
@@ -104,6 +115,7 @@ impl Workload {
             Workload::Lock => Some(lock::check(h, faults, finals.counter, t)),
             Workload::Election => Some(election::check(h, faults, t)),
             Workload::Session => Some(session::check(h, finals.leftover.clone())),
+            Workload::RwLock => Some(rwlock::check(h, faults, t)),
             Workload::All => None,
         }
     }
