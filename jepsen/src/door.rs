@@ -2,9 +2,9 @@
 //! the ZooKeeper port (the `zookeeper-client` crate, a real ZooKeeper
 //! client with its own session state machine and timeouts), or `baton
 //! lock` / `baton elect` processes (cli_door.rs: the lock, election and
-//! read-write lock workloads, the ones through which a client holds). Every workload runs
-//! through [`DoorClient`], so every check and every nemesis of
-//! `baton-jepsen test` runs through each door (`--door`).
+//! read-write lock workloads, the ones through which a client holds).
+//! Every workload runs through [`DoorClient`], so every check and every
+//! nemesis of `baton-jepsen test` runs through each door (`--door`).
 //!
 //! Through the ZooKeeper door the workloads use ZooKeeper's own recipes,
 //! as Curator and kazoo users do:
