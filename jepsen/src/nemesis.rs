@@ -63,7 +63,7 @@ use tokio::sync::Mutex;
 
 use crate::db::Db;
 use crate::door::Door;
-use crate::record::Run;
+use crate::record::{Holder, Run};
 use baton_checker::history::FaultWindow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -171,17 +171,36 @@ fn home_of(slot: usize, nodes: u64) -> u64 {
 /// Waits up to 4 s for a holder (lock or leadership) whose member (the one
 /// its client reported talking to, else the one its slot's newest open
 /// connection leads to (`live`: a ZooKeeper client reports nothing), else
-/// its home) `pick` accepts: for 2 s
-/// only one that means to hold on for long and was granted less than half
-/// a session timeout ago (it will still hold when sessions could expire),
-/// if the run has such holds (leaderships do, locks not), then any.
-/// Returns that member and a description of the holder.
+/// its home) `pick` accepts, as [`await_holder`] prefers them. Returns that
+/// member and a description of the holder.
 async fn holder_member(
     run: &Run,
     nodes: u64,
     live: impl Fn(usize) -> Option<u64>,
     pick: impl Fn(u64) -> bool,
 ) -> Option<(u64, String)> {
+    await_holder(run, |s, h, now| {
+        let (m, how) = match (h.member, live(s)) {
+            (Some(m), _) => (m, "reported"),
+            (None, Some(m)) => (m, "its open connection"),
+            (None, None) => (home_of(s, nodes), "home"),
+        };
+        if !pick(m) {
+            return None;
+        }
+        let long = if h.long { ", long hold" } else { "" };
+        let age = now.saturating_sub(h.since) / 1_000_000;
+        Some((m, format!("holder slot {s} on it ({how}{long}, granted {age} ms ago)")))
+    })
+    .await
+}
+
+/// Waits up to 4 s for a current holder that `accept` (slot, holder, now)
+/// takes: for 2 s only one that means to hold on for long and was granted
+/// less than half a session timeout ago (it will still hold when sessions
+/// could expire), if the run has such holds (leaderships do, locks not),
+/// then any.
+async fn await_holder<T>(run: &Run, accept: impl Fn(usize, &Holder, u64) -> Option<T>) -> Option<T> {
     let fresh = run.session.as_nanos() as u64 / 2;
     for i in 0..200 {
         let now = run.now();
@@ -190,22 +209,9 @@ async fn holder_member(
             .holder_list()
             .into_iter()
             .filter(|(_, h)| any || (h.long && now.saturating_sub(h.since) < fresh))
-            .map(|(s, h)| {
-                let (m, how) = match (h.member, live(s)) {
-                    (Some(m), _) => (m, "reported"),
-                    (None, Some(m)) => (m, "its open connection"),
-                    (None, None) => (home_of(s, nodes), "home"),
-                };
-                (s, h, m, how)
-            })
-            .find(|(_, _, m, _)| pick(*m));
-        if let Some((s, h, m, how)) = found {
-            let long = if h.long { ", long hold" } else { "" };
-            let age = now.saturating_sub(h.since) / 1_000_000;
-            return Some((m, format!("holder slot {s} on it ({how}{long}, granted {age} ms ago)")));
-        }
-        if run.stopped() {
-            return None;
+            .find_map(|(s, h)| accept(s, &h, now));
+        if found.is_some() || run.stopped() {
+            return found;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -441,28 +447,13 @@ async fn apply(
     }
 }
 
-/// A holder through the CLI door (its `baton`'s pid known): for 2 s only
-/// one that means to hold on for long and was granted less than half a
-/// session timeout ago, if the run has such holds, then any; None after
-/// 4 s or through another door.
-async fn cli_holder(run: &Run) -> Option<(usize, crate::record::Holder)> {
+/// A holder through the CLI door (its `baton`'s pid known), as
+/// [`await_holder`] prefers them; None through another door.
+async fn cli_holder(run: &Run) -> Option<(usize, Holder)> {
     if run.door != Door::Cli {
         return None;
     }
-    let fresh = run.session.as_nanos() as u64 / 2;
-    for i in 0..200 {
-        let now = run.now();
-        let any = i >= 100 || !run.has_long_holds();
-        let found = run
-            .holder_list()
-            .into_iter()
-            .find(|(_, h)| h.pid.is_some() && (any || (h.long && now.saturating_sub(h.since) < fresh)));
-        if found.is_some() || run.stopped() {
-            return found;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
+    await_holder(run, |s, h, _| h.pid.is_some().then_some((s, *h))).await
 }
 
 async fn heal(db: &mut Db, run: &Run, fault: Fault) {

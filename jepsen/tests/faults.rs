@@ -98,17 +98,23 @@ async fn caught(workload: Workload, nemesis: NemesisKind, secs: u64, fault: &str
 /// Runs `s` with the fault on each seed until it is caught with one of
 /// `anomalies` named; panics if no seed catches it.
 async fn caught_in(s: Setup, seeds: &[u64], fault: &str, wanted: &[&str]) {
+    caught_with(s, seeds, Some(fault), wanted).await
+}
+
+/// [`caught_in`] for a server fault, or for none (`s` plants its bug
+/// elsewhere: the CLI door's `cli_leaves_group`).
+async fn caught_with(s: Setup, seeds: &[u64], fault: Option<&str>, wanted: &[&str]) {
     let mut seen = Vec::new();
     for &seed in seeds {
-        let o = run(s, Some(fault), seed).await;
+        let o = run(s, fault, seed).await;
         let names = anomalies(&o);
         if o.valid == Validity::Invalid && names.iter().any(|n| wanted.contains(&n.as_str())) {
-            println!("caught {fault} on seed {seed}: {names:?}");
+            println!("caught {fault:?} on seed {seed}: {names:?}");
             return;
         }
         seen.push((seed, o.valid, names));
     }
-    panic!("fault {fault} not caught as {wanted:?}: {seen:?}");
+    panic!("fault {fault:?} ({s:?}) not caught as {wanted:?}: {seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,17 +265,7 @@ async fn t55_zk_speak_unvouched_is_caught_through_the_zookeeper_door() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t56_a_command_outliving_its_baton_is_caught_through_the_cli_door() {
     let s = Setup { door: Door::Cli, cli_leaves_group: true, ..setup(Workload::All, NemesisKind::KillClient, 30) };
-    let mut seen = Vec::new();
-    for seed in [1, 2, 3] {
-        let o = run(s, None, seed).await;
-        let names = anomalies(&o);
-        if o.valid == Validity::Invalid && names.iter().any(|n| n == "holder-connected-after-expiry") {
-            println!("caught on seed {seed}: {names:?}");
-            return;
-        }
-        seen.push((seed, o.valid, names));
-    }
-    panic!("a command outliving its baton was not caught: {seen:?}");
+    caught_with(s, &[1, 2, 3], None, &["holder-connected-after-expiry"]).await;
 }
 
 /// The CLI door on the real server and the real `baton`, under the client
