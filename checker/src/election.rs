@@ -159,13 +159,32 @@ mod tests {
         assert_eq!(r.stats["holder_states"]["closest_ms"], -200.0);
     }
 
+    /// T = 1 s: the allowance for clock rates is 190.9 ms, the slack 50 ms,
+    /// so a holder must have left `Connected` by 859 ms for a grant at 1,000.
     #[test]
-    fn a_holder_suspended_before_the_grant_or_within_the_slack_is_not() {
+    fn a_holder_suspended_by_the_clock_allowance_before_the_grant_is_not() {
         let t = Duration::from_secs(1);
-        for suspended in [600, 999, 1000, 1049] {
+        for suspended in [600, 700, 859] {
             let r = check(&history(suspended, 1500), NAME, &fault(), t);
             assert_eq!(r.valid, Validity::Valid, "suspended at {suspended} ms: {:?}", r.anomalies);
         }
+    }
+
+    /// Connected until 18 ms before the next grant (what `baton lock
+    /// --on-suspend wait` did when it waited a whole T after its proof):
+    /// safe on one clock, not with clock rates 10% apart.
+    #[test]
+    fn a_holder_connected_within_the_clock_allowance_before_the_grant_is_caught() {
+        let t = Duration::from_secs(1);
+        for suspended in [870, 982, 1000, 1049] {
+            let r = check(&history(suspended, 1500), NAME, &fault(), t);
+            assert_eq!(r.valid, Validity::Invalid, "suspended at {suspended} ms");
+            assert_eq!(named(&r), ["holder-connected-after-expiry"]);
+        }
+        let r = check(&history(982, 1500), NAME, &fault(), t);
+        assert_eq!(r.stats["holder_states"]["closest_ms"], 18.0);
+        let allowance = r.stats["holder_states"]["allowance_ms"].as_f64().unwrap_or(0.0);
+        assert!((allowance - 190.909).abs() < 0.01, "allowance {allowance} ms");
     }
 
     #[test]

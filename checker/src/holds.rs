@@ -11,10 +11,13 @@
 //! ([`crate::history`], module doc). Grants are judged against them:
 //! `holder-connected-after-expiry` when an earlier holder, before invoking
 //! its release / resign, was still recorded `Connected` more than
-//! [`state_slack`] (min(50 ms, T/20)) after another session was granted
-//! the same lock / leadership (the session guarantee: the new grant needs
-//! the old session expired, and a correct client leaves `Connected` at
-//! least T/3 before that can commit).
+//! [`clock_allowance`] before another session was granted the same lock /
+//! leadership, less [`state_slack`] (min(50 ms, T/20)) for recording lag.
+//! The session guarantee: the new grant needs the old session expired, and
+//! a correct client leaves `Connected` at least T/3 before that can commit,
+//! on one clock; with clock rates up to 10% apart (docs/guarantees.md) a
+//! client is safe only with a margin of at least the allowance (0.19 T) on
+//! one clock. A harness run has one clock, so it judges that margin.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -84,6 +87,23 @@ pub fn fault_grace(t: Duration) -> u64 {
 /// leader steps down (check-quorum) within 0.5-1 s.
 pub fn state_slack(t: Duration) -> u64 {
     (t.as_nanos() as u64 / 20).min(50_000_000)
+}
+
+/// How far two clocks' rates may differ (docs/guarantees.md: 10%).
+pub const CLOCK_RATE: f64 = 0.10;
+
+/// The margin (ns) on one clock by which a holder must have left
+/// `Connected` before the next grant, so that it would still have left in
+/// time with clock rates [`CLOCK_RATE`] apart: a client's deadline up to
+/// `T` after its last proof may run late by `rate * T` of real time, and
+/// the leader's `T` from that proof may run early by `T * rate / (1 +
+/// rate)`: 0.19 T at 10%. A correct client leaves `Connected` `2T/3` after
+/// its proof, `T/3` before the expiry can commit: 0.14 T to spare for its
+/// own reaction. Found by this check (2026-12-07): `baton lock --on-suspend
+/// wait` ran its command until a whole `T` after the proof, 18 ms before
+/// the next grant in one run; it now stops at `2T/3` as `Connected` does.
+pub fn clock_allowance(t: Duration) -> u64 {
+    (t.as_nanos() as f64 * (CLOCK_RATE + CLOCK_RATE / (1.0 + CLOCK_RATE))) as u64
 }
 
 /// One process's hold, times in ns.
@@ -166,12 +186,13 @@ fn overlaps(hs: &[Hold], faults: &[FaultWindow], grace: u64) -> (usize, Vec<Valu
 /// `holder-connected-after-expiry`: when a process is granted `name` (a
 /// lock, or leadership) while an earlier holder has not yet invoked its
 /// release / resign, that holder's client must already have left
-/// `Connected`: the cluster can only have handed it on after expiring the
-/// holder's session, and a correct client is `Suspended` at least T/3
-/// before that expiry can commit. Judged from the session-state notes
-/// (`crate::history`): a violation is a `Connected` state recorded at any
-/// time in [grant + slack, the holder's release invocation), i.e. the last
-/// note at grant + slack, or a later one before the release, says
+/// `Connected` by [`clock_allowance`]: the cluster can only have handed it
+/// on after expiring the holder's session, and a correct client is
+/// `Suspended` at least T/3 before that expiry can commit. Judged from the
+/// session-state notes (`crate::history`): a violation is a `Connected`
+/// state recorded at any time in [grant - allowance + slack, the holder's
+/// release invocation), from no earlier than the holder's own grant, i.e.
+/// the last note at that start, or a later one before the release, says
 /// `Connected`. `slack` is [`state_slack`]. Returns (grants judged,
 /// violations); a holder with no notes is not judged. Also reports, in
 /// `closest`, the smallest margin seen (grant time minus the end of the
@@ -180,7 +201,8 @@ fn overlaps(hs: &[Hold], faults: &[FaultWindow], grace: u64) -> (usize, Vec<Valu
 fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duration) -> (Judged, Vec<Value>) {
     let states = h.session_states(role::MAIN);
     let slack = state_slack(t);
-    let mut judged = Judged { slack_ms: slack as f64 / 1e6, ..Judged::default() };
+    let allowance = clock_allowance(t);
+    let mut judged = Judged { slack_ms: slack as f64 / 1e6, allowance_ms: allowance as f64 / 1e6, ..Judged::default() };
     let mut bad = Vec::new();
     for (i, a) in hs.iter().enumerate() {
         let Some(log) = states.get(&a.process) else { continue };
@@ -199,7 +221,8 @@ fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duratio
                     judged.closest_ms = Some(margin);
                 }
             }
-            if let Some(at) = log.connected_within(b.granted + slack, a.released) {
+            let from = (b.granted + slack).saturating_sub(allowance).max(a.granted);
+            if let Some(at) = log.connected_within(from, a.released) {
                 offending += 1;
                 first = first.or(Some((b, at)));
             }
@@ -213,9 +236,12 @@ fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duratio
                 "anomaly": "holder-connected-after-expiry",
                 "explain": format!(
                     "{what} {name:?} was granted to another session while its earlier holder had not invoked its \
-                     release and its client was still recorded Connected after the grant (+{} ms slack): the \
-                     holder's session can only have been expired before the grant, so its client stayed \
-                     Connected past its session's expiry",
+                     release and its client was still recorded Connected less than {} ms before the grant (the \
+                     allowance for clock rates {}% apart, less {} ms of slack): the holder's session can only \
+                     have been expired before the grant, so its client stayed Connected too close to, or past, \
+                     its session's expiry",
+                    allowance / 1_000_000,
+                    (CLOCK_RATE * 100.0).round(),
                     slack / 1_000_000
                 ),
                 "name": name,
@@ -230,6 +256,7 @@ fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duratio
                 "holder_connected_at_s": at as f64 / 1e9,
                 "grants_while_holder_connected": offending,
                 "slack_ms": slack as f64 / 1e6,
+                "allowance_ms": allowance as f64 / 1e6,
                 "holder_states_from_s": since as f64 / 1e9,
                 "holder_state_then": log.state_at(since),
                 "holder_states": log
@@ -252,6 +279,8 @@ pub(crate) struct Judged {
     /// holder's last `Connected` stretch (negative: Connected after it).
     closest_ms: Option<f64>,
     slack_ms: f64,
+    /// [`clock_allowance`], the margin required.
+    allowance_ms: f64,
 }
 
 #[cfg(test)]
@@ -259,6 +288,14 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_clock_allowance_is_0_19_of_the_session_timeout() {
+        assert_eq!(clock_allowance(Duration::from_secs(1)), 190_909_090);
+        assert_eq!(clock_allowance(Duration::from_secs(2)), 381_818_181);
+        // A correct client's margin, T/3, covers it with 0.14 T to spare.
+        assert!(clock_allowance(Duration::from_secs(3)) < 1000 * MS - 400 * MS);
+    }
 
     #[test]
     fn the_slack_is_min_50_ms_and_t_over_20() {

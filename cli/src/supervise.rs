@@ -35,8 +35,10 @@ const VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
 /// suspended (Curator's connection-state error policies).
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnSuspend {
-    /// Keep running until the session expires or goes a whole timeout
-    /// without proof of life (session-based policy).
+    /// Keep running through a suspension until the session expires or its
+    /// last proof of life is 2/3 of the timeout old, when another holder
+    /// may be granted soon with clocks 10% apart (session-based policy,
+    /// with the margin: `Client::may_be_lost_at`).
     Wait,
     /// Stop the command at the first doubt (standard policy).
     Kill,
@@ -52,10 +54,10 @@ pub struct Supervised {
     /// After SIGTERM on a loss, wait this long before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     grace: Duration,
-    /// When the session is suspended (no recent proof it is alive, e.g. its
-    /// member restarts): `wait` keeps the command running until the session
-    /// expires or a whole session timeout passes without proof (someone
-    /// else may hold from then on); `kill` stops it at once.
+    /// When the session is suspended (e.g. its member restarts): `wait`
+    /// keeps the command running until the session expires or 2/3 of the
+    /// session timeout pass after its last proof of life (the rest is the
+    /// margin before anyone else may hold); `kill` stops it at once.
     #[arg(long, value_enum, default_value = "wait")]
     pub on_suspend: OnSuspend,
     /// The command to run and its arguments, after `--`.

@@ -362,19 +362,23 @@ impl Client {
         rx.await.unwrap_or(0)
     }
 
-    /// The earliest moment the cluster may have expired this session, as
-    /// far as this client knows: one session timeout after the send of the
-    /// last keepalive it vouched for ([`liveness`]). Until then a lock this
-    /// client holds cannot have gone to anyone else (clocks running at the
-    /// same rate); after it, it may have.
+    /// The moment from which another session may hold what this one holds
+    /// (a lock, leadership), as far as this client knows: two thirds of the
+    /// session timeout after the send of the last keepalive the cluster
+    /// vouched for, the moment the client leaves `Connected` on its own
+    /// ([`liveness`]). No leader commits the expiry before a whole timeout
+    /// after that send on its clock; the third between is what lets clocks
+    /// run up to 10% apart (docs/guarantees.md, "The margin") and leaves
+    /// time to stop. A whole timeout on this client's clock could end after
+    /// the expiry, so nothing waits that long.
     pub async fn may_be_lost_at(&self) -> std::time::Instant {
         let (tx, rx) = oneshot::channel();
         let now = std::time::Instant::now();
         let session = self.session();
-        if session.cmds.send(Cmd::Proven(tx)).await.is_err() {
+        if session.cmds.send(Cmd::ConnectedUntil(tx)).await.is_err() {
             return now;
         }
-        rx.await.map(|p| p + session.timeout).unwrap_or(now)
+        rx.await.unwrap_or(now)
     }
 
     async fn call(&self, body: request::Body) -> Result<Response> {

@@ -18,9 +18,16 @@
 //!   client and the leader (docs/guarantees.md derives the bound: up to 10%
 //!   with the 1,000 ms minimum session timeout) and the client's reaction
 //!   time.
+//! - From `sent + 2T/3` on, another session may hold what this one holds:
+//!   on one clock the expiry cannot commit before `sent + T`, but a client
+//!   clock up to 10% slow against a leader's up to 10% fast closes most of
+//!   that gap. So anything that rides out a `Suspended` session (a lock's
+//!   `may_be_taken`, `baton lock --on-suspend wait`) stops there too
+//!   ([`Liveness::connected_until`]), never at `sent + T`, which on the
+//!   client's clock can come after the expiry in real time.
 //! - With no proof for a whole `T`, the session may be expired (a leader may
-//!   have expired it): anything that depends on it must be treated as lost
-//!   ([`Liveness::presumed_lost`]). The client still reports `Suspended`,
+//!   have expired it) even on one clock ([`Liveness::presumed_lost`]). The
+//!   client still reports `Suspended`,
 //!   not `Expired`, until a member says so, or none answers anything for
 //!   [`GIVE_UP_TIMEOUTS`] timeouts: a new leader gives sessions at least `T/2`
 //!   after its election, so a slow failover may well have kept it, and

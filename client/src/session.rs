@@ -183,8 +183,8 @@ pub(crate) enum Cmd {
     },
     DropWatch(u64),
     LastZxid(oneshot::Sender<u64>),
-    /// The send time of the latest vouched keepalive.
-    Proven(oneshot::Sender<Instant>),
+    /// The end of the session's vouched window ([`Liveness::connected_until`]).
+    ConnectedUntil(oneshot::Sender<Instant>),
     Close(Option<oneshot::Sender<Result<()>>>),
 }
 
@@ -614,7 +614,7 @@ impl Actor {
                                 Cmd::Close(Some(tx)) => { let _ = tx.send(Ok(())); return; }
                                 Cmd::Close(None) => return,
                                 Cmd::LastZxid(tx) => { let _ = tx.send(self.last_zxid); }
-                                Cmd::Proven(tx) => { let _ = tx.send(self.liveness.proven()); }
+                                Cmd::ConnectedUntil(tx) => { let _ = tx.send(self.liveness.connected_until()); }
                                 Cmd::NewWatch { events, .. } => events.ended(WatchEnd::SessionEnded),
                                 _ => {}
                             }
@@ -740,8 +740,8 @@ impl Actor {
             Cmd::LastZxid(tx) => {
                 let _ = tx.send(self.last_zxid);
             }
-            Cmd::Proven(tx) => {
-                let _ = tx.send(self.liveness.proven());
+            Cmd::ConnectedUntil(tx) => {
+                let _ = tx.send(self.liveness.connected_until());
             }
             Cmd::Close(_) => {}
         }

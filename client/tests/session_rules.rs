@@ -147,6 +147,24 @@ async fn only_vouched_keepalives_keep_a_client_connected() {
     poll.abort();
 }
 
+/// `may_be_lost_at` (what `LockGuard::may_be_taken` and `baton lock
+/// --on-suspend wait` wait for) is the end of `Connected`, 2/3 of the
+/// timeout after the last vouched send: a whole timeout on the client's
+/// clock can end after the cluster's expiry when clock rates differ
+/// (docs/guarantees.md, "The margin"). Here nothing is vouched after the
+/// create, so it is 2/3 of the timeout after the create's send.
+#[tokio::test]
+async fn another_holder_may_be_granted_from_two_thirds_of_the_timeout() {
+    let (addr, _) = fake_member(Keepalives::NoLeader).await;
+    let t = Duration::from_millis(3000);
+    let before = std::time::Instant::now();
+    let c = Client::connect_with(ClientConfig::new([addr]).session_timeout(t)).await.expect("session");
+    let after = std::time::Instant::now();
+    let at = c.may_be_lost_at().await;
+    assert!(at >= before + t * 2 / 3, "{:?} after the connect began: before 2T/3", at - before);
+    assert!(at <= after + t * 2 / 3, "{:?} after the connect ended: after 2T/3", at - after);
+}
+
 #[tokio::test]
 async fn vouched_keepalives_keep_it_connected() {
     let (addr, _) = fake_member(Keepalives::Ok).await;

@@ -131,7 +131,8 @@ impl Leadership {
         session_lost(&self.node.client).await
     }
     /// Resolves when another candidate may lead: the session expired, or
-    /// went a whole session timeout without proof of life.
+    /// its last proof of life is 2/3 of the session timeout old (as
+    /// [`crate::LockGuard::may_be_taken`]).
     pub async fn may_be_replaced(&self) -> SessionState {
         may_be_taken(&self.node.client).await
     }

@@ -128,9 +128,12 @@ impl LockGuard {
         session_lost(&self.node.client).await
     }
     /// Resolves when someone else may hold the lock: the session expired,
-    /// or went a whole session timeout without proof of life. Weaker than
-    /// [`LockGuard::lost`] (which fires at the first doubt): use it to ride
-    /// out a member restart, with fenced writes.
+    /// or its last proof of life (a vouched keepalive's send) is 2/3 of the
+    /// session timeout old ([`crate::Client::may_be_lost_at`]: the third
+    /// left before the cluster can expire it is the allowance for clock
+    /// rates 10% apart and for stopping). Later than [`LockGuard::lost`]
+    /// (which fires at the first doubt, e.g. a dropped connection): use it
+    /// to ride out a member restart, with fenced writes.
     pub async fn may_be_taken(&self) -> SessionState {
         may_be_taken(&self.node.client).await
     }

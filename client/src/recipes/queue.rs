@@ -368,10 +368,14 @@ pub(crate) async fn session_lost(c: &Client) -> SessionState {
 }
 
 /// Resolves when another session may hold what `client`'s session holds:
-/// the session is Expired, or has gone without proof of life for a whole
-/// timeout (the cluster may have expired it). Until then a `Suspended`
-/// session still holds everything (Curator's session-based error policy);
-/// `session_lost` is the cautious choice that gives up at `Suspended`.
+/// the session is Expired, or its last proof of life is 2/3 of the timeout
+/// old ([`Client::may_be_lost_at`]; with clock rates 10% apart the cluster
+/// may expire it soon after). Until then a `Suspended` session (a dropped
+/// connection, a member without a leader) still holds everything, as in
+/// Curator's session-based error policy, but ends sooner: Curator waits for
+/// the expiry itself, which a client that cannot reach the cluster learns
+/// only after the next holder may have been granted. `session_lost` is the
+/// cautious choice that gives up at `Suspended`.
 pub(crate) async fn may_be_taken(c: &Client) -> SessionState {
     let mut st = c.state();
     loop {

@@ -66,8 +66,8 @@ impl Permit {
     pub async fn lost(&self) -> SessionState {
         session_lost(&self.node.client).await
     }
-    /// Resolves when someone else may hold it: the session expired, or went
-    /// a whole session timeout without proof of life (see
+    /// Resolves when someone else may hold it: the session expired, or its
+    /// last proof of life is 2/3 of the session timeout old (see
     /// [`crate::LockGuard::may_be_taken`]).
     pub async fn may_be_taken(&self) -> SessionState {
         may_be_taken(&self.node.client).await
