@@ -270,6 +270,87 @@ fn holder_connected(h: &History, hs: &[Hold], name: &str, what: &str, t: Duratio
     (judged, bad)
 }
 
+/// A semaphore of `permits`: at most `permits` holds at once outside
+/// faults (`too-many-holders`), and `holder-connected-after-expiry`
+/// generalized: when a hold is granted while `permits` or more earlier
+/// holds of other processes have not invoked their release, the cluster
+/// can only have granted it after expiring all but `permits - 1` of their
+/// sessions, so at most `permits - 1` of those holders may still be
+/// recorded `Connected` within the clock allowance before the grant (the
+/// same window as [`holder_connected`]'s). With `permits` 1 this is the
+/// lock's rule. `closest` is, per judged grant, the `permits`-th smallest
+/// margin among those holders (the one that decides), the smallest of them
+/// over the run. `overlapping` counts grants made over the limit.
+pub(crate) fn judge_permits(
+    h: &History,
+    g: &Grants<'_>,
+    permits: usize,
+    faults: &[FaultWindow],
+    t: Duration,
+) -> Judgement {
+    let hs = holds(h, g.grant, g.release);
+    let states = h.session_states(role::MAIN);
+    let (slack, allowance, grace) = (state_slack(t), clock_allowance(t), fault_grace(t));
+    let mut judged = Judged { slack_ms: slack as f64 / 1e6, allowance_ms: allowance as f64 / 1e6, ..Judged::default() };
+    let (mut overlapping, mut anomalies, mut late) = (0, Vec::new(), Vec::new());
+    let permits = permits.max(1);
+    for (i, b) in hs.iter().enumerate() {
+        let held: Vec<&Hold> = hs[..i].iter().filter(|a| a.released > b.granted && a.process != b.process).collect();
+        if held.len() < permits {
+            continue;
+        }
+        overlapping += 1;
+        let all = || held.iter().map(|a| a.to_json()).chain(std::iter::once(b.to_json())).collect::<Vec<_>>();
+        if !near_fault(faults, b.granted, grace) && anomalies.len() < 20 {
+            anomalies.push(json!({
+                "anomaly": "too-many-holders",
+                "explain": format!("more than {permits} processes held {} {:?} at once with no fault active", g.what, g.name),
+                "permits": permits,
+                "holds": all(),
+            }));
+        }
+        judged.grants += 1;
+        let mut margins: Vec<f64> = held
+            .iter()
+            .filter_map(|a| states.get(&a.process)?.connected_end(b.granted, a.released))
+            .map(|end| (b.granted as f64 - end as f64) / 1e6)
+            .collect();
+        margins.sort_by(f64::total_cmp);
+        if let Some(&m) = margins.get(permits - 1) {
+            if judged.closest_ms.is_none_or(|c| m < c) {
+                judged.closest_ms = Some(m);
+            }
+        }
+        let from = (b.granted + slack).saturating_sub(allowance);
+        let connected: Vec<Value> = held
+            .iter()
+            .filter_map(|a| {
+                let log = states.get(&a.process)?;
+                let at = log.connected_within(from.max(a.granted), a.released)?;
+                Some(json!({"process": a.process, "session": log.session, "token": a.token, "connected_at_s": at as f64 / 1e9}))
+            })
+            .collect();
+        if connected.len() >= permits && late.len() < 20 {
+            late.push(json!({
+                "anomaly": "holder-connected-after-expiry",
+                "explain": format!(
+                    "{} {:?} ({permits} permits) was granted to another session while {} earlier holders had not \
+                     invoked their release and were recorded Connected less than {} ms before the grant: all but \
+                     {} of their sessions can only have been expired before it",
+                    g.what, g.name, connected.len(), (allowance - slack) / 1_000_000, permits - 1
+                ),
+                "name": g.name,
+                "granted": b.to_json(),
+                "connected_holders": connected,
+                "slack_ms": slack as f64 / 1e6,
+                "allowance_ms": allowance as f64 / 1e6,
+            }));
+        }
+    }
+    anomalies.extend(late);
+    Judgement { overlapping, judged, anomalies }
+}
+
 /// What `holder_connected` judged (for the stats).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct Judged {

@@ -12,10 +12,11 @@
 //!   over any sequential [`linearizability::Model`].
 //! - [`register`]: the register model and the per-key checker of the
 //!   register workload.
-//! - [`lock`], [`election`], [`rwlock`], [`session`]: the checkers of the
-//!   lock, election, read-write lock and session workloads; [`holds`] what
-//!   the first three share (mutual exclusion outside faults, read holds
-//!   shared, `holder-connected-after-expiry`).
+//! - [`lock`], [`election`], [`rwlock`], [`semaphore`], [`session`]: the
+//!   checkers of the lock, election, read-write lock, semaphore and session
+//!   workloads; [`holds`] what the first four share (mutual exclusion
+//!   outside faults, read holds shared, a semaphore's permits,
+//!   `holder-connected-after-expiry`).
 
 pub mod election;
 pub mod history;
@@ -24,6 +25,7 @@ pub mod linearizability;
 pub mod lock;
 pub mod register;
 pub mod rwlock;
+pub mod semaphore;
 pub mod session;
 pub mod verdict;
 

@@ -13,7 +13,8 @@
 //! - `--shared` / `--write`: a read-write lock (`Client::read_lock` /
 //!   `write_lock`, `/_baton/rwlocks/NAME`): readers together, a writer alone;
 //! - `--limit N`: a semaphore of N permits (`Client::semaphore`,
-//!   `/_baton/semaphores/NAME`); every holder must pass the same N.
+//!   `/_baton/semaphores/NAME`, Curator's semaphore protocol under it);
+//!   every holder must pass the same N.
 //!
 //! Waiting: forever, up to `--timeout`, or not at all (`--nonblock`); a
 //! lock not acquired exits [`EXIT_NOT_ACQUIRED`] without running the

@@ -1,4 +1,4 @@
-//! The CLI door: `baton lock` (plain, `--shared`, `--write`) and `baton
+//! The CLI door: `baton lock` (plain, `--shared`, `--write`, `--limit`) and `baton
 //! elect`, the commands through which a script holds a lock or leads
 //! (finding Z3: `kill -9` of `baton` left its command running while the
 //! next holder was granted). Each hold is a
@@ -137,6 +137,13 @@ impl CliClient {
         let timeout = format!("{}ms", wait.as_millis().max(1));
         let side = if write { "--write" } else { "--shared" };
         self.hold(&["lock", name, side, "--timeout", &timeout], None).await
+    }
+
+    /// `baton lock NAME --limit PERMITS --timeout WAIT -- <hold>`.
+    pub async fn semaphore(self: &Arc<Self>, name: &str, permits: usize, wait: Duration) -> Result<CliHold, OpError> {
+        let timeout = format!("{}ms", wait.as_millis().max(1));
+        let limit = permits.to_string();
+        self.hold(&["lock", name, "--limit", &limit, "--timeout", &timeout], None).await
     }
 
     /// `baton elect NAME --value VALUE -- <hold>`, given up after `wait`.

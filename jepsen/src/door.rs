@@ -61,6 +61,7 @@ pub const ZK_OP_TIMEOUT: Duration = Duration::from_secs(5);
 const ZK_LOCKS: &str = "/jepsen/zk-locks";
 const ZK_ELECTIONS: &str = "/jepsen/zk-elections";
 const ZK_RWLOCKS: &str = "/jepsen/zk-rwlocks";
+const ZK_SEMAPHORES: &str = "/jepsen/zk-semaphores";
 /// Curator's `InterProcessReadWriteLock` node names: a writer is a node
 /// whose name holds `__WRIT__`.
 const ZK_READ: &str = "__READ__";
@@ -377,6 +378,47 @@ impl ZkSession {
         }
     }
 
+    /// Curator's `InterProcessSemaphoreV2` at `dir` with `permits`: take
+    /// the mutex at `dir/locks`, create a lease in `dir/leases`, wait
+    /// (watching the leases) until at most `permits` exist, release the
+    /// mutex. The lease's path and czxid; None when `wait` ran out (the
+    /// lease, if made, deleted).
+    async fn semaphore(&self, dir: &str, permits: usize, wait: Duration) -> Result<Option<(String, u64)>, OpError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let Some((mutex, _)) = self.queue(&format!("{dir}/locks"), &[], wait).await? else { return Ok(None) };
+        let leases = format!("{dir}/leases");
+        let leased = async {
+            let (path, czxid) = self.enqueue(&leases, "lease-", &[]).await?;
+            let mine = path.rsplit('/').next().unwrap_or_default().to_string();
+            loop {
+                let (kids, w) = self.call(false, async |c| c.list_and_watch_children(&leases).await).await?;
+                if !kids.contains(&mine) {
+                    let error = "lease vanished (session expired)".into();
+                    return Err(OpError::Zk { error, ambiguous: false });
+                }
+                if kids.len() <= permits {
+                    return Ok(Some((path, czxid)));
+                }
+                match tokio::time::timeout_at(deadline, w.changed()).await {
+                    Ok(ev) if ev.event_type == zk::EventType::Session && ev.session_state.is_terminated() => {
+                        let error = format!("zookeeper: {:?}", ev.session_state);
+                        return Err(OpError::Zk { error, ambiguous: false });
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        self.delete(&path).await?;
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        .await;
+        // The next acquirer may go. If this fails the caller retires the
+        // session, which removes the mutex node (and any lease).
+        self.delete(&mutex).await?;
+        leased
+    }
+
     async fn delete(&self, path: &str) -> Result<(), OpError> {
         match self.raw(true, async |c| c.delete(path, None).await).await? {
             Ok(()) | Err(zk::Error::NoNode) => Ok(()),
@@ -389,6 +431,7 @@ impl ZkSession {
 pub enum DoorLock {
     Native(baton_client::LockGuard),
     NativeRw(baton_client::RwGuard),
+    NativePermit(baton_client::Permit),
     Zk { s: Arc<ZkSession>, path: String, token: u64 },
     Cli(CliHold),
 }
@@ -406,6 +449,7 @@ impl DoorLock {
         match self {
             DoorLock::Native(g) => g.fencing_token(),
             DoorLock::NativeRw(g) => g.fencing_token(),
+            DoorLock::NativePermit(g) => g.fencing_token(),
             DoorLock::Zk { token, .. } => *token,
             DoorLock::Cli(h) => h.token(),
         }
@@ -415,6 +459,7 @@ impl DoorLock {
         match self {
             DoorLock::Native(g) => Fence { token: g.fencing_token(), node: None },
             DoorLock::NativeRw(g) => Fence { token: g.fencing_token(), node: None },
+            DoorLock::NativePermit(g) => Fence { token: g.fencing_token(), node: None },
             DoorLock::Zk { path, token, .. } => Fence { token: *token, node: Some(path.clone()) },
             DoorLock::Cli(h) => Fence { token: h.token(), node: None },
         }
@@ -424,6 +469,7 @@ impl DoorLock {
         match self {
             DoorLock::Native(g) => Ok(g.release().await?),
             DoorLock::NativeRw(g) => Ok(g.release().await?),
+            DoorLock::NativePermit(g) => Ok(g.release().await?),
             DoorLock::Zk { s, path, .. } => s.delete(&path).await,
             DoorLock::Cli(h) => h.release().await,
         }
@@ -675,6 +721,27 @@ impl DoorClient {
                 }
             }
             DoorClient::Cli(c) => Ok(DoorLock::Cli(c.rw_lock(name, write, wait).await?)),
+        }
+    }
+
+    /// Waits up to `wait` for a permit of semaphore `name` of `permits`:
+    /// `TimedOut` when the wait ran out (and the place was given up).
+    /// Native: `semaphore(name, permits)`; ZooKeeper: Curator's
+    /// `InterProcessSemaphoreV2` recipe ([`ZkSession::semaphore`]); CLI:
+    /// `baton lock NAME --limit N`.
+    pub async fn semaphore(&self, name: &str, permits: usize, wait: Duration) -> Result<DoorLock, OpError> {
+        match self {
+            DoorClient::Native(c) => c
+                .semaphore(name, permits)
+                .acquire_with_timeout(wait)
+                .await?
+                .map(DoorLock::NativePermit)
+                .ok_or(OpError::TimedOut),
+            DoorClient::Zk(s) => match s.semaphore(&format!("{ZK_SEMAPHORES}/{name}"), permits, wait).await? {
+                Some((path, token)) => Ok(DoorLock::Zk { s: s.clone(), path, token }),
+                None => Err(OpError::TimedOut),
+            },
+            DoorClient::Cli(c) => Ok(DoorLock::Cli(c.semaphore(name, permits, wait).await?)),
         }
     }
 

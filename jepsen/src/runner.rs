@@ -71,10 +71,11 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     let workloads = o.workload.expand();
     let workloads = if o.door == Door::Cli {
         // The CLI holds; it has no register or session workload to run.
-        let holds = |w: &Workload| matches!(w, Workload::Lock | Workload::Election | Workload::RwLock);
-        let w: Vec<Workload> = workloads.into_iter().filter(holds).collect();
+        let w: Vec<Workload> = workloads.into_iter().filter(|w| w.holds()).collect();
         if w.is_empty() {
-            anyhow::bail!("the CLI door runs the lock, election and rwlock workloads (baton lock, baton elect)");
+            anyhow::bail!(
+                "the CLI door runs the lock, election, rwlock and semaphore workloads (baton lock, baton elect)"
+            );
         }
         w
     } else {
@@ -152,7 +153,7 @@ pub async fn run_test(o: TestOpts) -> anyhow::Result<Outcome> {
     let pausable: Vec<usize> = workloads
         .iter()
         .enumerate()
-        .filter(|(_, w)| matches!(w, Workload::Lock | Workload::Election | Workload::RwLock))
+        .filter(|(_, w)| w.holds())
         .flat_map(|(wi, _)| (wi * per + 1..(wi + 1) * per).chain(std::iter::once(wi * per)))
         .collect();
     let nem = tokio::spawn(nemesis::run(run.clone(), db.clone(), o.nemesis, StdRng::seed_from_u64(o.seed), pausable));

@@ -193,6 +193,17 @@ async fn t51_contact_from_local_answers_is_caught_by_holder_states() {
     caught_in(s, &[1, 2], "contact-from-local-answers", &["holder-connected-after-expiry"]).await;
 }
 
+/// The same through a semaphore of two permits: the long holder on the
+/// cut-off member stays `Connected` while the majority expires it and
+/// grants its permit to a third, beside a second holder that is
+/// `Connected` too (`baton_checker::semaphore`: all but one of the earlier
+/// holders must have left `Connected`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t57_contact_from_local_answers_is_caught_by_the_semaphore_checker() {
+    let s = Setup { session_ms: 1000, ..setup(Workload::Semaphore, NemesisKind::IsolatePeers, 30) };
+    caught_in(s, &[1, 2], "contact-from-local-answers", &["holder-connected-after-expiry"]).await;
+}
+
 /// A leader cut off from its peers answers keepalives until check-quorum
 /// deposes it (0.5-1 s): its leader client stays `Connected` past the
 /// expiry the new leader commits. Caught only when the holder's last

@@ -294,7 +294,7 @@ async fn t30_lock_kinds_nonblock_and_signals() {
     let third_ran = d.join("p3");
     let mut third = spawn_baton(eps, &["lock", "--limit", "2", "pool", "--", "touch", third_ran.to_str().unwrap()]);
     eventually(SECS(5), "the third waits in the queue", || async {
-        (queue_len(&watcher, "/_baton/semaphores/pool").await == 3).then_some(())
+        (queue_len(&watcher, "/_baton/semaphores/pool/leases").await == 3).then_some(())
     })
     .await;
     assert!(!third_ran.exists(), "a third holder ran while two held");

@@ -350,11 +350,11 @@ async fn c50_non_blocking_acquires_leave_nothing_queued() {
 
     let p = a.semaphore("pool", 1).try_acquire().await.expect("try_acquire").expect("a free permit");
     assert!(b.semaphore("pool", 1).try_acquire().await.expect("try_acquire").is_none());
-    assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
+    assert_eq!(a.children("/_baton/semaphores/pool/leases").await.expect("ls").len(), 1);
     // The size is stored with the semaphore (finding A8): asking for another
     // is refused, and leaves nothing queued.
     assert!(matches!(b.semaphore("pool", 2).try_acquire().await, Err(baton_client::Error::Invalid(_))));
-    assert_eq!(a.children("/_baton/semaphores/pool").await.expect("ls").len(), 1);
+    assert_eq!(a.children("/_baton/semaphores/pool/leases").await.expect("ls").len(), 1);
     let q = a.semaphore("pair", 2).try_acquire().await.expect("try_acquire").expect("a free permit");
     assert!(b.semaphore("pair", 2).try_acquire().await.expect("try_acquire").is_some(), "two permits admit two");
     q.release().await.expect("release");

@@ -193,7 +193,11 @@ async fn t22_a_waiter_that_moves_member_still_gets_its_grant() {
         g.release().await.unwrap();
         let got = tokio::time::timeout(SECS(10), w).await.expect("no grant within 10 s").unwrap().unwrap();
         assert!(got.verify().await.unwrap(), "round {round}: the granted node is not the holder's");
-        assert_eq!(got.wakeups(), 1);
+        // One wake-up (the FIRST push), or none when the create's answer
+        // was lost with the member and the waiter found its node again
+        // after the release, already first (CI, 2026-12-07, a loaded
+        // machine: 0). Never more: no herd.
+        assert!(got.wakeups() <= 1, "round {round}: {} wake-ups", got.wakeups());
         got.release().await.unwrap();
         c.start_member(on);
         c.wait_applied(on, holder.status().await.unwrap().applied_index, SECS(15)).await;
@@ -602,7 +606,10 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
     t.dedup();
     assert_eq!(t.len(), 18, "permit tokens not unique");
     let fresh = c.client().await;
-    assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0, "nodes left behind");
+    for d in ["leases", "locks"] {
+        let left = fresh.children(&format!("/_baton/semaphores/pool/{d}")).await.map(|k| k.len()).unwrap_or(0);
+        assert_eq!(left, 0, "nodes left behind in {d}");
+    }
     assert!(matches!(fresh.semaphore("pool", 0).acquire().await, Err(Error::Invalid(_))));
     // Finding A8: the count is stored with the semaphore, so another count
     // is refused with what was stored, and nothing is queued.
@@ -610,7 +617,7 @@ async fn t90_semaphore_admits_at_most_n_each_with_its_own_token() {
         Err(Error::Invalid(m)) => assert!(m.contains("has 2 permits") && m.contains("asked for 3"), "{m}"),
         other => panic!("a 3-permit ask of a 2-permit semaphore: {other:?}"),
     }
-    assert_eq!(fresh.children("/_baton/semaphores/pool").await.map(|k| k.len()).unwrap_or(0), 0);
+    assert_eq!(fresh.children("/_baton/semaphores/pool/leases").await.map(|k| k.len()).unwrap_or(0), 0);
     assert!(fresh.get("/_baton/nope").await.is_err_and(|e| e.is_no_node()));
 }
 

@@ -2,49 +2,48 @@
 //! own fencing token (Curator's `InterProcessSemaphoreV2`).
 //!
 //! `client.semaphore(name, size)` names it (no I/O); each
-//! [`Semaphore::acquire`] takes one permit and queues a node of its own, so
-//! tasks sharing one client queue as separate holders (recipes/lock.rs,
-//! "Many tasks, one client").
+//! [`Semaphore::acquire`] takes one permit with a node of its own, so
+//! tasks sharing one client are separate holders (recipes/lock.rs, "Many
+//! tasks, one client").
 //!
-//! Holders queue as ephemeral sequential nodes under
-//! `/_baton/semaphores/<name>`; the first `size` nodes hold. A waiter at
-//! position `p >= size` watches the node `size` places ahead of it: a
-//! holder leaving moves every later node up by one, so that node either
-//! leaves (and the waiter re-checks) or the waiter's position drops below
-//! it. Waiters re-check on every wake-up, so a node vanishing anywhere ahead
-//! is handled on the next wake-up of the one watching it.
+//! # The protocol (Curator's, for named semaphores too)
+//! An acquirer takes the mutex at `<dir>/locks` (an `InterProcessMutex`
+//! there: a queue, each waiter watching its predecessor), creates its
+//! lease `<dir>/leases/_c_<uuid>-lease-<seq>`, and while it holds the
+//! mutex waits (watching `<dir>/leases`) until at most `size` leases
+//! exist, then releases the mutex and holds its lease. Only the mutex's
+//! holder waits on the leases, so at most `size` leases are held at once,
+//! and any lease leaving wakes exactly that one waiter: no herd, and no
+//! free permit while someone waits. A lease that vanished (the session
+//! expired) fails the acquire. `<dir>` is the path given to
+//! [`Client::semaphore_at`], shared with Curator's recipe there, or
+//! `/_baton/semaphores/<name>`.
 //!
-//! The size is stored with the semaphore: the first participant
+//! Until 2026-12-07 a named semaphore queued its holders directly under
+//! its folder (the first `size` held; a waiter watched the node `size`
+//! places ahead of it). That leaves a permit free while a waiter waits:
+//! with holders `[A, B]` and waiter `C` watching `A`, `B` leaving moves `C`
+//! within the first two, and nothing tells it until `A` leaves. The
+//! harness's semaphore workload found it (`permit-idle`: a 4 s wait beside
+//! a free permit, docs/testing.md).
+//!
+//! The size is stored with a named semaphore: the first participant
 //! creates its folder holding the count (as Curator's `SharedCount` keeps
 //! one), and a participant asking with another count is refused
 //! (`Error::Invalid`, nothing queued), so two holders of a 2-permit
 //! semaphore never admit a third that asked for 3. A folder left without a
 //! count (made before counts were stored) takes the first count asked
-//! for, by a compare-and-set on its version.
-//!
-//! At a path ([`Client::semaphore_at`]) it follows Curator's
-//! `InterProcessSemaphoreV2` protocol instead, so Baton and Curator
-//! holders at one path share its permits: an acquirer takes the mutex at
-//! `<path>/locks` (an `InterProcessMutex` there), creates its lease
-//! `<path>/leases/_c_<uuid>-lease-<seq>`, and while it holds the mutex
-//! waits (watching `<path>/leases`) until at most `size` leases exist,
-//! then releases the mutex and holds its lease. Only the mutex's holder can
-//! wait, so at most `size` leases are held at once; a lease that vanished
-//! (the session expired) fails the acquire. There the size is not stored:
-//! every participant must pass the same one, as Curator requires.
+//! for, by a compare-and-set on its version. At a path the size is not
+//! stored: every participant must pass the same one, as Curator requires.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::lock::{still_mine, HeldMark};
-use super::queue::{
-    delete_own, enqueue, may_be_taken, queue_dir, recipe_dir, session_lost, sorted_children, wait_gone, within,
-    QueueNode,
-};
+use super::queue::{delete_own, enqueue, may_be_taken, queue_dir, recipe_dir, session_lost, within, QueueNode};
 use crate::{Client, CreateOptions, Error, ErrorKind, Result, SessionState};
 
-const PREFIX: &str = "permit-";
 /// Curator's `InterProcessSemaphoreV2` layout under its path.
 const V2_LOCKS: &str = "locks";
 const V2_LEASES: &str = "leases";
@@ -91,7 +90,7 @@ pub struct Semaphore {
     client: Client,
     name: String,
     size: usize,
-    /// At a path, Curator's protocol (the module doc).
+    /// Made at a path (no stored size; the module doc).
     curator: bool,
 }
 
@@ -126,39 +125,31 @@ impl Semaphore {
 
     /// Waits for one permit.
     pub async fn acquire(&self) -> Result<Permit> {
-        if self.curator {
-            return self.acquire_v2(None).await?.ok_or(Error::SessionExpired);
-        }
-        let (dir, held, node) = self.client.permit_enqueue(&self.name, self.size).await?;
-        let c = &node.client.clone();
-        loop {
-            let kids = sorted_children(c, &dir).await?;
-            let Some(me) = kids.iter().position(|k| *k == node.name) else {
-                return Err(Error::SessionExpired);
-            };
-            if me < self.size {
-                return Ok(Permit { node, _held: held });
-            }
-            wait_gone(c, &format!("{dir}/{}", kids[me - self.size])).await?;
-        }
+        let dir = self.dir().await?;
+        self.acquire_v2(&dir, None).await?.ok_or(Error::SessionExpired)
     }
 
     /// One permit if one is free now; `None` otherwise (nothing is left
-    /// queued).
+    /// queued). "Now" includes the wait for the acquirers' mutex, which
+    /// is held only while its holder's permit is being counted or no
+    /// permit is free.
     pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        let dir = self.dir().await?;
+        self.acquire_v2(&dir, Some(Instant::now())).await
+    }
+
+    /// The semaphore's folder: its path, or for a named one
+    /// `/_baton/semaphores/<name>`, made (with its size stored) if new.
+    async fn dir(&self) -> Result<String> {
         if self.curator {
-            return self.acquire_v2(Some(Instant::now())).await;
+            return Ok(self.name.clone());
         }
-        let (dir, held, mut node) = self.client.permit_enqueue(&self.name, self.size).await?;
-        let c = &node.client.clone();
-        let kids = sorted_children(c, &dir).await?;
-        let me = kids.iter().position(|k| *k == node.name).ok_or(Error::SessionExpired)?;
-        if me < self.size {
-            return Ok(Some(Permit { node, _held: held }));
+        if self.size == 0 {
+            return Err(Error::Invalid(format!("semaphore {:?}: its size must be at least 1", self.name)));
         }
-        node.disarm();
-        delete_own(c, &node.path).await?;
-        Ok(None)
+        let dir = recipe_dir("semaphores", &self.name)?;
+        self.client.agree_permits(&dir, &self.name, self.size).await?;
+        Ok(dir)
     }
 
     /// Waits at most `timeout` for one permit; `None` when it timed out
@@ -171,8 +162,7 @@ impl Semaphore {
     /// One permit by Curator's protocol (the module doc), waiting until
     /// `deadline` (None: no limit); None if it passed. A lease not granted
     /// is deleted; the mutex is released either way.
-    async fn acquire_v2(&self, deadline: Option<Instant>) -> Result<Option<Permit>> {
-        let dir = &self.name;
+    async fn acquire_v2(&self, dir: &str, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let held = HeldMark::take(&self.client, "semaphore", dir)?;
         let mutex = self.client.mutex(&format!("{dir}/{V2_LOCKS}"))?;
         let guard = match deadline {
@@ -216,17 +206,6 @@ impl Semaphore {
 }
 
 impl Client {
-    async fn permit_enqueue(&self, name: &str, permits: usize) -> Result<(String, HeldMark, QueueNode)> {
-        if permits == 0 {
-            return Err(Error::Invalid(format!("semaphore {name:?}: its size must be at least 1")));
-        }
-        let dir = recipe_dir("semaphores", name)?;
-        let held = HeldMark::take(self, "semaphore", &dir)?;
-        self.agree_permits(&dir, name, permits).await?;
-        let node = enqueue(self, &dir, PREFIX, Vec::new()).await?;
-        Ok((dir, held, node))
-    }
-
     /// Makes sure semaphore folder `dir` stores `permits` (module doc).
     async fn agree_permits(&self, dir: &str, name: &str, permits: usize) -> Result<()> {
         let want = permits.to_string();

@@ -95,7 +95,7 @@ async fn lead_a_while(
 /// Holds on for `timeouts` session timeouts (a random number in the
 /// range), or until `c`'s session is no longer `Connected` (a holder must
 /// then assume it lost what it held), or the run stops.
-async fn linger(run: &Run, c: &DoorClient, rng: &mut StdRng, timeouts: std::ops::Range<f64>) {
+pub(super) async fn linger(run: &Run, c: &DoorClient, rng: &mut StdRng, timeouts: std::ops::Range<f64>) {
     let until = std::time::Instant::now() + run.session.mul_f64(rng.gen_range(timeouts));
     let st = c.state();
     while std::time::Instant::now() < until && !run.stopped() {

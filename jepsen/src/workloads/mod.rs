@@ -10,6 +10,9 @@
 //! - [`rwlock`]: take a read hold (seven times in ten) or the write hold
 //!   of one read-write lock, hold it briefly, release; read holds share,
 //!   a write hold shares with nothing.
+//! - [`semaphore`]: take one of a semaphore's two permits, hold it
+//!   briefly (one slot sometimes for a few session timeouts), release; at
+//!   most two hold at once.
 //! - [`election`]: campaign, lead a while (half the time 2-4 session
 //!   timeouts, until `is_leader()` turns false), resign; observers record
 //!   every leader change.
@@ -43,6 +46,7 @@ pub mod election;
 pub mod lock;
 pub mod register;
 pub mod rwlock;
+pub mod semaphore;
 pub mod session;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -55,6 +59,7 @@ pub enum Workload {
     #[value(name = "rwlock")]
     #[serde(rename = "rwlock")]
     RwLock,
+    Semaphore,
     All,
 }
 
@@ -62,7 +67,14 @@ impl Workload {
     pub fn expand(self) -> Vec<Workload> {
         match self {
             Workload::All => {
-                vec![Workload::Register, Workload::Lock, Workload::Election, Workload::Session, Workload::RwLock]
+                vec![
+                    Workload::Register,
+                    Workload::Lock,
+                    Workload::Election,
+                    Workload::Session,
+                    Workload::RwLock,
+                    Workload::Semaphore,
+                ]
             }
             w => vec![w],
         }
@@ -75,8 +87,15 @@ impl Workload {
             Workload::Election => "election",
             Workload::Session => "session",
             Workload::RwLock => "rwlock",
+            Workload::Semaphore => "semaphore",
             Workload::All => "all",
         }
+    }
+
+    /// Whether its clients hold a lock, leadership or a permit (what the
+    /// CLI door runs, and what client freezes aim at).
+    pub fn holds(self) -> bool {
+        matches!(self, Workload::Lock | Workload::Election | Workload::RwLock | Workload::Semaphore)
     }
 
     /// Creates what the workload needs, through a direct client.
@@ -85,7 +104,7 @@ impl Workload {
             Workload::Register => register::setup(c).await,
             Workload::Lock => lock::setup(c).await,
             Workload::Session => session::setup(c).await,
-            Workload::Election | Workload::RwLock | Workload::All => Ok(()),
+            Workload::Election | Workload::RwLock | Workload::Semaphore | Workload::All => Ok(()),
         }
     }
 
@@ -103,6 +122,8 @@ impl Workload {
             // Half the slots also poll stale reads and churn watches on the side.
             Workload::Session => session::worker(run, slot, idx % 2 == 1, rng).await,
             Workload::RwLock => rwlock::worker(run, slot, rng).await,
+            // The first slot sometimes holds long (semaphore.rs).
+            Workload::Semaphore => semaphore::worker(run, slot, idx == 0, rng).await,
             Workload::All => {}
         }
     }
@@ -116,6 +137,7 @@ impl Workload {
             Workload::Election => Some(election::check(h, faults, t)),
             Workload::Session => Some(session::check(h, finals.leftover.clone())),
             Workload::RwLock => Some(rwlock::check(h, faults, t)),
+            Workload::Semaphore => Some(semaphore::check(h, faults, t)),
             Workload::All => None,
         }
     }
