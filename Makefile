@@ -137,7 +137,7 @@ scale: release rival-deps
 # Each workload ~30 s under a random mix of every nemesis, the lock
 # workload once more with TLS on both ports, every workload at once through
 # the ZooKeeper door (a ZooKeeper client on the ZooKeeper port), and the
-# lock, election and rwlock workloads through the CLI door (`baton lock`,
+# lock, election, rwlock and semaphore workloads through the CLI door (`baton lock`,
 # `baton elect`, with `kill-client` in the mix); any invalid result fails
 # the build.
 JEPSEN_SECS ?= 30

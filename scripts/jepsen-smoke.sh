@@ -2,8 +2,8 @@
 # `make jepsen-smoke`: each workload JEPSEN_SECS (default 30) seconds under
 # a random mix of every nemesis, the lock workload once more with TLS on
 # both ports, every workload at once through the ZooKeeper door (a
-# ZooKeeper client on the ZooKeeper port), and the lock, election and
-# rwlock workloads through the CLI door (`baton lock`, `baton elect`: the mix then
+# ZooKeeper client on the ZooKeeper port), and the lock, election, rwlock
+# and semaphore workloads through the CLI door (`baton lock`, `baton elect`: the mix then
 # has `kill-client` too). Any invalid result fails it; a
 # harness error or "unknown" (exit 2) is retried once. Debug build.
 set -uo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
 SECS="${JEPSEN_SECS:-30}"
 out=$(mktemp -d /tmp/baton-jepsen-smoke.XXXXXX)
-for w in register lock election session rwlock lock+tls all+zk all+cli; do
+for w in register lock election session rwlock semaphore lock+tls all+zk all+cli; do
   args=(--workload "${w%+*}")
   [ "$w" = lock+tls ] && args+=(--tls)
   [ "$w" = all+zk ] && args+=(--door zookeeper)

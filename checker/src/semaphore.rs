@@ -61,10 +61,13 @@ pub fn check(h: &History, name: &str, permits: usize, faults: &[FaultWindow], t:
     }
 }
 
-/// How long a waiter may wait beside a free permit outside faults: a
-/// release's commit and the next grant's take milliseconds; a second is
-/// far beyond that on a loaded machine.
-pub const IDLE_LIMIT: u64 = 1_000_000_000;
+/// How long a waiter may wait beside a free permit outside faults: the
+/// hand-on (a release's commit, the mutex's turn, a lease) takes tens of
+/// milliseconds (96 ms the longest in a quiet 30 s run; a `baton` process's
+/// release and exit are in it through the CLI door); two seconds leave a
+/// loaded machine room, and the idle permit it was made for kept waiters
+/// up to their 4 s limit.
+pub const IDLE_LIMIT: u64 = 2_000_000_000;
 
 /// Each acquire's longest stretch of waiting while fewer than `permits`
 /// holds were open and no fault (or its grace) was active: (process, start,
@@ -221,19 +224,19 @@ mod tests {
         assert_eq!(r.stats["most_held_at_once"], 3);
     }
 
-    /// A waiter that waits 2 s beside a free permit (one of two held) with
-    /// no fault is caught; the same during a fault is not.
+    /// A waiter that waits 2.5 s beside a free permit (one of two held)
+    /// with no fault is caught; the same during a fault is not.
     #[test]
     fn a_waiter_beside_a_free_permit_is_caught_outside_faults() {
         let mut h = History::default();
         hold(&mut h, 1, 10, 100, 5000);
         push(&mut h, 2, OpType::Invoke, "sem-acquire", Value::Null, 200);
-        push(&mut h, 2, OpType::Ok, "sem-acquire", json!({"token": 11}), 2200);
-        push(&mut h, 2, OpType::Invoke, "sem-release", json!({"token": 11}), 2300);
-        push(&mut h, 2, OpType::Ok, "sem-release", json!({"token": 11}), 2301);
+        push(&mut h, 2, OpType::Ok, "sem-acquire", json!({"token": 11}), 2700);
+        push(&mut h, 2, OpType::Invoke, "sem-release", json!({"token": 11}), 2800);
+        push(&mut h, 2, OpType::Ok, "sem-release", json!({"token": 11}), 2801);
         let r = checked(h.clone(), &[]);
         assert_eq!(names(&r), ["permit-idle"]);
-        assert_eq!(r.stats["longest_idle_wait_ms"], 2000.0);
+        assert_eq!(r.stats["longest_idle_wait_ms"], 2500.0);
         let fault = [FaultWindow { kind: "test".into(), detail: String::new(), start: 0, end: 300 * MS }];
         let r = checked(h.clone(), &fault);
         assert_eq!(r.valid, Validity::Valid, "{:?}", r.anomalies);

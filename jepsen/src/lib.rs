@@ -16,7 +16,7 @@
 //!     with ZooKeeper's recipes, or ([`cli_door`]) `baton lock` and
 //!     `baton elect` processes.
 //!   - [`workloads`]: one file per workload (`workloads/register.rs`,
-//!     `lock.rs`, `election.rs`, `session.rs`, `rwlock.rs`), its client
+//!     `lock.rs`, `election.rs`, `session.rs`, `rwlock.rs`, `semaphore.rs`), its client
 //!     loop beside the call into its checker.
 //!   - [`runner`]: one test run end to end; [`report`]: latency and rate
 //!     plots, and the timeline page (`report/timeline.rs`).

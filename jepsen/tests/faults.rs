@@ -333,6 +333,7 @@ async fn t62_the_real_server_is_valid_with_members_cut_off() {
     valid(&[
         short(setup(Workload::Lock, NemesisKind::IsolatePeers, 30), 1000),
         short(setup(Workload::Election, NemesisKind::IsolatePeers, 30), 1000),
+        short(setup(Workload::Semaphore, NemesisKind::IsolatePeers, 30), 1000),
     ])
     .await;
 }
