@@ -250,37 +250,36 @@ mod tests {
         assert_eq!(r.valid, Validity::Valid, "{:?}", r.anomalies);
     }
 
+    /// Processes 1 and 2 hold from 100 and 200 ms to 2,000 ms; 3 is granted
+    /// at 1,000 ms, over the two permits; 1 leaves `Connected` at
+    /// `suspended` ms, 2 never does.
+    fn three_holds(suspended: u64) -> History {
+        let mut h = History::default();
+        for p in 1..=3 {
+            state(&mut h, p, "connected", 0);
+        }
+        hold(&mut h, 1, 10, 100, 2000);
+        hold(&mut h, 2, 11, 200, 2000);
+        hold(&mut h, 3, 12, 1000, 1500);
+        state(&mut h, 1, "suspended", suspended);
+        h
+    }
+
     /// Over the limit during a fault is judged by the holders' states: two
     /// still `Connected` at a grant over two permits is caught; one is what
     /// the cluster allows (the other's session expired).
     #[test]
     fn over_the_limit_needs_all_but_one_holder_to_have_left_connected() {
         let fault = [FaultWindow { kind: "test".into(), detail: String::new(), start: 0, end: 5000 * MS }];
-        let mut h = History::default();
-        for p in 1..=3 {
-            state(&mut h, p, "connected", 0);
-        }
-        hold(&mut h, 1, 10, 100, 2000);
-        hold(&mut h, 2, 11, 200, 2000);
-        hold(&mut h, 3, 12, 1000, 1500);
         // Holder 1 left Connected 400 ms before the grant: allowed.
-        state(&mut h, 1, "suspended", 600);
-        let r = checked(h.clone(), &fault);
+        let r = checked(three_holds(600), &fault);
         assert_eq!(r.valid, Validity::Valid, "{:?}", r.anomalies);
         assert_eq!(r.stats["granted_over_the_limit"], 1);
         // Holder 2 still Connected at the grant: the larger margin decides.
         assert_eq!(r.stats["holder_states"]["closest_ms"], 400.0);
         // Both Connected until 100 ms before the grant (inside the 0.19 T
         // allowance): caught.
-        let mut h = History::default();
-        for p in 1..=3 {
-            state(&mut h, p, "connected", 0);
-        }
-        hold(&mut h, 1, 10, 100, 2000);
-        hold(&mut h, 2, 11, 200, 2000);
-        hold(&mut h, 3, 12, 1000, 1500);
-        state(&mut h, 1, "suspended", 900);
-        let r = checked(h, &fault);
+        let r = checked(three_holds(900), &fault);
         assert_eq!(names(&r), ["holder-connected-after-expiry"]);
     }
 }

@@ -43,6 +43,7 @@ use crate::door::DoorClient;
 use crate::record::{retire, Run};
 
 pub mod election;
+mod holding;
 pub mod lock;
 pub mod register;
 pub mod rwlock;
