@@ -70,6 +70,12 @@ impl Op {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct History {
     pub ops: Vec<Op>,
+    /// Judge `holder-connected-after-expiry` on one clock only, without
+    /// the clock allowance (`crate::holds::clock_allowance`): set for runs
+    /// through the ZooKeeper door, whose clients do not keep that margin
+    /// in every case (docs/testing.md, "That margin, judged").
+    #[serde(default)]
+    pub one_clock_only: bool,
 }
 
 /// An invocation paired with its completion (None: the test ended first,
